@@ -1,0 +1,195 @@
+/**
+ * The daemon: sources feed the buffer, the schedule and the poll feed the sender.
+ * Constructed from a loaded config; `start()` and `stop()` do the work, so a test can run
+ * an agent in-process against a sandbox and stop it deterministically.
+ */
+import { createHash } from 'node:crypto';
+import { schedule, type ScheduledTask } from 'node-cron';
+import type { Logger } from 'pino';
+import { ApiClient } from './api/client.js';
+import { Ingest } from './buffer/ingest.js';
+import { Store } from './buffer/store.js';
+import type { KeyLookup, LoadedConfig } from './config/load.js';
+import { Sender, type SenderStatus } from './delivery/sender.js';
+import { addSecret } from './log.js';
+import { createSource, sourceName } from './sources/index.js';
+import type { Source, SourceHealth } from './sources/types.js';
+
+export const DAEMON_STATE_KEY = 'daemon';
+
+export interface DaemonState {
+  pid: number;
+  deviceId: string;
+  configFile: string;
+  startedMs: number;
+  updatedMs: number;
+  running: boolean;
+  keyOrigin: string;
+  sender: SenderStatus;
+  ingest: Ingest['stats'];
+  sources: Array<{ name: string; type: string } & SourceHealth>;
+  nextTracePushMs: number | null;
+}
+
+/** A fixed share of the splay window for this device, so a fleet spreads over it. */
+export function splayMs(deviceId: string, splayS: number): number {
+  if (splayS <= 0) return 0;
+  const h = createHash('sha256').update(deviceId).digest().readUInt32BE(0);
+  return h % Math.round(splayS * 1000);
+}
+
+export interface AgentOptions {
+  /** Sources built by the caller (the demo's simulator, tests); used instead of the config's. */
+  sources?: (ctx: { emit: Ingest['push']; log: Logger }) => Source[];
+  /** How often the daemon state is written for `status`, ms. */
+  stateIntervalMs?: number;
+}
+
+export class Agent {
+  store!: Store;
+  ingest!: Ingest;
+  sender!: Sender;
+  client!: ApiClient;
+  sources: Source[] = [];
+  private cron: ScheduledTask | undefined;
+  private splayTimer: NodeJS.Timeout | undefined;
+  private stateTimer: NodeJS.Timeout | undefined;
+  private readonly startedMs = Date.now();
+
+  constructor(
+    private loaded: LoadedConfig,
+    private key: KeyLookup,
+    private readonly log: Logger,
+    private readonly opts: AgentOptions = {},
+  ) {}
+
+  get config() {
+    return this.loaded.config;
+  }
+
+  async start(): Promise<void> {
+    const { config, deviceId } = this.loaded;
+    addSecret(this.key.key);
+    this.store = Store.open(config.buffer.path, { synchronous: config.buffer.synchronous });
+    this.ingest = new Ingest(
+      this.store,
+      {
+        batchSize: config.buffer.batch_size,
+        flushIntervalMs: config.buffer.flush_interval_ms,
+        keepWithoutLoad: config.privacy.record_without_load,
+      },
+      this.log.child({ component: 'buffer' }),
+    );
+    this.client = new ApiClient({
+      baseUrl: config.api.base_url,
+      milestonePath: config.api.milestone_path,
+      tracePath: config.api.trace_path,
+      scac: config.api.scac,
+      subscriptionKey: this.key.key,
+      timeoutMs: config.api.timeout_s * 1000,
+      extraFields: config.api.extra_fields,
+    });
+    this.sender = new Sender({ store: this.store, client: this.client, config, deviceId, log: this.log.child({ component: 'sender' }) });
+
+    this.sources = this.opts.sources
+      ? this.opts.sources({ emit: (r, s) => this.ingest.push(r, s), log: this.log })
+      : config.sources.map((cfg, i) => {
+          const name = sourceName(cfg, i);
+          const log = this.log.child({ component: 'source', source: name });
+          let rejectedLogged = 0;
+          return createSource(cfg, {
+            log,
+            emit: (r) => {
+              const problem = this.ingest.push(r, name);
+              if (problem) this.reportReject(log, name, problem, rejectedLogged++);
+            },
+            reject: (reason) => {
+              this.ingest.stats.rejected += 1;
+              this.reportReject(log, name, reason, rejectedLogged++);
+            },
+          });
+        });
+    this.ingest.start();
+    for (const s of this.sources) {
+      try {
+        await s.start();
+      } catch (err) {
+        // One broken source must not keep the others (or delivery of what is buffered) down.
+        this.log.error({ source: s.name, err: (err as Error).message }, 'source failed to start');
+      }
+    }
+    const splay = splayMs(deviceId, config.schedule.splay_s);
+    this.cron = schedule(
+      config.schedule.traces,
+      () => {
+        clearTimeout(this.splayTimer);
+        this.splayTimer = setTimeout(() => this.sender.requestTracePush(), splay);
+      },
+      { name: 'traces', noOverlap: true },
+    );
+    this.sender.start();
+    this.writeState(true);
+    this.stateTimer = setInterval(() => this.writeState(true), this.opts.stateIntervalMs ?? 5000);
+    this.log.info(
+      { deviceId, config: this.loaded.file, buffer: config.buffer.path, key: undefined, keyOrigin: this.key.origin, sources: this.sources.map((s) => s.name), traces: config.schedule.traces, splayMs: splay },
+      'agent started',
+    );
+  }
+
+  /** Rejected input is logged, but not once per line forever: the first few, then every 1000th. */
+  private reportReject(log: Logger, source: string, reason: string, n: number): void {
+    if (n < 10 || n % 1000 === 0) log.warn({ source, rejected: n + 1 }, `bad input skipped: ${reason}`);
+  }
+
+  /** Push traces now (tests, the demo), as if the schedule had fired. */
+  pushTracesNow(): Promise<void> {
+    this.ingest.flush();
+    this.sender.requestTracePush();
+    return this.sender.kick();
+  }
+
+  state(running: boolean): DaemonState {
+    const next = this.cron?.getNextRun();
+    return {
+      pid: process.pid,
+      deviceId: this.loaded.deviceId,
+      configFile: this.loaded.file,
+      startedMs: this.startedMs,
+      updatedMs: Date.now(),
+      running,
+      keyOrigin: this.key.origin,
+      sender: this.sender.status,
+      ingest: this.ingest.stats,
+      sources: this.sources.map((s) => ({ name: s.name, type: s.type, ...s.health() })),
+      nextTracePushMs: next ? next.getTime() + splayMs(this.loaded.deviceId, this.config.schedule.splay_s) : null,
+    };
+  }
+
+  private writeState(running: boolean): void {
+    try {
+      this.store.setState(DAEMON_STATE_KEY, this.state(running), Date.now());
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message }, 'could not write daemon state');
+    }
+  }
+
+  async stop(): Promise<void> {
+    await this.cron?.stop();
+    await this.cron?.destroy();
+    clearTimeout(this.splayTimer);
+    clearInterval(this.stateTimer);
+    for (const s of this.sources) {
+      try {
+        await s.stop();
+      } catch (err) {
+        this.log.warn({ source: s.name, err: (err as Error).message }, 'source did not stop cleanly');
+      }
+    }
+    this.ingest.stop();
+    await this.sender.stop();
+    this.writeState(false);
+    this.store.close();
+    await this.client.close();
+    this.log.info('agent stopped');
+  }
+}

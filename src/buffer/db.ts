@@ -1,0 +1,105 @@
+/**
+ * Opening the buffer and bringing its schema up to date.
+ *
+ * The schema version lives in `PRAGMA user_version`. Migrations run one step at a time,
+ * each in its own transaction, so a power cut in the middle of an upgrade leaves the
+ * file at the last complete version, never between two.
+ */
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import Database from 'better-sqlite3';
+
+export type DB = Database.Database;
+
+/** Each entry takes the database from version i to i + 1. Append only; never edit a shipped step. */
+export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
+  // 0 -> 1: readings, loads, milestones, daemon state.
+  (db) => {
+    db.exec(`
+      CREATE TABLE readings (
+        id          INTEGER PRIMARY KEY,
+        resource_id TEXT    NOT NULL,
+        load_number TEXT,
+        time_ms     INTEGER NOT NULL,
+        lat         REAL,
+        lon         REAL,
+        speed       REAL,
+        heading     REAL,
+        odometer    REAL,
+        temp_c      REAL,
+        source      TEXT
+      );
+      CREATE INDEX readings_by_load ON readings (load_number, id);
+      CREATE INDEX readings_by_resource ON readings (resource_id, id);
+
+      CREATE TABLE loads (
+        load_number    TEXT PRIMARY KEY,
+        resource_id    TEXT    NOT NULL,
+        resource_type  TEXT    NOT NULL,
+        stops          TEXT    NOT NULL DEFAULT '[]',
+        started_ms     INTEGER NOT NULL,
+        ended_ms       INTEGER,
+        next_stop      INTEGER,
+        last_sample_ms INTEGER
+      );
+      -- One active load per resource: a reading must belong to exactly one load.
+      CREATE UNIQUE INDEX loads_one_active_per_resource ON loads (resource_id) WHERE ended_ms IS NULL;
+
+      CREATE TABLE milestones (
+        id          INTEGER PRIMARY KEY,
+        load_number TEXT    NOT NULL,
+        ref         TEXT    NOT NULL UNIQUE,
+        body        TEXT    NOT NULL,
+        created_ms  INTEGER NOT NULL,
+        attempts    INTEGER NOT NULL DEFAULT 0,
+        last_error  TEXT,
+        sent_ms     INTEGER
+      );
+      CREATE INDEX milestones_pending ON milestones (id) WHERE sent_ms IS NULL;
+
+      CREATE TABLE state (
+        key        TEXT PRIMARY KEY,
+        value      TEXT    NOT NULL,
+        updated_ms INTEGER NOT NULL
+      );
+    `);
+  },
+];
+
+export const SCHEMA_VERSION = MIGRATIONS.length;
+
+export interface OpenOptions {
+  synchronous?: 'OFF' | 'NORMAL' | 'FULL';
+  readonly?: boolean;
+}
+
+export function migrate(db: DB, target = SCHEMA_VERSION): number {
+  let version = db.pragma('user_version', { simple: true }) as number;
+  if (version > SCHEMA_VERSION) {
+    throw new Error(
+      `buffer schema version ${version} is newer than this agent understands (${SCHEMA_VERSION}); refusing to touch it`,
+    );
+  }
+  while (version < target) {
+    const step = MIGRATIONS[version];
+    db.transaction(() => {
+      step(db);
+      db.pragma(`user_version = ${version + 1}`);
+    }).immediate();
+    version += 1;
+  }
+  return version;
+}
+
+export function openDatabase(path: string, opts: OpenOptions = {}): DB {
+  if (path !== ':memory:' && !opts.readonly) mkdirSync(dirname(path), { recursive: true });
+  const db = new Database(path, { readonly: opts.readonly ?? false, fileMustExist: opts.readonly ?? false });
+  // Other processes (the CLI) write while the daemon runs: wait for their short transactions.
+  db.pragma('busy_timeout = 5000');
+  if (!opts.readonly) {
+    db.pragma('journal_mode = WAL');
+    db.pragma(`synchronous = ${opts.synchronous ?? 'NORMAL'}`);
+    migrate(db);
+  }
+  return db;
+}

@@ -1,0 +1,105 @@
+/**
+ * The path from a source's `emit` to a committed row. Readings are validated, queued in
+ * memory and committed together: one transaction per batch instead of one per reading
+ * is what keeps an SD card alive (each commit rewrites at least a page and a WAL frame).
+ * What a crash can cost is at most one flush interval of readings that were never committed.
+ */
+import type { Logger } from 'pino';
+import type { Reading } from '../sources/types.js';
+import { readingProblem } from '../sources/types.js';
+import type { Store } from './store.js';
+
+export interface IngestOptions {
+  batchSize: number;
+  flushIntervalMs: number;
+  keepWithoutLoad: boolean;
+  /** Hard cap on readings waiting in memory (e.g. while the disk is full); the oldest go first. */
+  maxQueued?: number;
+}
+
+export interface IngestStats {
+  accepted: number;
+  committed: number;
+  discardedNoLoad: number;
+  rejected: number;
+  droppedQueueFull: number;
+  commitErrors: number;
+  lastCommitMs?: number;
+  lastError?: string;
+}
+
+type Queued = Reading & { source?: string };
+
+export class Ingest {
+  private queue: Queued[] = [];
+  private timer: NodeJS.Timeout | undefined;
+  readonly stats: IngestStats = { accepted: 0, committed: 0, discardedNoLoad: 0, rejected: 0, droppedQueueFull: 0, commitErrors: 0 };
+  private readonly listeners: Array<(batch: ReadonlyArray<Queued>) => void> = [];
+
+  constructor(
+    private readonly store: Store,
+    private readonly opts: IngestOptions,
+    private readonly log: Logger,
+  ) {}
+
+  /** Called after every successful commit with the readings that were in it. */
+  onCommit(fn: (batch: ReadonlyArray<Queued>) => void): void {
+    this.listeners.push(fn);
+  }
+
+  /** Validate and queue; returns the problem when the reading is refused. */
+  push(reading: Reading, source?: string): string | undefined {
+    const problem = readingProblem(reading);
+    if (problem) {
+      this.stats.rejected += 1;
+      return problem;
+    }
+    this.stats.accepted += 1;
+    this.queue.push(source === undefined ? reading : { ...reading, source });
+    const cap = this.opts.maxQueued ?? this.opts.batchSize * 100;
+    if (this.queue.length > cap) {
+      const drop = this.queue.length - cap;
+      this.queue.splice(0, drop);
+      this.stats.droppedQueueFull += drop;
+    }
+    if (this.queue.length >= this.opts.batchSize) this.flush();
+    return undefined;
+  }
+
+  start(): void {
+    this.timer ??= setInterval(() => this.flush(), this.opts.flushIntervalMs);
+  }
+
+  /** Stop the timer and commit what waits. */
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+    this.flush();
+  }
+
+  get queued(): number {
+    return this.queue.length;
+  }
+
+  /** Commit everything queued now. On failure the batch stays queued for the next try. */
+  flush(): number {
+    if (this.queue.length === 0) return 0;
+    const batch = this.queue;
+    this.queue = [];
+    try {
+      const kept = this.store.insertReadings(batch, this.opts.keepWithoutLoad);
+      this.stats.committed += kept;
+      this.stats.discardedNoLoad += batch.length - kept;
+      this.stats.lastCommitMs = Date.now();
+      for (const fn of this.listeners) fn(batch);
+      return kept;
+    } catch (err) {
+      // SQLITE_BUSY, SQLITE_FULL, I/O errors: keep the readings in memory and try again.
+      this.stats.commitErrors += 1;
+      this.stats.lastError = (err as Error).message;
+      this.queue = batch.concat(this.queue);
+      this.log.error({ err: (err as Error).message, code: (err as { code?: string }).code, queued: this.queue.length }, 'could not commit readings; keeping them in memory');
+      return 0;
+    }
+  }
+}

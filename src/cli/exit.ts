@@ -1,0 +1,26 @@
+/**
+ * Exit statuses, from sysexits.h where one fits, so scripts and systemd can tell
+ * "fix the config" (78, which the unit refuses to restart on) from "try again".
+ */
+export const EXIT = {
+  OK: 0,
+  /** Something failed at run time (network, disk); trying again may work. */
+  FAILURE: 1,
+  /** `status`: the daemon is not running (as in LSB init scripts). */
+  NOT_RUNNING: 3,
+  /** EX_USAGE: unknown command or option, missing argument. */
+  USAGE: 64,
+  /** EX_DATAERR: the input named on the command line is wrong (unknown load, bad stops file, bad time). */
+  DATA: 65,
+  /** EX_CONFIG: the configuration is invalid. */
+  CONFIG: 78,
+} as const;
+
+export class CliError extends Error {
+  constructor(
+    message: string,
+    readonly exitCode: number,
+  ) {
+    super(message);
+  }
+}

@@ -1,0 +1,126 @@
+/**
+ * `status`: what an operator asks first. Read from the buffer (queue depths, loads) and the
+ * state the daemon writes every few seconds (pushes, errors, sources), so it works without
+ * talking to the daemon and tells when the daemon is gone.
+ */
+import { DAEMON_STATE_KEY, type DaemonState } from '../agent.js';
+import type { Store } from '../buffer/store.js';
+
+export interface StatusReport {
+  deviceId: string;
+  configFile: string;
+  buffer: string;
+  daemon: {
+    running: boolean;
+    pid: number | null;
+    startedMs: number | null;
+    stateUpdatedMs: number | null;
+    note: string;
+  };
+  queue: {
+    readings: number;
+    unassignedReadings: number;
+    oldestReadingMs: number | null;
+    pendingMilestones: number;
+    sentMilestones: number;
+  };
+  delivery: DaemonState['sender'] | null;
+  nextTracePushMs: number | null;
+  activeLoads: Array<{ loadNumber: string; resourceId: string; resourceType: string; nextStop: number | null; startedMs: number }>;
+  sources: DaemonState['sources'];
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+export function buildStatus(store: Store, info: { deviceId: string; configFile: string; buffer: string }, nowMs = Date.now()): StatusReport {
+  const state = store.getState<DaemonState>(DAEMON_STATE_KEY)?.value;
+  let running = false;
+  let note = 'the daemon has never run with this buffer';
+  if (state) {
+    const age = nowMs - state.updatedMs;
+    if (!state.running) note = `stopped cleanly at ${new Date(state.updatedMs).toISOString()}`;
+    else if (!pidAlive(state.pid)) note = `not running: pid ${state.pid} is gone (last seen ${new Date(state.updatedMs).toISOString()}; it did not stop cleanly)`;
+    else if (age > 60_000) note = `pid ${state.pid} exists but has not updated its state for ${Math.round(age / 1000)} s (hung?)`;
+    else {
+      running = true;
+      note = `running (pid ${state.pid})`;
+    }
+  }
+  return {
+    deviceId: state?.deviceId ?? info.deviceId,
+    configFile: info.configFile,
+    buffer: info.buffer,
+    daemon: { running, pid: state?.pid ?? null, startedMs: state?.startedMs ?? null, stateUpdatedMs: state?.updatedMs ?? null, note },
+    queue: store.counts(),
+    delivery: state?.sender ?? null,
+    nextTracePushMs: running ? (state?.nextTracePushMs ?? null) : null,
+    activeLoads: store.listLoads(false).map((l) => ({
+      loadNumber: l.loadNumber,
+      resourceId: l.resourceId,
+      resourceType: l.resourceType,
+      nextStop: l.nextStop,
+      startedMs: l.startedMs,
+    })),
+    sources: state?.sources ?? [],
+  };
+}
+
+function ago(ms: number | null | undefined, nowMs: number): string {
+  if (ms === null || ms === undefined) return 'never';
+  const s = Math.round((nowMs - ms) / 1000);
+  const when = new Date(ms).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+  if (s < 0) return `${when} (in ${formatDuration(-s)})`;
+  return `${when} (${formatDuration(s)} ago)`;
+}
+
+export function formatDuration(s: number): string {
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+}
+
+export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
+  const lines: string[] = [];
+  const row = (k: string, v: string) => lines.push(`${`${k}:`.padEnd(14)}${v}`);
+  row('device', r.deviceId);
+  row('config', r.configFile);
+  row('buffer', r.buffer);
+  row('daemon', r.daemon.note);
+  const q = r.queue;
+  row(
+    'queue',
+    `${q.readings} readings${q.oldestReadingMs ? ` (oldest ${ago(q.oldestReadingMs, nowMs)})` : ''}, ${q.pendingMilestones} milestones pending, ${q.sentMilestones} sent`,
+  );
+  if (q.unassignedReadings) row('', `${q.unassignedReadings} readings kept without a load (privacy.record_without_load)`);
+  const d = r.delivery;
+  row('last success', ago(d?.lastSuccessMs, nowMs));
+  row('last push', ago(d?.lastTracePushMs, nowMs));
+  if (r.nextTracePushMs) row('next push', ago(r.nextTracePushMs, nowMs));
+  if (d?.lastError && (d.lastErrorMs ?? 0) >= (d.lastSuccessMs ?? 0)) {
+    row('last error', `${d.lastError} [${d.lastErrorClass}] at ${ago(d.lastErrorMs, nowMs)}`);
+    if (d.nextAttemptMs) row('next attempt', ago(d.nextAttemptMs, nowMs));
+  } else {
+    row('last error', d?.lastError ? `none since the last success (earlier: ${d.lastError})` : 'none');
+  }
+  if (d) row('sent', `${d.sent.milestones} milestones, ${d.sent.traceRequests} trace requests (${d.sent.tracePoints} points) since start`);
+  if (r.activeLoads.length === 0) row('active loads', 'none (readings are not kept without a load)');
+  for (const [i, l] of r.activeLoads.entries()) {
+    row(i === 0 ? 'active loads' : '', `${l.loadNumber} on ${l.resourceId} (${l.resourceType})${l.nextStop ? `, next stop ${l.nextStop}` : ''}`);
+  }
+  if (r.sources.length === 0) row('sources', 'none reported');
+  for (const [i, s] of r.sources.entries()) {
+    row(
+      i === 0 ? 'sources' : '',
+      `${s.name} [${s.type}] ${s.healthy ? 'healthy' : 'UNHEALTHY'}, ${s.readings} readings, ${s.rejected} rejected, last ${ago(s.lastReadingMs, nowMs)}${s.detail ? `, ${s.detail}` : ''}`,
+    );
+  }
+  return lines.join('\n');
+}

@@ -1,0 +1,181 @@
+/**
+ * Finding, reading and validating the config file, and finding the subscription key.
+ * Every problem is collected and reported at once as `path: problem`; nothing falls
+ * back silently to a default the operator did not ask for.
+ */
+import { readFileSync, statSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
+import { parse as parseToml, TomlError } from 'smol-toml';
+import type { z } from 'zod';
+import { configSchema, type Config } from './schema.js';
+
+export const DEFAULT_CONFIG_PATH = '/etc/telematics-agent/agent.toml';
+export const CONFIG_ENV = 'TELEMATICS_AGENT_CONFIG';
+export const KEY_ENV = 'TELEMATICS_AGENT_SUBSCRIPTION_KEY';
+/** Name of the credential in `LoadCredential=subscription-key:/etc/...` of the unit. */
+export const CREDENTIAL_NAME = 'subscription-key';
+
+export class ConfigError extends Error {
+  readonly code = 'ECONFIG';
+  constructor(
+    readonly file: string,
+    readonly problems: string[],
+  ) {
+    super(`${file}: invalid configuration\n${problems.map((p) => `  ${p}`).join('\n')}`);
+  }
+}
+
+/** A loaded config plus where it came from, with relative paths made absolute. */
+export interface LoadedConfig {
+  file: string;
+  config: Config;
+  deviceId: string;
+  warnings: string[];
+}
+
+export function resolveConfigPath(option: string | undefined, env: NodeJS.ProcessEnv = process.env): string {
+  return option ?? env[CONFIG_ENV] ?? DEFAULT_CONFIG_PATH;
+}
+
+function formatPath(path: PropertyKey[]): string {
+  let out = '';
+  for (const p of path) {
+    if (typeof p === 'number') out += `[${p}]`;
+    else out += out ? `.${String(p)}` : String(p);
+  }
+  return out || '(top level)';
+}
+
+function describe(value: unknown): string {
+  if (value === undefined) return 'nothing';
+  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}...` : value);
+  if (Array.isArray(value)) return 'an array';
+  if (value === null) return 'null';
+  if (typeof value === 'object') return 'a table';
+  return String(value);
+}
+
+/** Turn zod issues into `path: problem` lines an operator can act on. */
+export function formatConfigIssues(error: z.ZodError): string[] {
+  const out: string[] = [];
+  for (const issue of error.issues) {
+    const path = formatPath(issue.path);
+    if (issue.code === 'unrecognized_keys') {
+      for (const key of issue.keys) out.push(`${formatPath([...issue.path, key])}: unknown key`);
+    } else if (issue.code === 'invalid_type' && issue.input === undefined) {
+      out.push(issue.expected === 'object' ? `${path}: required table [${path}] is missing` : `${path}: required (expected ${issue.expected})`);
+    } else if (issue.code === 'invalid_type') {
+      out.push(`${path}: expected ${issue.expected}, got ${describe(issue.input)}`);
+    } else if (issue.code === 'invalid_union' && 'discriminator' in issue && issue.discriminator) {
+      const input = issue.input as Record<string, unknown> | undefined;
+      const at = issue.path[issue.path.length - 1] === issue.discriminator ? issue.path : [...issue.path, issue.discriminator];
+      out.push(`${formatPath(at)}: unknown source type ${describe(input?.[issue.discriminator])}`);
+    } else if (issue.code === 'too_small' || issue.code === 'too_big') {
+      const op = issue.code === 'too_small' ? (issue.inclusive ? '>=' : '>') : issue.inclusive ? '<=' : '<';
+      const bound = issue.code === 'too_small' ? issue.minimum : issue.maximum;
+      const what = issue.origin === 'number' || issue.origin === 'int' ? `a number ${op} ${String(bound)}` : `${issue.origin} length ${op} ${String(bound)}`;
+      out.push(`${path}: expected ${what}, got ${describe(issue.input)}`);
+    } else if (issue.code === 'invalid_value') {
+      out.push(`${path}: expected one of ${issue.values.map((v) => JSON.stringify(v)).join(', ')}, got ${describe(issue.input)}`);
+    } else {
+      const got = issue.input !== undefined && typeof issue.input !== 'object' ? `, got ${describe(issue.input)}` : '';
+      out.push(`${path}: ${issue.message}${got}`);
+    }
+  }
+  return out;
+}
+
+function readConfigText(file: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    const why = e.code === 'ENOENT' ? 'file not found' : e.code === 'EACCES' ? 'permission denied' : e.message;
+    throw new ConfigError(file, [`${file}: cannot read the config file (${why})`]);
+  }
+}
+
+/** Parse TOML text and validate it. Relative paths in it are taken relative to `baseDir`. */
+export function parseConfigText(text: string, file: string, baseDir = dirname(resolve(file))): Config {
+  let raw: unknown;
+  try {
+    raw = parseToml(text);
+  } catch (err) {
+    if (err instanceof TomlError) {
+      const first = err.message.split('\n')[0];
+      throw new ConfigError(file, [`line ${err.line}, column ${err.column}: TOML syntax error: ${first}`]);
+    }
+    throw err;
+  }
+  const result = configSchema.safeParse(raw, { reportInput: true });
+  if (!result.success) throw new ConfigError(file, formatConfigIssues(result.error));
+  return absolutise(result.data, baseDir);
+}
+
+function absolutise(config: Config, baseDir: string): Config {
+  const abs = (p: string) => (isAbsolute(p) || p === ':memory:' ? p : resolve(baseDir, p));
+  config.buffer.path = abs(config.buffer.path);
+  if (config.api.subscription_key_file) config.api.subscription_key_file = abs(config.api.subscription_key_file);
+  for (const s of config.sources) {
+    if (s.type === 'simulator' && !s.route.startsWith('builtin:')) s.route = abs(s.route);
+  }
+  return config;
+}
+
+export function loadConfig(file: string): LoadedConfig {
+  const text = readConfigText(file);
+  const config = parseConfigText(text, file);
+  const warnings: string[] = [];
+  if (config.api.subscription_key) {
+    warnings.push(
+      'api.subscription_key: the key is inline in the config file; prefer api.subscription_key_file or a systemd credential',
+    );
+  }
+  return { file, config, deviceId: config.device_id ?? hostname(), warnings };
+}
+
+export interface KeyLookup {
+  key: string;
+  /** Where the key came from, for logs (never the key itself). */
+  origin: string;
+}
+
+/**
+ * The subscription key, in order: api.subscription_key_file, $TELEMATICS_AGENT_SUBSCRIPTION_KEY,
+ * the systemd credential `subscription-key`, the inline api.subscription_key.
+ * Throws a ConfigError naming what was tried; the message never contains the key.
+ */
+export function resolveSubscriptionKey(loaded: LoadedConfig, env: NodeJS.ProcessEnv = process.env): KeyLookup {
+  const { config, file } = loaded;
+  const fromFile = (path: string, origin: string): KeyLookup => {
+    let text: string;
+    try {
+      text = readFileSync(path, 'utf8');
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException;
+      throw new ConfigError(file, [`${origin}: cannot read ${path} (${e.code ?? e.message})`]);
+    }
+    const key = text.trim();
+    if (!key) throw new ConfigError(file, [`${origin}: ${path} is empty`]);
+    if (/\s/.test(key)) throw new ConfigError(file, [`${origin}: ${path} holds more than one word; expected only the key`]);
+    return { key, origin: `${origin} (${path})` };
+  };
+  if (config.api.subscription_key_file) return fromFile(config.api.subscription_key_file, 'api.subscription_key_file');
+  const envKey = env[KEY_ENV]?.trim();
+  if (envKey) return { key: envKey, origin: `$${KEY_ENV}` };
+  if (env.CREDENTIALS_DIRECTORY) {
+    const cred = join(env.CREDENTIALS_DIRECTORY, CREDENTIAL_NAME);
+    let exists = false;
+    try {
+      exists = statSync(cred).isFile();
+    } catch {
+      exists = false;
+    }
+    if (exists) return fromFile(cred, 'systemd credential');
+  }
+  if (config.api.subscription_key) return { key: config.api.subscription_key, origin: 'api.subscription_key (inline)' };
+  throw new ConfigError(file, [
+    `api.subscription_key_file: no subscription key found (set api.subscription_key_file, $${KEY_ENV}, or the systemd credential "${CREDENTIAL_NAME}")`,
+  ]);
+}

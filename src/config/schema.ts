@@ -1,0 +1,142 @@
+/**
+ * The one home of configuration and its defaults. The TOML file uses snake_case keys;
+ * everything the agent reads of its configuration comes out of `configSchema.parse`.
+ * Unknown keys are errors (a misspelt key silently falling back to a default is how a
+ * device ends up sending to the wrong place for a month).
+ */
+import { z } from 'zod';
+import { validate as validCron } from 'node-cron';
+
+const positiveInt = z.number().int().positive();
+const nonNegative = z.number().finite().nonnegative();
+
+const resourceType = z.string().min(1).max(32);
+const resourceId = z.string().min(1).max(64);
+
+const temperatureModel = z.strictObject({
+  set_point_c: z.number().finite().default(-18),
+  ambient_c: z.number().finite().default(22),
+  noise_c: nonNegative.default(0.2),
+  /** Simulated seconds after the start of the route when the door opens; negative: never. */
+  door_open_at_s: z.number().finite().default(-1),
+  door_open_duration_s: nonNegative.default(600),
+  /** Fraction of the gap to the target closed per simulated minute. */
+  response_per_min: z.number().gt(0).max(1).default(0.15),
+});
+
+const stopSchemaForSimulator = z.strictObject({
+  /** Index of the route point where the truck stops. */
+  at_point: z.number().int().nonnegative(),
+  dwell_s: nonNegative.default(1800),
+});
+
+export const simulatorSourceSchema = z.strictObject({
+  type: z.literal('simulator'),
+  name: z.string().min(1).optional(),
+  resource_id: resourceId,
+  resource_type: resourceType.default('Truck'),
+  /** `builtin:chicago-indianapolis`, or a path to a GPX, GeoJSON (LineString) or CSV (lat,lon) file. */
+  route: z.string().min(1).default('builtin:chicago-indianapolis'),
+  speed_kmh: z.number().positive().max(200).default(88),
+  /** Simulated seconds per wall-clock second. */
+  time_scale: z.number().positive().max(100_000).default(1),
+  /** Simulated seconds between readings. */
+  interval_s: z.number().positive().default(1),
+  /** Where the simulated clock starts: `now`, or an ISO 8601 time. */
+  start_time: z.string().default('now'),
+  /** Pauses at route points (loading, unloading). */
+  stops: z.array(stopSchemaForSimulator).default([]),
+  /** Start again from the beginning after the end of the route instead of stopping. */
+  loop: z.boolean().default(false),
+  temperature: temperatureModel.prefault({}),
+  odometer_start_km: nonNegative.default(120_000),
+});
+
+export const sourceSchema = z.discriminatedUnion('type', [simulatorSourceSchema]);
+
+export const configSchema = z.strictObject({
+  /** Names this device in logs, references and the trace splay; default: the host name. */
+  device_id: z.string().min(1).max(64).optional(),
+  api: z
+    .strictObject({
+      base_url: z.url({ protocol: /^https?$/, error: 'expected an http:// or https:// URL' }).default('http://127.0.0.1:8787'),
+      milestone_path: z.string().startsWith('/').default('/rcsc/events/v1/loads/milestone-requests'),
+      trace_path: z.string().startsWith('/').default('/rcsc/events/v1/loads/trace-requests'),
+      /** The carrier's SCAC code, sent in the carrierSCAC header. */
+      scac: z.string().regex(/^[A-Z]{2,4}$/, 'expected a 2-4 letter SCAC code in capitals'),
+      /** File holding the subscription key (preferred; 0600). */
+      subscription_key_file: z.string().min(1).optional(),
+      /** Inline key: allowed, warned about (config files get copied around). */
+      subscription_key: z.string().min(1).optional(),
+      timeout_s: z.number().positive().max(600).default(30),
+      /** `local`: the spec's local time with offset; `utc`: `YYYY-MM-DDTHH:MM:SSZ`. */
+      date_time_format: z.enum(['local', 'utc']).default('local'),
+      /** unitOfMeasure of trace temperatures; readings are converted. */
+      temperature_unit: z.enum(['C', 'F']).default('C'),
+      /** Fixed top-level fields added to every body, e.g. { source = "carrier" }. */
+      extra_fields: z.record(z.string(), z.union([z.string(), z.number(), z.boolean()])).default({}),
+    }),
+  buffer: z
+    .strictObject({
+      path: z.string().min(1).default('/var/lib/telematics-agent/buffer.db'),
+      /** SQLite synchronous level in WAL mode: NORMAL loses at most the last commits on power loss, never corrupts. */
+      synchronous: z.enum(['OFF', 'NORMAL', 'FULL']).default('NORMAL'),
+      /** Readings are committed together every flush_interval_ms or when this many wait. */
+      batch_size: positiveInt.max(100_000).default(500),
+      flush_interval_ms: positiveInt.max(60_000).default(1000),
+    })
+    .prefault({}),
+  schedule: z
+    .strictObject({
+      /** Cron expression (5 fields, or 6 with seconds) for trace pushes. */
+      traces: z.string().refine((s) => validCron(s), 'expected a cron expression such as */15 * * * *').default('*/15 * * * *'),
+      /** Each device waits a fixed share of this (derived from device_id) after each tick. */
+      splay_s: nonNegative.max(3600).default(120),
+    })
+    .prefault({}),
+  sampling: z
+    .strictObject({
+      /** At most one trace point per this many seconds of reading time; 0 keeps every reading. */
+      interval_s: nonNegative.default(60),
+      /** A trace point carries the latest temperature only if it is at most this old. */
+      temperature_max_age_s: nonNegative.default(300),
+    })
+    .prefault({}),
+  delivery: z
+    .strictObject({
+      max_traces_per_request: positiveInt.max(10_000).default(500),
+      /** How often the daemon looks for milestones recorded by other processes (the CLI). */
+      poll_interval_ms: positiveInt.max(60_000).default(1000),
+      retry_initial_s: z.number().positive().default(5),
+      retry_max_s: z.number().positive().default(900),
+    })
+    .prefault({}),
+  privacy: z
+    .strictObject({
+      /** Keep readings of resources with no active load (they are never sent as traces). */
+      record_without_load: z.boolean().default(false),
+    })
+    .prefault({}),
+  codes: z
+    .strictObject({
+      /** Reason code sent when none is given. */
+      default_reason: z.string().min(1).default('NS'),
+      /** Codes whose milestone means "left the stop": the next stop becomes the trace's stopsequenceNumber. */
+      departure: z.array(z.string().min(1)).default(['AF', 'CD']),
+      /** Codes the service is known to accept; others are sent with a warning. */
+      known: z
+        .array(z.string().min(1))
+        .default(['X3', 'AF', 'X1', 'D1', 'CD', 'X6', 'SD', 'AA', 'AB', 'AG', 'X5', 'AI', 'AO', 'BE', 'AH', 'NS']),
+    })
+    .prefault({}),
+  log: z
+    .strictObject({
+      level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
+    })
+    .prefault({}),
+  sources: z.array(sourceSchema).default([]),
+});
+
+export type Config = z.infer<typeof configSchema>;
+export type SourceConfig = z.infer<typeof sourceSchema>;
+export type SimulatorSourceConfig = z.infer<typeof simulatorSourceSchema>;

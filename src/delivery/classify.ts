@@ -1,0 +1,57 @@
+/**
+ * What a response means for the records in the request. One place decides it, so the
+ * milestone path and the trace path cannot disagree.
+ */
+import type { PostOutcome } from '../api/client.js';
+
+export type OutcomeClass =
+  /** 2xx: the service has it; the records may leave the buffer. */
+  | 'delivered'
+  /** Network error, timeout, 408, 425, 429, 5xx: the records are fine, try later. */
+  | 'retry'
+  /** 3xx: never followed (the key would go to another host); a configuration problem. */
+  | 'redirect'
+  /** 401, 403, 404: the data is not at fault; the key, SCAC, base URL or path is. Pause and keep the data. */
+  | 'auth'
+  /** 413: the request was too large; send smaller chunks. */
+  | 'too-large'
+  /** 400, 422, other 4xx: the service refuses something in this request. */
+  | 'refused';
+
+export function classify(outcome: PostOutcome): OutcomeClass {
+  if (outcome.kind === 'network') return 'retry';
+  const s = outcome.status;
+  if (s >= 200 && s < 300) return 'delivered';
+  if (s >= 300 && s < 400) return 'redirect';
+  if (s === 401 || s === 403 || s === 404) return 'auth';
+  if (s === 413) return 'too-large';
+  if (s === 408 || s === 425 || s === 429 || s >= 500) return 'retry';
+  return 'refused';
+}
+
+/** A short description for logs and `status`, never containing request headers. */
+export function describeOutcome(outcome: PostOutcome): string {
+  if (outcome.kind === 'network') return `network error: ${outcome.code ?? ''}${outcome.code ? ' ' : ''}${outcome.error}`.trim();
+  const body = outcome.body.replace(/\s+/g, ' ').slice(0, 300);
+  const where = outcome.location ? ` (redirect to ${outcome.location} not followed)` : '';
+  return `HTTP ${outcome.status}${where}${body ? `: ${body}` : ''}`;
+}
+
+/**
+ * Retry-After in milliseconds from now: seconds or an HTTP date. Undefined when absent or
+ * unreadable; the caller caps it (a misconfigured proxy saying "wait a year" must not park us).
+ */
+export function retryAfterMs(value: string | undefined, nowMs = Date.now()): number | undefined {
+  if (!value) return undefined;
+  const v = value.trim();
+  if (/^\d+$/.test(v)) return Number(v) * 1000;
+  const at = Date.parse(v);
+  if (Number.isNaN(at)) return undefined;
+  return Math.max(0, at - nowMs);
+}
+
+/** Exponential backoff with full jitter: uniform in [0, min(cap, base * 2^attempt)]. */
+export function backoffMs(attempt: number, baseMs: number, capMs: number, random: () => number = Math.random): number {
+  const ceiling = Math.min(capMs, baseMs * 2 ** Math.min(attempt, 30));
+  return Math.round(random() * ceiling);
+}

@@ -1,0 +1,61 @@
+/**
+ * A load's stops, as given to `load start --stops FILE` (JSON, camelCase like the API).
+ * See config/stops.example.json.
+ */
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+
+const isoTime = z.string().refine((s) => !Number.isNaN(Date.parse(s)), 'expected an ISO 8601 time');
+
+export const stopSchema = z.strictObject({
+  sequence: z.number().int().min(1),
+  type: z.enum(['pickup', 'delivery', 'other']),
+  name: z.string().optional(),
+  latitude: z.number().min(-90).max(90).optional(),
+  longitude: z.number().min(-180).max(180).optional(),
+  /** Arrival radius in metres. */
+  radiusM: z.number().positive().max(50_000).optional(),
+  appointment: z
+    .strictObject({
+      start: isoTime.optional(),
+      end: isoTime.optional(),
+    })
+    .optional(),
+  city: z.string().min(1).optional(),
+  state: z.string().regex(/^[A-Z]{2}$/, 'expected a two-letter state or province code').optional(),
+});
+
+export const stopsSchema = z
+  .array(stopSchema)
+  .superRefine((stops, ctx) => {
+    const seen = new Set<number>();
+    stops.forEach((s, i) => {
+      if (seen.has(s.sequence)) ctx.addIssue({ code: 'custom', path: [i, 'sequence'], message: `duplicate sequence ${s.sequence}` });
+      seen.add(s.sequence);
+      if ((s.latitude === undefined) !== (s.longitude === undefined)) {
+        ctx.addIssue({ code: 'custom', path: [i], message: 'latitude and longitude must come together' });
+      }
+    });
+  })
+  .transform((stops) => [...stops].sort((a, b) => a.sequence - b.sequence));
+
+export type Stop = z.infer<typeof stopSchema>;
+
+export class StopsFileError extends Error {
+  readonly code = 'ESTOPS';
+}
+
+export function readStopsFile(file: string): Stop[] {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (err) {
+    throw new StopsFileError(`${file}: ${(err as Error).message}`);
+  }
+  const parsed = stopsSchema.safeParse(raw);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => `${file}: ${i.path.map((p) => (typeof p === 'number' ? `[${p}]` : `.${String(p)}`)).join('').replace(/^\./, '') || '(top level)'}: ${i.message}`);
+    throw new StopsFileError(lines.join('\n'));
+  }
+  return parsed.data;
+}

@@ -1,0 +1,352 @@
+/**
+ * A local stand-in for the receiving side of interface E. It checks the subscription key
+ * and the carrierSCAC header, validates bodies with the same schemas the agent uses,
+ * records what it accepted, counts duplicates by idempotency key, and injects faults on
+ * request, so carriers (and our tests) can rehearse every bad day before a real key exists.
+ *
+ * Control endpoints (no key; bind to loopback): GET /_sandbox/received, GET /_sandbox/stats,
+ * PUT /_sandbox/faults (JSON, merged), POST /_sandbox/reset.
+ */
+import { appendFileSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { formatIssues, milestoneBodySchema, traceBodySchema, type MilestoneBody, type TraceBody } from '../api/schemas.js';
+
+export interface Faults {
+  /** Extra delay before answering, ms. */
+  latencyMs: number;
+  /** Share of requests answered 503 (0..1). */
+  failureRate: number;
+  /** Share of requests whose connection is destroyed without an answer (0..1). */
+  dropRate: number;
+  /** The next N requests are answered 503. */
+  failNext: number;
+  /** The next N requests get their connection dropped after the body was read (a lost response). */
+  dropNext: number;
+  /** The next N requests are answered 429 with Retry-After. */
+  throttleNext: number;
+  /** Every Nth request (counting all) is answered 429; 0 = never. */
+  throttleEvery: number;
+  /** Retry-After value sent with 429 (seconds, or an HTTP date string). */
+  retryAfter: string;
+  /** Answer every request with this status (e.g. 301, 401, 404) until cleared; 0 = off. */
+  forceStatus: number;
+  /** Location header sent with a forced 3xx. */
+  redirectTo: string;
+  /** 400 for bodies whose loadNumber is listed. */
+  rejectLoads: string[];
+  /** 400 for trace requests holding a trace with one of these reference values (e.g. a traceId). */
+  rejectTraceRefs: string[];
+  /** 413 when a trace request has more traces than this; 0 = no limit. */
+  maxTracesPerRequest: number;
+}
+
+export const NO_FAULTS: Faults = {
+  latencyMs: 0,
+  failureRate: 0,
+  dropRate: 0,
+  failNext: 0,
+  dropNext: 0,
+  throttleNext: 0,
+  throttleEvery: 0,
+  retryAfter: '1',
+  forceStatus: 0,
+  redirectTo: 'http://example.invalid/',
+  rejectLoads: [],
+  rejectTraceRefs: [],
+  maxTracesPerRequest: 0,
+};
+
+export interface SandboxOptions {
+  key: string;
+  scac: string;
+  port?: number;
+  host?: string;
+  milestonePath?: string;
+  tracePath?: string;
+  faults?: Partial<Faults>;
+  /** Append every accepted body as a JSON line to this file. */
+  recordFile?: string;
+  /** Called for every request with its outcome (for a console feed). */
+  onRequest?: (e: SandboxEvent) => void;
+  /** Largest body accepted, bytes. */
+  maxBodyBytes?: number;
+}
+
+export interface SandboxEvent {
+  kind: 'milestone' | 'trace' | 'other';
+  status: number;
+  idempotencyKey?: string;
+  duplicate?: boolean;
+  body?: MilestoneBody | TraceBody;
+  problem?: string;
+}
+
+export interface Received<T> {
+  at: number;
+  idempotencyKey?: string;
+  body: T;
+  headers: Record<string, string>;
+}
+
+export interface SandboxStats {
+  requests: number;
+  accepted: number;
+  unauthorized: number;
+  invalid: number;
+  faults: { failed: number; dropped: number; throttled: number; forced: number; tooLarge: number; rejected: number };
+  duplicateRequests: number;
+  duplicateTracePoints: number;
+  tracePoints: number;
+}
+
+const emptyStats = (): SandboxStats => ({
+  requests: 0,
+  accepted: 0,
+  unauthorized: 0,
+  invalid: 0,
+  faults: { failed: 0, dropped: 0, throttled: 0, forced: 0, tooLarge: 0, rejected: 0 },
+  duplicateRequests: 0,
+  duplicateTracePoints: 0,
+  tracePoints: 0,
+});
+
+export class Sandbox {
+  private server: Server | undefined;
+  faults: Faults;
+  readonly milestones: Received<MilestoneBody>[] = [];
+  readonly traces: Received<TraceBody>[] = [];
+  stats: SandboxStats = emptyStats();
+  private seenKeys = new Set<string>();
+  private seenTraceRefs = new Set<string>();
+  private readonly milestonePath: string;
+  private readonly tracePath: string;
+
+  constructor(private readonly opts: SandboxOptions) {
+    this.faults = { ...NO_FAULTS, ...opts.faults };
+    this.milestonePath = opts.milestonePath ?? '/rcsc/events/v1/loads/milestone-requests';
+    this.tracePath = opts.tracePath ?? '/rcsc/events/v1/loads/trace-requests';
+  }
+
+  async start(): Promise<{ port: number; url: string }> {
+    const server = createServer((req, res) => {
+      this.handle(req, res).catch((err) => {
+        if (!res.headersSent) this.json(res, 500, { error: 'sandbox error', detail: (err as Error).message });
+      });
+    });
+    this.server = server;
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(this.opts.port ?? 0, this.opts.host ?? '127.0.0.1', () => resolve());
+    });
+    return { port: this.port, url: this.url };
+  }
+
+  get port(): number {
+    return (this.server?.address() as AddressInfo).port;
+  }
+
+  get url(): string {
+    const host = this.opts.host ?? '127.0.0.1';
+    return `http://${host.includes(':') ? `[${host}]` : host}:${this.port}`;
+  }
+
+  async stop(): Promise<void> {
+    const s = this.server;
+    if (!s) return;
+    this.server = undefined;
+    s.closeAllConnections();
+    await new Promise<void>((resolve) => s.close(() => resolve()));
+  }
+
+  setFaults(f: Partial<Faults>): void {
+    this.faults = { ...this.faults, ...f };
+  }
+
+  reset(): void {
+    this.milestones.length = 0;
+    this.traces.length = 0;
+    this.stats = emptyStats();
+    this.seenKeys = new Set();
+    this.seenTraceRefs = new Set();
+    this.faults = { ...NO_FAULTS };
+  }
+
+  private json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+    const text = JSON.stringify(body);
+    res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers });
+    res.end(text);
+  }
+
+  private async readBody(req: IncomingMessage): Promise<string | undefined> {
+    const limit = this.opts.maxBodyBytes ?? 10 * 1024 * 1024;
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const c of req) {
+      size += (c as Buffer).length;
+      if (size > limit) return undefined;
+      chunks.push(c as Buffer);
+    }
+    return Buffer.concat(chunks).toString('utf8');
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = (req.url ?? '/').split('?')[0];
+    if (path.startsWith('/_sandbox/')) return this.control(path, req, res);
+
+    const kind = req.method === 'POST' && path === this.milestonePath ? 'milestone' : req.method === 'POST' && path === this.tracePath ? 'trace' : 'other';
+    this.stats.requests += 1;
+    const emit = (e: Omit<SandboxEvent, 'kind'>) => this.opts.onRequest?.({ kind, ...e });
+    const raw = await this.readBody(req);
+    const f = this.faults;
+    if (f.latencyMs > 0) await new Promise((r) => setTimeout(r, f.latencyMs));
+
+    if (f.dropNext > 0 || (f.dropRate > 0 && Math.random() < f.dropRate)) {
+      if (f.dropNext > 0) f.dropNext -= 1;
+      this.stats.faults.dropped += 1;
+      emit({ status: 0, problem: 'connection dropped (fault)' });
+      req.socket.destroy();
+      return;
+    }
+    if (f.forceStatus > 0) {
+      this.stats.faults.forced += 1;
+      emit({ status: f.forceStatus, problem: 'forced status (fault)' });
+      const headers: Record<string, string> = f.forceStatus >= 300 && f.forceStatus < 400 ? { location: f.redirectTo } : {};
+      return this.json(res, f.forceStatus, { error: `forced status ${f.forceStatus}` }, headers);
+    }
+    if (f.throttleNext > 0 || (f.throttleEvery > 0 && this.stats.requests % f.throttleEvery === 0)) {
+      if (f.throttleNext > 0) f.throttleNext -= 1;
+      this.stats.faults.throttled += 1;
+      emit({ status: 429, problem: 'throttled (fault)' });
+      return this.json(res, 429, { error: 'too many requests' }, { 'retry-after': f.retryAfter });
+    }
+    if (f.failNext > 0 || (f.failureRate > 0 && Math.random() < f.failureRate)) {
+      if (f.failNext > 0) f.failNext -= 1;
+      this.stats.faults.failed += 1;
+      emit({ status: 503, problem: 'service unavailable (fault)' });
+      return this.json(res, 503, { error: 'service unavailable' });
+    }
+
+    if (kind === 'other') {
+      emit({ status: 404, problem: `no such endpoint: ${req.method} ${path}` });
+      return this.json(res, 404, { error: `no such endpoint: ${req.method} ${path}` });
+    }
+    const key = req.headers['ocp-apim-subscription-key'];
+    if (key !== this.opts.key) {
+      this.stats.unauthorized += 1;
+      const problem = key ? 'invalid subscription key' : 'missing Ocp-Apim-Subscription-Key header';
+      emit({ status: 401, problem });
+      return this.json(res, 401, { error: problem });
+    }
+    const scac = req.headers.carrierscac;
+    if (scac !== this.opts.scac) {
+      this.stats.unauthorized += 1;
+      const problem = scac ? `carrierSCAC ${String(scac)} is not allowed for this key` : 'missing carrierSCAC header';
+      emit({ status: 403, problem });
+      return this.json(res, 403, { error: problem });
+    }
+    if (!String(req.headers.accept ?? '').includes('application/json')) {
+      emit({ status: 406, problem: 'Accept must include application/json' });
+      return this.json(res, 406, { error: 'Accept must include application/json' });
+    }
+    if (!String(req.headers['content-type'] ?? '').startsWith('application/json')) {
+      emit({ status: 415, problem: 'Content-Type must be application/json' });
+      return this.json(res, 415, { error: 'Content-Type must be application/json' });
+    }
+    if (raw === undefined) {
+      this.stats.faults.tooLarge += 1;
+      emit({ status: 413, problem: 'body too large' });
+      return this.json(res, 413, { error: 'body too large' });
+    }
+    let data: unknown;
+    try {
+      data = JSON.parse(raw);
+    } catch (err) {
+      this.stats.invalid += 1;
+      emit({ status: 400, problem: `body is not JSON: ${(err as Error).message}` });
+      return this.json(res, 400, { error: 'body is not JSON', problems: [(err as Error).message] });
+    }
+    const schema = kind === 'milestone' ? milestoneBodySchema : traceBodySchema;
+    const parsed = schema.safeParse(data);
+    if (!parsed.success) {
+      this.stats.invalid += 1;
+      const problems = formatIssues(parsed.error);
+      emit({ status: 400, problem: problems.join('; ') });
+      return this.json(res, 400, { error: 'invalid body', problems });
+    }
+    const body = parsed.data as MilestoneBody | TraceBody;
+    if (f.rejectLoads.includes(body.loadNumber)) {
+      this.stats.faults.rejected += 1;
+      emit({ status: 400, problem: `loadNumber ${body.loadNumber} refused (fault)` });
+      return this.json(res, 400, { error: 'refused', problems: [`loadNumber: ${body.loadNumber} is not a load of this carrier`] });
+    }
+    if (kind === 'trace') {
+      const tb = body as TraceBody;
+      if (f.maxTracesPerRequest > 0 && tb.traces.length > f.maxTracesPerRequest) {
+        this.stats.faults.tooLarge += 1;
+        emit({ status: 413, problem: `${tb.traces.length} traces > ${f.maxTracesPerRequest}` });
+        return this.json(res, 413, { error: `at most ${f.maxTracesPerRequest} traces per request` });
+      }
+      if (f.rejectTraceRefs.length > 0) {
+        const bad = tb.traces.findIndex((t) => t.references?.some((r) => f.rejectTraceRefs.includes(r.value)));
+        if (bad >= 0) {
+          this.stats.faults.rejected += 1;
+          emit({ status: 400, problem: `traces.${bad} refused (fault)` });
+          return this.json(res, 400, { error: 'refused', problems: [`traces.${bad}: refused by the service`] });
+        }
+      }
+    }
+
+    const idem = typeof req.headers['idempotency-key'] === 'string' ? req.headers['idempotency-key'] : undefined;
+    const duplicate = idem !== undefined && this.seenKeys.has(idem);
+    if (idem) this.seenKeys.add(idem);
+    if (duplicate) this.stats.duplicateRequests += 1;
+    const headers = Object.fromEntries(
+      Object.entries(req.headers)
+        .filter(([k]) => k !== 'ocp-apim-subscription-key')
+        .map(([k, v]) => [k, Array.isArray(v) ? v.join(', ') : String(v)]),
+    );
+    const record = { at: Date.now(), idempotencyKey: idem, body, headers };
+    if (kind === 'milestone') this.milestones.push(record as Received<MilestoneBody>);
+    else {
+      const tb = body as TraceBody;
+      this.traces.push(record as Received<TraceBody>);
+      this.stats.tracePoints += tb.traces.length;
+      for (const t of tb.traces) {
+        const ref = t.references?.find((r) => r.name === 'traceId')?.value;
+        if (!ref) continue;
+        if (this.seenTraceRefs.has(ref)) this.stats.duplicateTracePoints += 1;
+        this.seenTraceRefs.add(ref);
+      }
+    }
+    this.stats.accepted += 1;
+    if (this.opts.recordFile) appendFileSync(this.opts.recordFile, `${JSON.stringify({ kind, ...record })}\n`);
+    emit({ status: 200, idempotencyKey: idem, duplicate, body });
+    return this.json(res, 200, { status: 'accepted', duplicate });
+  }
+
+  private async control(path: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (path === '/_sandbox/stats' && req.method === 'GET') return this.json(res, 200, this.stats);
+    if (path === '/_sandbox/received' && req.method === 'GET') {
+      return this.json(res, 200, { stats: this.stats, milestones: this.milestones, traces: this.traces });
+    }
+    if (path === '/_sandbox/faults' && req.method === 'GET') return this.json(res, 200, this.faults);
+    if (path === '/_sandbox/faults' && (req.method === 'PUT' || req.method === 'POST')) {
+      const raw = await this.readBody(req);
+      try {
+        const f = JSON.parse(raw ?? '{}') as Partial<Faults>;
+        const unknown = Object.keys(f).filter((k) => !(k in NO_FAULTS));
+        if (unknown.length) return this.json(res, 400, { error: `unknown fault ${unknown.join(', ')}`, known: Object.keys(NO_FAULTS) });
+        this.setFaults(f);
+        return this.json(res, 200, this.faults);
+      } catch (err) {
+        return this.json(res, 400, { error: (err as Error).message });
+      }
+    }
+    if (path === '/_sandbox/reset' && req.method === 'POST') {
+      this.reset();
+      return this.json(res, 200, { status: 'reset' });
+    }
+    return this.json(res, 404, { error: `no such control endpoint: ${req.method} ${path}` });
+  }
+}

@@ -1,0 +1,172 @@
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig, parseConfigText, resolveConfigPath, resolveSubscriptionKey } from '../src/config/load.js';
+import { runCli, tempDir, writeFile } from './helpers.js';
+
+let tmp: ReturnType<typeof tempDir>;
+beforeEach(() => {
+  tmp = tempDir();
+});
+afterEach(() => tmp.cleanup());
+
+function problems(text: string): string[] {
+  try {
+    parseConfigText(text, 'agent.toml', '/etc/telematics-agent');
+  } catch (e) {
+    expect(e).toBeInstanceOf(ConfigError);
+    return (e as ConfigError).problems;
+  }
+  throw new Error('expected the config to be refused');
+}
+
+describe('config schema', () => {
+  it('fills every default from the one schema', () => {
+    const c = parseConfigText('[api]\nscac = "ABCD"\n', 'agent.toml', '/etc/telematics-agent');
+    expect(c.api.base_url).toBe('http://127.0.0.1:8787');
+    expect(c.api.milestone_path).toBe('/rcsc/events/v1/loads/milestone-requests');
+    expect(c.api.trace_path).toBe('/rcsc/events/v1/loads/trace-requests');
+    expect(c.api.date_time_format).toBe('local');
+    expect(c.schedule).toEqual({ traces: '*/15 * * * *', splay_s: 120 });
+    expect(c.sampling.interval_s).toBe(60);
+    expect(c.buffer.path).toBe('/var/lib/telematics-agent/buffer.db');
+    expect(c.buffer.synchronous).toBe('NORMAL');
+    expect(c.privacy.record_without_load).toBe(false);
+    expect(c.codes.default_reason).toBe('NS');
+    expect(c.sources).toEqual([]);
+  });
+
+  it('reports every problem at once, each as path: problem', () => {
+    expect(
+      problems(`device_id = 5
+[api]
+scac = "abcd"
+base_url = "ftp://x"
+bogus = 1
+[buffer]
+synchronous = "SOMETIMES"
+batch_size = -3
+[schedule]
+traces = "every now and then"
+[[sources]]
+type = "teleport"
+[[sources]]
+type = "simulator"
+speed_kmh = "fast"
+`),
+    ).toEqual([
+      'device_id: expected string, got 5',
+      'api.base_url: expected an http:// or https:// URL, got "ftp://x"',
+      'api.scac: expected a 2-4 letter SCAC code in capitals, got "abcd"',
+      'api.bogus: unknown key',
+      'buffer.synchronous: expected one of "OFF", "NORMAL", "FULL", got "SOMETIMES"',
+      'buffer.batch_size: expected a number > 0, got -3',
+      'schedule.traces: expected a cron expression such as */15 * * * *, got "every now and then"',
+      'sources[0].type: unknown source type "teleport"',
+      'sources[1].resource_id: required (expected string)',
+      'sources[1].speed_kmh: expected number, got "fast"',
+    ]);
+  });
+
+  it('names a missing table and a TOML syntax error by line and column', () => {
+    expect(problems('device_id = "x"\n')).toEqual(['api: required table [api] is missing']);
+    expect(problems('[api\nscac = "ABCD"\n')).toEqual([
+      'line 1, column 5: TOML syntax error: Invalid TOML document: illegal character in key',
+    ]);
+  });
+
+  it('makes relative paths relative to the config file', () => {
+    const c = parseConfigText('[api]\nscac = "ABCD"\nsubscription_key_file = "key"\n[buffer]\npath = "data/b.db"\n', 'x', '/opt/ta');
+    expect(c.buffer.path).toBe('/opt/ta/data/b.db');
+    expect(c.api.subscription_key_file).toBe('/opt/ta/key');
+  });
+
+  it('finds the config from --config, then $TELEMATICS_AGENT_CONFIG, then /etc', () => {
+    expect(resolveConfigPath('/a.toml', { TELEMATICS_AGENT_CONFIG: '/b.toml' })).toBe('/a.toml');
+    expect(resolveConfigPath(undefined, { TELEMATICS_AGENT_CONFIG: '/b.toml' })).toBe('/b.toml');
+    expect(resolveConfigPath(undefined, {})).toBe('/etc/telematics-agent/agent.toml');
+  });
+});
+
+describe('subscription key', () => {
+  const base = (extra = '') => `[api]\nscac = "ABCD"\n${extra}`;
+
+  it('prefers the key file, then the environment, then the systemd credential, then inline (with a warning)', () => {
+    const keyFile = writeFile(tmp.dir, 'key', 'from-file\n', 0o600);
+    const credDir = join(tmp.dir, 'creds');
+    mkdirSync(credDir);
+    writeFile(credDir, 'subscription-key', 'from-credential\n');
+
+    const withFile = loadConfig(writeFile(tmp.dir, 'a.toml', base(`subscription_key_file = "${keyFile}"\nsubscription_key = "inline-key"\n`)));
+    expect(resolveSubscriptionKey(withFile, { TELEMATICS_AGENT_SUBSCRIPTION_KEY: 'from-env', CREDENTIALS_DIRECTORY: credDir }).key).toBe('from-file');
+
+    const inline = loadConfig(writeFile(tmp.dir, 'b.toml', base('subscription_key = "inline-key"\n')));
+    expect(inline.warnings).toEqual([
+      'api.subscription_key: the key is inline in the config file; prefer api.subscription_key_file or a systemd credential',
+    ]);
+    expect(resolveSubscriptionKey(inline, { TELEMATICS_AGENT_SUBSCRIPTION_KEY: 'from-env', CREDENTIALS_DIRECTORY: credDir }).key).toBe('from-env');
+    expect(resolveSubscriptionKey(inline, { CREDENTIALS_DIRECTORY: credDir }).key).toBe('from-credential');
+    expect(resolveSubscriptionKey(inline, {}).key).toBe('inline-key');
+  });
+
+  it('says what was tried when there is no key, and never prints a key', () => {
+    const none = loadConfig(writeFile(tmp.dir, 'c.toml', base()));
+    expect(() => resolveSubscriptionKey(none, {})).toThrow(ConfigError);
+    try {
+      resolveSubscriptionKey(none, {});
+    } catch (e) {
+      expect((e as ConfigError).problems).toEqual([
+        'api.subscription_key_file: no subscription key found (set api.subscription_key_file, $TELEMATICS_AGENT_SUBSCRIPTION_KEY, or the systemd credential "subscription-key")',
+      ]);
+    }
+    const unreadable = loadConfig(writeFile(tmp.dir, 'd.toml', base(`subscription_key_file = "${join(tmp.dir, 'nope')}"\n`)));
+    expect(() => resolveSubscriptionKey(unreadable, {})).toThrow(/api.subscription_key_file: cannot read .*nope \(ENOENT\)/);
+  });
+});
+
+describe('validate-config (real CLI)', () => {
+  it('exits 0 on a good config and names where the key came from', async () => {
+    const keyFile = writeFile(tmp.dir, 'key', 'secret-key-value\n', 0o600);
+    const cfg = writeFile(tmp.dir, 'agent.toml', `[api]\nscac = "ABCD"\nsubscription_key_file = "${keyFile}"\n`);
+    const r = await runCli(['validate-config', '--config', cfg]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain(`${cfg}: ok`);
+    expect(r.stdout).toContain('key from api.subscription_key_file');
+    expect(r.stdout + r.stderr).not.toContain('secret-key-value');
+  });
+
+  it('prints every problem and exits 78', async () => {
+    const cfg = writeFile(tmp.dir, 'bad.toml', '[api]\nscac = "abcd"\n[sampling]\ninterval_s = -1\nfoo = 2\n');
+    const r = await runCli(['validate-config', '--config', cfg]);
+    expect(r.code).toBe(78);
+    expect(r.stderr).toBe(
+      `${cfg}: invalid configuration
+  api.scac: expected a 2-4 letter SCAC code in capitals, got "abcd"
+  sampling.interval_s: expected a number >= 0, got -1
+  sampling.foo: unknown key
+`,
+    );
+  });
+
+  it('exits 78 on a missing file and finds the file through $TELEMATICS_AGENT_CONFIG', async () => {
+    const missing = join(tmp.dir, 'missing.toml');
+    const r = await runCli(['validate-config'], { env: { TELEMATICS_AGENT_CONFIG: missing } });
+    expect(r.code).toBe(78);
+    expect(r.stderr).toContain(`${missing}: cannot read the config file (file not found)`);
+  });
+
+  it('exits 78 when the key file cannot be read', async () => {
+    const cfg = writeFile(tmp.dir, 'agent.toml', `[api]\nscac = "ABCD"\nsubscription_key_file = "${join(tmp.dir, 'absent-key')}"\n`);
+    const r = await runCli(['validate-config', '--config', cfg]);
+    expect(r.code).toBe(78);
+    expect(r.stderr).toContain('api.subscription_key_file: cannot read');
+  });
+
+  it('the example config in config/ is valid', async () => {
+    const r = await runCli(['validate-config', '--config', 'config/agent.example.toml'], {
+      env: { TELEMATICS_AGENT_SUBSCRIPTION_KEY: 'example-key' },
+    });
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+  });
+});

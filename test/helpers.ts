@@ -1,0 +1,123 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+
+export const ROOT = resolve(import.meta.dirname, '..');
+export const BIN = join(ROOT, 'bin', 'telematics-agent.js');
+
+export function tempDir(prefix = 'ta-test-'): { dir: string; cleanup: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+export function writeFile(dir: string, name: string, text: string, mode?: number): string {
+  const p = join(dir, name);
+  writeFileSync(p, text, mode === undefined ? undefined : { mode });
+  return p;
+}
+
+export interface CliResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Run the real CLI as a child process, with no stdin, and wait for it. */
+export function runCli(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<CliResult> {
+  return new Promise((resolvePromise, reject) => {
+    const child = spawn(process.execPath, [BIN, ...args], {
+      env: { ...cleanEnv(), ...opts.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`CLI ${args.join(' ')} timed out; stderr: ${stderr}`));
+    }, opts.timeoutMs ?? 20_000);
+    child.on('error', reject);
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      resolvePromise({ code, signal, stdout, stderr });
+    });
+  });
+}
+
+/** Environment without variables that would change which config or key the CLI uses. */
+export function cleanEnv(): NodeJS.ProcessEnv {
+  const env = { ...process.env };
+  delete env.TELEMATICS_AGENT_CONFIG;
+  delete env.TELEMATICS_AGENT_SUBSCRIPTION_KEY;
+  delete env.CREDENTIALS_DIRECTORY;
+  delete env.NOTIFY_SOCKET;
+  return env;
+}
+
+export interface Daemon {
+  child: ChildProcess;
+  output: () => string;
+  stop: (signal?: NodeJS.Signals) => Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+/** Start `telematics-agent run` as a child process; `stop` sends the signal and waits, killing by PID on timeout. */
+export function startDaemon(args: string[], env: NodeJS.ProcessEnv = {}): Daemon {
+  const child = spawn(process.execPath, [BIN, 'run', ...args], { env: { ...cleanEnv(), ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) => child.on('exit', (code, signal) => r({ code, signal })));
+  return {
+    child,
+    output: () => out,
+    stop: async (signal = 'SIGTERM') => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+      const r = await exited;
+      clearTimeout(timer);
+      return r;
+    },
+  };
+}
+
+export async function waitFor<T>(fn: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 15_000, what = 'condition'): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+export const TEST_KEY = 'test-key-0123456789abcdef';
+export const TEST_SCAC = 'ABCD';
+
+/** A minimal valid config for the sandbox at `url`, with the key in a 0600 file. */
+export function agentConfig(dir: string, url: string, extra = ''): string {
+  const keyFile = writeFile(dir, 'key', `${TEST_KEY}\n`, 0o600);
+  return writeFile(
+    dir,
+    'agent.toml',
+    `device_id = "test-device"
+[api]
+base_url = "${url}"
+scac = "${TEST_SCAC}"
+subscription_key_file = "${keyFile}"
+timeout_s = 5
+[buffer]
+path = "${join(dir, 'buffer.db')}"
+flush_interval_ms = 100
+[schedule]
+splay_s = 0
+[delivery]
+poll_interval_ms = 100
+retry_initial_s = 0.2
+retry_max_s = 1
+${extra}
+`,
+  );
+}
