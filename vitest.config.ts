@@ -6,5 +6,8 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 30_000,
     pool: 'forks',
+    // The JSON report lets .ci/run print a plain "N passed, N failed" line.
+    reporters: ['default', 'json'],
+    outputFile: { json: '.test-results/vitest.json' },
   },
 });

@@ -55,6 +55,8 @@ export class Agent {
   private splayTimer: NodeJS.Timeout | undefined;
   private stateTimer: NodeJS.Timeout | undefined;
   private readonly startedMs = Date.now();
+  private lastSenderState = '';
+  private lastStateWriteMs = 0;
 
   constructor(
     private loaded: LoadedConfig,
@@ -129,7 +131,15 @@ export class Agent {
     );
     this.sender.start();
     this.writeState(true);
-    this.stateTimer = setInterval(() => this.writeState(true), this.opts.stateIntervalMs ?? 5000);
+    // `status` reads this row. Written when delivery changed (so a push shows at once),
+    // else every stateIntervalMs: few writes, because every write wears the flash.
+    this.stateTimer = setInterval(() => {
+      const sender = JSON.stringify(this.sender.status);
+      if (sender !== this.lastSenderState || Date.now() - this.lastStateWriteMs >= (this.opts.stateIntervalMs ?? 15_000)) {
+        this.lastSenderState = sender;
+        this.writeState(true);
+      }
+    }, 1000);
     this.log.info(
       { deviceId, config: this.loaded.file, buffer: config.buffer.path, key: undefined, keyOrigin: this.key.origin, sources: this.sources.map((s) => s.name), traces: config.schedule.traces, splayMs: splay },
       'agent started',
@@ -167,7 +177,8 @@ export class Agent {
 
   private writeState(running: boolean): void {
     try {
-      this.store.setState(DAEMON_STATE_KEY, this.state(running), Date.now());
+      this.lastStateWriteMs = Date.now();
+      this.store.setState(DAEMON_STATE_KEY, this.state(running), this.lastStateWriteMs);
     } catch (err) {
       this.log.warn({ err: (err as Error).message }, 'could not write daemon state');
     }

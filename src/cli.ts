@@ -56,6 +56,10 @@ export function buildProgram(): Command {
   const program = new Command('telematics-agent')
     .description('Collects GPS and temperature readings, buffers them in SQLite and delivers traces and milestones to the carrier-events interface.')
     .version(VERSION)
+    // Before any subcommand is added, so they inherit it: errors come back as exceptions
+    // and get our exit statuses instead of commander's process.exit(1).
+    .exitOverride()
+    .configureOutput({ writeErr: (s) => process.stderr.write(s) })
     .showHelpAfterError('(run with --help for usage)')
     .addHelpText(
       'after',
@@ -239,8 +243,6 @@ export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof res
 
 export async function main(argv = process.argv): Promise<void> {
   const program = buildProgram();
-  program.exitOverride();
-  program.configureOutput({ writeErr: (s) => process.stderr.write(s) });
   try {
     await program.parseAsync(argv);
   } catch (e) {

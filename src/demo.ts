@@ -149,6 +149,9 @@ export async function runDemo(opts: DemoOptions): Promise<boolean> {
     if (e.type === 'end') {
       recordMilestone(store, config, { loadNumber: LOAD, code: 'D1', stop: 2, timeMs: e.timeMs });
       recordMilestone(store, config, { loadNumber: LOAD, code: 'CD', stop: 2, timeMs: e.timeMs + 60_000 });
+      // The load is over: what is buffered still goes out, including the tail sampling skipped.
+      agent.ingest.flush();
+      store.endLoad(LOAD, Date.now());
       finished = true;
     }
   });

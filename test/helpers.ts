@@ -97,7 +97,7 @@ export const TEST_KEY = 'test-key-0123456789abcdef';
 export const TEST_SCAC = 'ABCD';
 
 /** A minimal valid config for the sandbox at `url`, with the key in a 0600 file. */
-export function agentConfig(dir: string, url: string, extra = ''): string {
+export function agentConfig(dir: string, url: string, extra = '', opts: { traces?: string; sampling?: number } = {}): string {
   const keyFile = writeFile(dir, 'key', `${TEST_KEY}\n`, 0o600);
   return writeFile(
     dir,
@@ -113,6 +113,9 @@ path = "${join(dir, 'buffer.db')}"
 flush_interval_ms = 100
 [schedule]
 splay_s = 0
+traces = "${opts.traces ?? '*/15 * * * *'}"
+[sampling]
+interval_s = ${opts.sampling ?? 60}
 [delivery]
 poll_interval_ms = 100
 retry_initial_s = 0.2

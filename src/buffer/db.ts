@@ -16,8 +16,10 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
   // 0 -> 1: readings, loads, milestones, daemon state.
   (db) => {
     db.exec(`
+      -- AUTOINCREMENT: ids are never reused after the table drains, because they name
+      -- trace points to the service (traceId) and must not repeat.
       CREATE TABLE readings (
-        id          INTEGER PRIMARY KEY,
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
         resource_id TEXT    NOT NULL,
         load_number TEXT,
         time_ms     INTEGER NOT NULL,

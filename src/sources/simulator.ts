@@ -225,8 +225,14 @@ export class SimulatorSource implements Source {
       this.stats.lastReadingMs = reading.timeMs;
       this.ctx.emit(reading);
       for (const e of events) for (const fn of this.listeners) fn(e);
+      if (this.model.finished) break;
     }
     if (due - this.steps > 0) this.steps = due;
+    // The route is driven: a finished simulation sends nothing more (unless it loops).
+    if (this.model.finished && this.timer) {
+      clearInterval(this.timer);
+      this.timer = undefined;
+    }
   }
 
   async stop(): Promise<void> {

@@ -1,0 +1,106 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Store } from '../src/buffer/store.js';
+import { agentConfig, runCli, tempDir, writeFile } from './helpers.js';
+
+let tmp: ReturnType<typeof tempDir>;
+let cfg: string;
+beforeEach(() => {
+  tmp = tempDir();
+  cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9');
+});
+afterEach(() => tmp.cleanup());
+
+const COMMANDS = [
+  ['run'], ['validate-config'], ['status'], ['load'], ['load', 'start'], ['load', 'end'], ['load', 'list'],
+  ['milestone'], ['sandbox'], ['demo'],
+];
+
+describe('command line contract', () => {
+  it.each(COMMANDS)('%s %s has --help', async (...cmd) => {
+    const r = await runCli([...cmd.filter(Boolean), '--help']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^Usage: telematics-agent/);
+  });
+
+  it('rejects an unknown subcommand with exit 64 and says so', async () => {
+    const r = await runCli(['fly']);
+    expect(r.code).toBe(64);
+    expect(r.stderr).toContain("error: unknown command 'fly'");
+  });
+
+  it('rejects a missing required option with exit 64', async () => {
+    const r = await runCli(['load', 'start', 'L1', '--config', cfg]);
+    expect(r.code).toBe(64);
+    expect(r.stderr).toContain("required option '-r, --resource <id>' not specified");
+  });
+});
+
+describe('loads and milestones from the command line', () => {
+  it('starts, lists and ends loads', async () => {
+    const stops = writeFile(tmp.dir, 'stops.json', JSON.stringify([{ sequence: 1, type: 'pickup', latitude: 41.8, longitude: -87.6 }, { sequence: 2, type: 'delivery' }]));
+    const start = await runCli(['load', 'start', 'L-100', '--resource', 'TRAILER-7', '--resource-type', 'Trailer', '--stops', stops, '--config', cfg]);
+    expect(start.stderr).toBe('');
+    expect(start.stdout).toBe('load L-100 started on TRAILER-7 (Trailer) with 2 stop(s)\n');
+    const list = await runCli(['load', 'list', '--json', '--config', cfg]);
+    expect(JSON.parse(list.stdout)).toMatchObject([{ loadNumber: 'L-100', resourceId: 'TRAILER-7', resourceType: 'Trailer', nextStop: 1, endedMs: null }]);
+    const again = await runCli(['load', 'start', 'L-101', '--resource', 'TRAILER-7', '--config', cfg]);
+    expect(again.code).toBe(65);
+    expect(again.stderr).toBe('error: resource TRAILER-7 already has active load L-100; end it first\n');
+    expect((await runCli(['load', 'end', 'L-100', '--config', cfg])).stdout).toBe('load L-100 ended\n');
+    expect((await runCli(['load', 'list', '--config', cfg])).stdout).toBe('no active loads\n');
+  });
+
+  it('names the bad field of a stops file and exits 65', async () => {
+    const stops = writeFile(tmp.dir, 'stops.json', JSON.stringify([{ sequence: 0, type: 'pickup' }, { sequence: 2, type: 'lunch' }]));
+    const r = await runCli(['load', 'start', 'L1', '--resource', 'T1', '--stops', stops, '--config', cfg]);
+    expect(r.code).toBe(65);
+    expect(r.stderr).toBe(
+      `error: ${stops}: [0].sequence: Too small: expected number to be >=1\n${stops}: [1].type: Invalid option: expected one of "pickup"|"delivery"|"other"\n`,
+    );
+  });
+
+  it('commits a milestone before returning, and refuses one without a load without touching the buffer', async () => {
+    // No fix yet: the time zone comes from the stop's position (Joliet, IL).
+    const stops = writeFile(tmp.dir, 'stops.json', JSON.stringify([{ sequence: 1, type: 'pickup', latitude: 41.52, longitude: -88.08 }]));
+    await runCli(['load', 'start', 'L1', '--resource', 'T1', '--stops', stops, '--config', cfg]);
+    const ok = await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--stop', '1', '--time', '2026-07-01T09:30:00-05:00', '--city', 'Joliet', '--state', 'il', '--config', cfg]);
+    expect(ok.code).toBe(0);
+    expect(ok.stdout).toMatch(/^milestone 1 \(X3 for load L1\) committed/);
+    const unknownCode = await runCli(['milestone', '--load', 'L1', '--code', 'ZZ9', '--config', cfg]);
+    expect(unknownCode.code).toBe(0);
+    expect(unknownCode.stderr).toBe('warning: code ZZ9 is not in codes.known; sending it anyway (the service may refuse it)\n');
+
+    const noLoad = await runCli(['milestone', '--load', 'NOPE', '--code', 'X3', '--config', cfg]);
+    expect(noLoad.code).toBe(65);
+    expect(noLoad.stderr).toBe('error: load NOPE: no such load (start it with "load start NOPE --resource ID")\n');
+    const badTime = await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--time', 'yesterday', '--config', cfg]);
+    expect(badTime.code).toBe(65);
+    expect(badTime.stderr).toContain('--time: expected an ISO 8601 time');
+
+    const store = Store.open(`${tmp.dir}/buffer.db`);
+    const rows = store.listMilestones();
+    store.close();
+    expect(rows.map((m) => m.body.eventCode)).toEqual(['X3', 'ZZ9']);
+    expect(rows[0].body).toMatchObject({
+      eventCode: 'X3',
+      reasonCode: 'NS',
+      loadNumber: 'L1',
+      eventCity: 'Joliet',
+      eventState: 'IL',
+      stopsequenceNumber: 1,
+      time: { dateTime: '2026-07-01T09:30:00.000-05:00', timeZoneCode: 'CDT', timeZoneOffset: 'UTC-5' },
+    });
+  });
+
+  it('status says the daemon is not running (exit 3) and shows queue and loads', async () => {
+    await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg]);
+    const r = await runCli(['status', '--json', '--config', cfg]);
+    expect(r.code).toBe(3);
+    const s = JSON.parse(r.stdout);
+    expect(s.daemon).toMatchObject({ running: false, note: 'the daemon has never run with this buffer' });
+    expect(s.activeLoads).toMatchObject([{ loadNumber: 'L1', resourceId: 'T1' }]);
+    expect(s.queue).toMatchObject({ readings: 0, pendingMilestones: 0 });
+    const text = await runCli(['status', '--config', cfg]);
+    expect(text.stdout).toContain('active loads: L1 on T1 (Truck)');
+  });
+});

@@ -1,0 +1,140 @@
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ApiClient } from '../src/api/client.js';
+import { Store } from '../src/buffer/store.js';
+import { backoffMs, classify, retryAfterMs } from '../src/delivery/classify.js';
+import { Sender } from '../src/delivery/sender.js';
+import { configSchema, type Config } from '../src/config/schema.js';
+import { createLogger } from '../src/log.js';
+import { recordMilestone } from '../src/milestones/record.js';
+import { Sandbox } from '../src/sandbox/server.js';
+import { TEST_KEY, TEST_SCAC, tempDir, waitFor } from './helpers.js';
+
+const silent = createLogger({ level: 'silent', destination: process.stdout });
+let tmp: ReturnType<typeof tempDir>;
+let sandbox: Sandbox;
+let store: Store;
+let sender: Sender;
+let client: ApiClient;
+let config: Config;
+
+async function setup(baseUrl?: string) {
+  const { url } = await sandbox.start();
+  config = configSchema.parse({
+    api: { base_url: baseUrl ?? url, scac: TEST_SCAC, timeout_s: 2 },
+    buffer: { path: join(tmp.dir, 'b.db') },
+    sampling: { interval_s: 0 },
+    delivery: { poll_interval_ms: 50, retry_initial_s: 0.1, retry_max_s: 0.3 },
+  });
+  store = Store.open(config.buffer.path);
+  client = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });
+  sender = new Sender({ store, client, config, deviceId: 'dev', log: silent });
+  store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [{ sequence: 1, type: 'pickup' }], nowMs: Date.now() });
+}
+
+function addReadings(n: number) {
+  const t0 = Date.UTC(2026, 5, 1, 12);
+  store.insertReadings(Array.from({ length: n }, (_, i) => ({ resourceId: 'T1', timeMs: t0 + i * 1000, lat: 41.8, lon: -87.6 + i * 1e-4, temperatureC: 3 })));
+}
+
+beforeEach(() => {
+  tmp = tempDir();
+  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
+});
+afterEach(async () => {
+  await sender?.stop();
+  await client?.close();
+  store?.close();
+  (sender as unknown) = undefined;
+  (client as unknown) = undefined;
+  (store as unknown) = undefined;
+  await sandbox.stop();
+  tmp.cleanup();
+});
+
+describe('sender against the sandbox', () => {
+  it('sends a committed milestone within the poll interval, with the interface E headers', async () => {
+    await setup();
+    sender.start();
+    recordMilestone(store, config, { loadNumber: 'L1', code: 'X3', stop: 1 });
+    await waitFor(() => sandbox.milestones.length === 1, 3000, 'the milestone');
+    const got = sandbox.milestones[0];
+    expect(got.headers.carrierscac).toBe(TEST_SCAC);
+    expect(got.headers.accept).toBe('application/json');
+    expect(got.headers['content-type']).toBe('application/json');
+    expect(got.headers['idempotency-key']).toBe(got.body.references!.find((r) => r.name === 'milestoneId')!.value);
+    await waitFor(() => store.counts().pendingMilestones === 0, 2000, 'the milestone marked sent');
+    expect(store.counts().sentMilestones).toBe(1);
+  });
+
+  it('pushes traces only when due, in chunks, and removes readings only after the 2xx', async () => {
+    await setup();
+    config.delivery.max_traces_per_request = 40;
+    addReadings(100);
+    sender.start();
+    await new Promise((r) => setTimeout(r, 300));
+    expect(sandbox.traces).toHaveLength(0); // milestones are immediate; traces wait for the schedule
+    sender.requestTracePush();
+    await waitFor(() => store.counts().readings === 0, 5000, 'the backlog drained');
+    expect(sandbox.traces.map((t) => t.body.traces.length)).toEqual([40, 40, 20]);
+    expect(sandbox.stats.duplicateTracePoints).toBe(0);
+  });
+
+  it('keeps everything on 5xx and on a dead network, and delivers once the service is back', async () => {
+    await setup();
+    addReadings(10);
+    recordMilestone(store, config, { loadNumber: 'L1', code: 'X3' });
+    sandbox.setFaults({ failNext: 3 });
+    sender.start();
+    sender.requestTracePush();
+    await waitFor(() => sandbox.stats.faults.failed === 3, 5000, 'three 503s');
+    await waitFor(() => sandbox.milestones.length === 1 && store.counts().readings === 0, 5000, 'delivery after the 503s');
+    expect(sender.status.failures.retry).toBe(3);
+    expect(sender.status.lastError).toContain('HTTP 503');
+    expect(sandbox.traces.flatMap((t) => t.body.traces)).toHaveLength(10);
+  });
+
+  it('keeps records while nothing listens and reports a network error', async () => {
+    await setup('http://127.0.0.1:9'); // discard port: connection refused
+    addReadings(5);
+    recordMilestone(store, config, { loadNumber: 'L1', code: 'X3' });
+    sender.start();
+    sender.requestTracePush();
+    await waitFor(() => sender.status.consecutiveFailures >= 2, 5000, 'two failed attempts');
+    expect(sender.status.lastError).toMatch(/network error: ECONNREFUSED/);
+    expect(store.counts()).toMatchObject({ readings: 5, pendingMilestones: 1 });
+    expect(store.pendingMilestones()[0].attempts).toBeGreaterThanOrEqual(2);
+  });
+
+  it('sends milestones before traces', async () => {
+    await setup();
+    addReadings(3);
+    recordMilestone(store, config, { loadNumber: 'L1', code: 'X3' });
+    recordMilestone(store, config, { loadNumber: 'L1', code: 'AF', stop: 1 });
+    sender.requestTracePush();
+    await sender.kick();
+    const order = [...sandbox.milestones.map((m) => ({ at: m.at, what: String(m.body.eventCode) })), ...sandbox.traces.map((t) => ({ at: t.at, what: 'trace' }))]
+      .sort((a, b) => a.at - b.at)
+      .map((x) => x.what);
+    expect(order).toEqual(['X3', 'AF', 'trace']);
+  });
+});
+
+describe('response classes and backoff', () => {
+  const res = (status: number) => ({ kind: 'response' as const, status, body: '', durationMs: 1 });
+  it('classifies every status family', () => {
+    expect([200, 202, 301, 401, 403, 404, 408, 413, 422, 425, 429, 400, 500, 503].map((s) => classify(res(s)))).toEqual([
+      'delivered', 'delivered', 'redirect', 'auth', 'auth', 'auth', 'retry', 'too-large', 'refused', 'retry', 'retry', 'refused', 'retry', 'retry',
+    ]);
+    expect(classify({ kind: 'network', error: 'x', durationMs: 1 })).toBe('retry');
+  });
+  it('reads Retry-After as seconds or an HTTP date, and jitters backoff under an exponential cap', () => {
+    expect(retryAfterMs('30')).toBe(30_000);
+    expect(retryAfterMs('Wed, 21 Oct 2015 07:28:30 GMT', Date.parse('Wed, 21 Oct 2015 07:28:00 GMT'))).toBe(30_000);
+    expect(retryAfterMs('soon')).toBeUndefined();
+    expect(backoffMs(0, 1000, 60_000, () => 1)).toBe(1000);
+    expect(backoffMs(3, 1000, 60_000, () => 1)).toBe(8000);
+    expect(backoffMs(20, 1000, 60_000, () => 1)).toBe(60_000);
+    expect(backoffMs(20, 1000, 60_000, () => 0.5)).toBe(30_000);
+  });
+});

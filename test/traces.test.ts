@@ -1,0 +1,132 @@
+import { describe, expect, it } from 'vitest';
+import { traceBodySchema } from '../src/api/schemas.js';
+import type { LoadRow, MilestoneRow, StoredReading } from '../src/buffer/store.js';
+import { buildTraceChunk, nextStopResolver, type TraceBuildOptions } from '../src/delivery/traces.js';
+
+const load: LoadRow = {
+  loadNumber: 'L1',
+  resourceId: 'TRAILER-9',
+  resourceType: 'Trailer',
+  stops: [
+    { sequence: 1, type: 'pickup' },
+    { sequence: 2, type: 'delivery' },
+  ],
+  startedMs: 0,
+  endedMs: null,
+  nextStop: 1,
+  lastSampleMs: null,
+};
+const T0 = Date.UTC(2026, 0, 15, 18, 0, 0); // 12:00 CST in Chicago
+const opts: TraceBuildOptions = {
+  samplingMs: 60_000,
+  maxPoints: 500,
+  dateForm: 'local',
+  deviceId: 'dev',
+  temperatureMaxAgeMs: 300_000,
+  temperatureUnit: 'C',
+  extraFields: {},
+};
+function readings(n: number, everyS = 10, from = 1): StoredReading[] {
+  return Array.from({ length: n }, (_, i) => ({
+    id: from + i,
+    resource_id: 'TRAILER-9',
+    load_number: 'L1',
+    time_ms: T0 + i * everyS * 1000,
+    lat: 41.85,
+    lon: -87.65 + i * 0.001,
+    speed: 20,
+    heading: 90,
+    odometer: 1000 + i * 0.2,
+    temp_c: -18.04,
+  }));
+}
+const noStop = () => undefined;
+
+describe('trace chunks', () => {
+  it('fills every trace field the data allows, and the body passes the shared schema', () => {
+    const chunk = buildTraceChunk(load, readings(1), () => 1, opts)!;
+    expect(traceBodySchema.safeParse(chunk.body).success).toBe(true);
+    expect(chunk.body).toEqual({
+      loadNumber: 'L1',
+      eventCity: 'Chicago',
+      eventState: 'IL',
+      traces: [
+        {
+          time: { dateTime: '2026-01-15T12:00:00.000-06:00', timeZoneCode: 'CST', timeZoneOffset: 'UTC-6' },
+          stopsequenceNumber: 1,
+          resourceId: 'TRAILER-9',
+          resourceType: 'Trailer',
+          odometer: 1000,
+          temperature: { unitOfMeasure: 'C', value: -18.04, dateTime: '2026-01-15T12:00:00.000-06:00' },
+          coordinate: { latitude: 41.85, longitude: -87.65 },
+          references: [{ name: 'traceId', value: 'dev-1' }],
+        },
+      ],
+    });
+  });
+
+  it('samples at the interval, continuing from the last point sent', () => {
+    // 10 minutes at 10 s: one point a minute.
+    const chunk = buildTraceChunk(load, readings(60), noStop, opts)!;
+    expect(chunk.points).toBe(10);
+    expect(chunk.body!.traces.map((t) => t.references![0].value)).toEqual(['dev-1', 'dev-7', 'dev-13', 'dev-19', 'dev-25', 'dev-31', 'dev-37', 'dev-43', 'dev-49', 'dev-55']);
+    // The tail after the last point stays for the next push (the load is still active).
+    expect(chunk.lastId).toBe(55);
+    const next = buildTraceChunk({ ...load, lastSampleMs: chunk.lastSampleMs }, readings(10, 10, 56).map((r, i) => ({ ...r, time_ms: T0 + (55 + i) * 10_000 })), noStop, opts)!;
+    expect(next.body!.traces[0].references![0].value).toBe('dev-61');
+  });
+
+  it('cuts chunks at max_traces_per_request and gives the same chunk the same idempotency key', () => {
+    const small = { ...opts, samplingMs: 0, maxPoints: 25 };
+    const a = buildTraceChunk(load, readings(100), noStop, small)!;
+    const b = buildTraceChunk(load, readings(100), noStop, small)!;
+    expect(a.points).toBe(25);
+    expect(a.lastId).toBe(25);
+    expect(a.idempotencyKey).toMatch(/^trace-[0-9a-f]{32}$/);
+    expect(b.idempotencyKey).toBe(a.idempotencyKey);
+    const other = buildTraceChunk(load, readings(100, 10, 26), noStop, small)!;
+    expect(other.idempotencyKey).not.toBe(a.idempotencyKey);
+  });
+
+  it('uses the UTC form by option, converts to Fahrenheit, drops stale temperatures, adds extra fields', () => {
+    const r = readings(2, 600);
+    r[1].temp_c = null; // the second point's latest temperature is 10 minutes old
+    const chunk = buildTraceChunk(load, r, noStop, { ...opts, dateForm: 'utc', temperatureUnit: 'F', extraFields: { source: 'carrier' } })!;
+    const body = chunk.body as Record<string, unknown> & { traces: { time: { dateTime: string }; temperature?: { value: number; unitOfMeasure: string } }[] };
+    expect(body.source).toBe('carrier');
+    expect(body.traces[0].time.dateTime).toBe('2026-01-15T18:00:00Z');
+    expect(body.traces[0].temperature).toMatchObject({ unitOfMeasure: 'F', value: -0.47 });
+    expect(body.traces[1].temperature).toBeUndefined();
+  });
+
+  it('skips temperature-only readings as points but attaches their value; returns nothing when nothing is due', () => {
+    const r = readings(2, 60);
+    r[0] = { ...r[0], lat: null, lon: null, temp_c: 4.5 };
+    r[1] = { ...r[1], temp_c: null };
+    const chunk = buildTraceChunk(load, r, noStop, opts)!;
+    expect(chunk.points).toBe(1);
+    expect(chunk.body!.traces[0].temperature?.value).toBe(4.5);
+    expect(buildTraceChunk(load, [], noStop, opts)).toBeUndefined();
+  });
+
+  it('consumes an ended load\'s tail that sampling skipped', () => {
+    const r = readings(3, 10);
+    const chunk = buildTraceChunk({ ...load, endedMs: 1, lastSampleMs: T0 }, r, noStop, opts, true)!;
+    expect(chunk.body).toBeNull();
+    expect(chunk.lastId).toBe(3);
+  });
+});
+
+describe('next stop of a trace point', () => {
+  it('follows the departures recorded for the load, by their time', () => {
+    const dep = (seq: number, iso: string, code = 'AF'): MilestoneRow => ({
+      id: seq, loadNumber: 'L1', ref: 'r', createdMs: 0, attempts: 0, lastError: null, sentMs: null,
+      body: { eventCode: code, stopsequenceNumber: seq, time: { dateTime: iso } },
+    });
+    const at = nextStopResolver(load, [dep(1, '2026-01-15T13:00:00-06:00'), dep(1, '2026-01-15T12:30:00-06:00', 'X3')], ['AF', 'CD']);
+    expect(at(Date.parse('2026-01-15T12:59:59-06:00'))).toBe(1);
+    expect(at(Date.parse('2026-01-15T13:00:00-06:00'))).toBe(2);
+    const done = nextStopResolver(load, [dep(2, '2026-01-15T20:00:00-06:00', 'CD')], ['AF', 'CD']);
+    expect(done(Date.parse('2026-01-15T21:00:00-06:00'))).toBeUndefined();
+  });
+});
