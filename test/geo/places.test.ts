@@ -1,0 +1,122 @@
+import { describe, it, expect } from 'vitest';
+import { MEXICO_STATE_CODES, placeAt } from '../../src/geo/places.js';
+
+describe('placeAt: spot checks across the continent', () => {
+  it('Chicago, IL (downtown is the city, not the nearest listed neighbourhood)', () => {
+    expect(placeAt(41.8781, -87.6298)).toEqual({ city: 'Chicago', state: 'IL', country: 'US' });
+    expect(placeAt(41.8819, -87.6278)).toMatchObject({ city: 'Chicago', state: 'IL' });
+  });
+
+  it('Toronto, ON', () => {
+    expect(placeAt(43.6532, -79.3832)).toEqual({ city: 'Toronto', state: 'ON', country: 'CA' });
+  });
+
+  it("St. John's, NL", () => {
+    expect(placeAt(47.5615, -52.7126)).toEqual({ city: "St. John's", state: 'NL', country: 'CA' });
+  });
+
+  it('Regina, SK', () => {
+    expect(placeAt(50.4452, -104.6189)).toEqual({ city: 'Regina', state: 'SK', country: 'CA' });
+  });
+
+  it('Guadalajara, JA (Jalisco)', () => {
+    expect(placeAt(20.6597, -103.3496)).toEqual({ city: 'Guadalajara', state: 'JA', country: 'MX' });
+  });
+
+  it('Monterrey, NL (Nuevo León; same letters as Newfoundland, hence country)', () => {
+    expect(placeAt(25.6866, -100.3161)).toEqual({ city: 'Monterrey', state: 'NL', country: 'MX' });
+  });
+
+  it('Mexico City, DF; Querétaro, QE; Tijuana, BC', () => {
+    expect(placeAt(19.4326, -99.1332)).toEqual({ city: 'Mexico City', state: 'DF', country: 'MX' });
+    expect(placeAt(20.5888, -100.3899)).toEqual({ city: 'Santiago de Querétaro', state: 'QE', country: 'MX' });
+    expect(placeAt(32.5149, -117.0382)).toEqual({ city: 'Tijuana', state: 'BC', country: 'MX' });
+  });
+
+  it('more of the map: New York, Los Angeles, Anchorage, Honolulu, Whitehorse, San Juan PR', () => {
+    expect(placeAt(40.754, -73.984)).toMatchObject({ state: 'NY' });
+    expect(placeAt(34.0522, -118.2437)).toMatchObject({ city: 'Los Angeles', state: 'CA' });
+    expect(placeAt(61.2181, -149.9003)).toMatchObject({ city: 'Anchorage', state: 'AK' });
+    expect(placeAt(21.3069, -157.8583)).toMatchObject({ city: 'Honolulu', state: 'HI' });
+    expect(placeAt(60.7212, -135.0568)).toMatchObject({ city: 'Whitehorse', state: 'YT' });
+    expect(placeAt(18.4655, -66.1057)).toMatchObject({ city: 'San Juan', state: 'PR', country: 'US' });
+    expect(placeAt(45.5017, -73.5673)).toMatchObject({ state: 'QC' });
+    expect(placeAt(49.2827, -123.1207)).toMatchObject({ city: 'Vancouver', state: 'BC' });
+  });
+
+  it('a point near a small town returns that town', () => {
+    // Marfa, TX (pop. ~1,700), 1.3 km north-west of its GeoNames point
+    expect(placeAt(30.32, -104.03)).toEqual({ city: 'Marfa', state: 'TX', country: 'US' });
+    // Stockton, KS (pop. ~1,300)
+    expect(placeAt(39.44, -99.27)).toEqual({ city: 'Stockton', state: 'KS', country: 'US' });
+    // Wawa, ON on the Trans-Canada, far from anything bigger
+    expect(placeAt(47.99, -84.78)).toEqual({ city: 'Wawa', state: 'ON', country: 'CA' });
+  });
+});
+
+describe('placeAt: outside the US, Canada and Mexico', () => {
+  it('a point in the Atlantic is undefined', () => {
+    expect(placeAt(38, -60)).toBeUndefined();
+    expect(placeAt(25, -90)).toBeUndefined(); // middle of the Gulf of Mexico
+  });
+
+  it('neighbouring countries are undefined, not the nearest town across the water', () => {
+    expect(placeAt(23.1136, -82.3666)).toBeUndefined(); // Havana
+    expect(placeAt(17.5046, -88.1962)).toBeUndefined(); // Belize City
+    expect(placeAt(14.6349, -90.5069)).toBeUndefined(); // Guatemala City
+  });
+
+  it('elsewhere in the world and the empty north are undefined', () => {
+    expect(placeAt(51.5, -0.1)).toBeUndefined(); // London
+    expect(placeAt(-33.9, 151.2)).toBeUndefined(); // Sydney
+    expect(placeAt(75, -100)).toBeUndefined(); // Nunavut, nothing within 100 km
+    expect(placeAt(89.9, 0)).toBeUndefined();
+  });
+
+  it('bad coordinates are undefined, never a throw', () => {
+    expect(placeAt(Number.NaN, -87)).toBeUndefined();
+    expect(placeAt(41, Number.POSITIVE_INFINITY)).toBeUndefined();
+    expect(placeAt(91, -87)).toBeUndefined();
+    expect(placeAt(41, -181)).toBeUndefined();
+    expect(placeAt('41' as unknown as number, -87)).toBeUndefined();
+  });
+});
+
+describe('placeAt: data and codes', () => {
+  it('always returns a two-letter code and a non-empty city', () => {
+    let seen = 0;
+    for (let lat = 15; lat <= 70; lat += 0.7) {
+      for (let lon = -168; lon <= -52; lon += 0.7) {
+        const p = placeAt(lat, lon);
+        if (!p) continue;
+        seen++;
+        expect(p.state).toMatch(/^[A-Z]{2}$/);
+        expect(p.city.length).toBeGreaterThan(0);
+        expect(['US', 'CA', 'MX']).toContain(p.country);
+      }
+    }
+    expect(seen).toBeGreaterThan(3000);
+  });
+
+  it('Mexican codes: 32 distinct ones, and the data uses only those', () => {
+    const codes = new Set(Object.values(MEXICO_STATE_CODES));
+    expect(codes.size).toBe(32);
+    for (let lat = 14.6; lat <= 32.7; lat += 0.5) {
+      for (let lon = -117.1; lon <= -86.8; lon += 0.5) {
+        const p = placeAt(lat, lon);
+        if (p?.country === 'MX') expect(codes.has(p.state), `${p.city} ${p.state}`).toBe(true);
+      }
+    }
+  });
+
+  it('answers in microseconds', () => {
+    placeAt(41.88, -87.63); // load
+    const n = 20_000;
+    let s = 1;
+    const rnd = () => ((s = (s * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
+    const t0 = performance.now();
+    for (let i = 0; i < n; i++) placeAt(20 + rnd() * 40, -125 + rnd() * 60);
+    const usPerLookup = ((performance.now() - t0) * 1000) / n;
+    expect(usPerLookup).toBeLessThan(200); // ~1-5 µs measured; generous for slow CI machines
+  });
+});
