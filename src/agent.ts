@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto';
 import { schedule, type ScheduledTask } from 'node-cron';
 import type { Logger } from 'pino';
 import { ApiClient } from './api/client.js';
+import { enforceBounds } from './buffer/bounds.js';
 import { Ingest } from './buffer/ingest.js';
 import { Store } from './buffer/store.js';
 import type { KeyLookup, LoadedConfig } from './config/load.js';
@@ -52,6 +53,7 @@ export class Agent {
   client!: ApiClient;
   sources: Source[] = [];
   private cron: ScheduledTask | undefined;
+  private boundsTimer: NodeJS.Timeout | undefined;
   private splayTimer: NodeJS.Timeout | undefined;
   private stateTimer: NodeJS.Timeout | undefined;
   private readonly startedMs = Date.now();
@@ -82,7 +84,35 @@ export class Agent {
       },
       this.log.child({ component: 'buffer' }),
     );
-    this.client = new ApiClient({
+    this.client = this.makeClient();
+    this.sender = new Sender({ store: this.store, client: this.client, config, deviceId, log: this.log.child({ component: 'sender' }) });
+
+    this.sources = this.makeSources();
+    this.ingest.start();
+    await this.startSources();
+    this.startSchedule();
+    this.sender.start();
+    this.checkBounds();
+    this.boundsTimer = setInterval(() => this.checkBounds(), 60_000);
+    this.writeState(true);
+    // `status` reads this row. Written when delivery changed (so a push shows at once),
+    // else every stateIntervalMs: few writes, because every write wears the flash.
+    this.stateTimer = setInterval(() => {
+      const sender = JSON.stringify(this.sender.status);
+      if (sender !== this.lastSenderState || Date.now() - this.lastStateWriteMs >= (this.opts.stateIntervalMs ?? 15_000)) {
+        this.lastSenderState = sender;
+        this.writeState(true);
+      }
+    }, 1000);
+    this.log.info(
+      { deviceId, config: this.loaded.file, buffer: config.buffer.path, keyOrigin: this.key.origin, sources: this.sources.map((s) => s.name), traces: config.schedule.traces, splayMs: splayMs(deviceId, config.schedule.splay_s) },
+      'agent started',
+    );
+  }
+
+  private makeClient(): ApiClient {
+    const { config } = this.loaded;
+    return new ApiClient({
       baseUrl: config.api.base_url,
       milestonePath: config.api.milestone_path,
       tracePath: config.api.trace_path,
@@ -91,9 +121,11 @@ export class Agent {
       timeoutMs: config.api.timeout_s * 1000,
       extraFields: config.api.extra_fields,
     });
-    this.sender = new Sender({ store: this.store, client: this.client, config, deviceId, log: this.log.child({ component: 'sender' }) });
+  }
 
-    this.sources = this.opts.sources
+  private makeSources(): Source[] {
+    const { config } = this.loaded;
+    return this.opts.sources
       ? this.opts.sources({ emit: (r, s) => this.ingest.push(r, s), log: this.log })
       : config.sources.map((cfg, i) => {
           const name = sourceName(cfg, i);
@@ -111,7 +143,9 @@ export class Agent {
             },
           });
         });
-    this.ingest.start();
+  }
+
+  private async startSources(): Promise<void> {
     for (const s of this.sources) {
       try {
         await s.start();
@@ -120,6 +154,20 @@ export class Agent {
         this.log.error({ source: s.name, err: (err as Error).message }, 'source failed to start');
       }
     }
+  }
+
+  private async stopSources(): Promise<void> {
+    for (const s of this.sources) {
+      try {
+        await s.stop();
+      } catch (err) {
+        this.log.warn({ source: s.name, err: (err as Error).message }, 'source did not stop cleanly');
+      }
+    }
+  }
+
+  private startSchedule(): void {
+    const { config, deviceId } = this.loaded;
     const splay = splayMs(deviceId, config.schedule.splay_s);
     this.cron = schedule(
       config.schedule.traces,
@@ -129,21 +177,50 @@ export class Agent {
       },
       { name: 'traces', noOverlap: true },
     );
-    this.sender.start();
+  }
+
+  private async stopSchedule(): Promise<void> {
+    await this.cron?.stop();
+    await this.cron?.destroy();
+    this.cron = undefined;
+    clearTimeout(this.splayTimer);
+  }
+
+  private checkBounds(): void {
+    const b = this.loaded.config.buffer;
+    try {
+      enforceBounds(this.store, { maxSizeBytes: b.max_size_mb * 1_048_576, maxAgeMs: b.max_age_days * 86_400_000 }, this.log.child({ component: 'buffer' }));
+    } catch (err) {
+      this.log.error({ err: (err as Error).message }, 'could not apply buffer limits');
+    }
+  }
+
+  /**
+   * Take a new config and key without losing anything buffered (SIGHUP): delivery uses the
+   * new key and settings at once, sources and the schedule are restarted. The buffer path
+   * cannot change while running.
+   */
+  async reload(loaded: LoadedConfig, key: KeyLookup): Promise<string[]> {
+    const notes: string[] = [];
+    if (loaded.config.buffer.path !== this.loaded.config.buffer.path) {
+      notes.push(`buffer.path changed to ${loaded.config.buffer.path}; keeping ${this.loaded.config.buffer.path} until restart`);
+      loaded = { ...loaded, config: { ...loaded.config, buffer: { ...loaded.config.buffer, path: this.loaded.config.buffer.path } } };
+    }
+    this.loaded = loaded;
+    this.key = key;
+    addSecret(key.key);
+    this.log.level = loaded.config.log.level;
+    const old = this.client;
+    this.client = this.makeClient();
+    this.sender.updateConfig(loaded.config, this.client);
+    await this.stopSchedule();
+    this.startSchedule();
+    await this.stopSources();
+    this.sources = this.makeSources();
+    await this.startSources();
+    void old.close();
     this.writeState(true);
-    // `status` reads this row. Written when delivery changed (so a push shows at once),
-    // else every stateIntervalMs: few writes, because every write wears the flash.
-    this.stateTimer = setInterval(() => {
-      const sender = JSON.stringify(this.sender.status);
-      if (sender !== this.lastSenderState || Date.now() - this.lastStateWriteMs >= (this.opts.stateIntervalMs ?? 15_000)) {
-        this.lastSenderState = sender;
-        this.writeState(true);
-      }
-    }, 1000);
-    this.log.info(
-      { deviceId, config: this.loaded.file, buffer: config.buffer.path, key: undefined, keyOrigin: this.key.origin, sources: this.sources.map((s) => s.name), traces: config.schedule.traces, splayMs: splay },
-      'agent started',
-    );
+    return notes;
   }
 
   /** Rejected input is logged, but not once per line forever: the first few, then every 1000th. */
@@ -185,17 +262,10 @@ export class Agent {
   }
 
   async stop(): Promise<void> {
-    await this.cron?.stop();
-    await this.cron?.destroy();
-    clearTimeout(this.splayTimer);
+    await this.stopSchedule();
     clearInterval(this.stateTimer);
-    for (const s of this.sources) {
-      try {
-        await s.stop();
-      } catch (err) {
-        this.log.warn({ source: s.name, err: (err as Error).message }, 'source did not stop cleanly');
-      }
-    }
+    clearInterval(this.boundsTimer);
+    await this.stopSources();
     this.ingest.stop();
     await this.sender.stop();
     this.writeState(false);

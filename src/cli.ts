@@ -185,6 +185,37 @@ Exit status: 0 ok, 1 run-time failure, 3 daemon not running (status), 64 usage e
       else out(`milestone ${row.id} (${String(row.body.eventCode)} for load ${row.loadNumber}) committed; the running agent sends it within seconds`);
     });
 
+  const dead = program.command('dead-letter').description('records the service refused, parked with its answer so the rest could go');
+  dead
+    .command('list')
+    .description('list parked milestones and trace points with the status and body the service answered')
+    .option('--json', 'machine-readable output')
+    .addOption(configOption())
+    .action((opts: { json?: boolean; config?: string }) => {
+      const loaded = load(opts.config);
+      const rows = withStore(loaded, (store) => store.listDeadLetters());
+      if (opts.json) return out(JSON.stringify(rows, null, 2));
+      if (rows.length === 0) return out('no dead letters');
+      for (const r of rows) {
+        const what = r.kind === 'milestone' ? `milestone ${String((r.body as { eventCode?: string }).eventCode)}` : `trace point (reading ${r.recordId})`;
+        out(`${r.id}\t${new Date(r.createdMs).toISOString()}\tload ${r.loadNumber}\t${what}\tHTTP ${r.status ?? '-'}\t${(r.response ?? '').replace(/\s+/g, ' ').slice(0, 200)}`);
+      }
+    });
+  dead
+    .command('retry')
+    .description('put dead letters back in the queue after fixing the cause; the running agent sends them within seconds')
+    .option('--id <n...>', 'dead letter ids (from "dead-letter list")')
+    .option('--all', 'every dead letter')
+    .addOption(configOption())
+    .action((opts: { id?: string[]; all?: boolean; config?: string }) => {
+      if (!opts.all && !opts.id?.length) throw new CliError('give --id N (one or more) or --all', EXIT.USAGE);
+      const ids = opts.all ? 'all' : opts.id!.map((v) => parseIntArg(v, '--id'));
+      const loaded = load(opts.config);
+      const n = withStore(loaded, (store) => store.retryDeadLetters(ids));
+      if (ids !== 'all' && n < ids.length) throw new CliError(`only ${n} of ${ids.length} id(s) were dead letters; those were put back`, EXIT.DATA);
+      out(`${n} dead letter(s) put back in the queue`);
+    });
+
   program
     .command('sandbox')
     .description('serve a local stand-in for the service (interface E) that checks key and SCAC, validates bodies and injects faults')
@@ -221,10 +252,32 @@ Exit status: 0 ok, 1 run-time failure, 3 daemon not running (status), 64 usage e
   return program;
 }
 
-/** Run until SIGTERM/SIGINT; stop gracefully within the unit's TimeoutStopSec. */
+/**
+ * Run until SIGTERM/SIGINT; stop gracefully within the unit's TimeoutStopSec.
+ * SIGHUP reloads the config file and the key; an invalid new config is refused and the
+ * running one kept.
+ */
 export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof resolveSubscriptionKey>, log: ReturnType<typeof createLogger>): Promise<void> {
   const agent = new Agent(loaded, key, log);
   await agent.start();
+  const onHup = () => {
+    try {
+      const next = loadConfig(loaded.file);
+      const nextKey = resolveSubscriptionKey(next);
+      for (const w of next.warnings) log.warn(w);
+      agent
+        .reload(next, nextKey)
+        .then((notes) => {
+          for (const n of notes) log.warn(n);
+          log.info({ config: next.file, keyOrigin: nextKey.origin }, 'configuration reloaded');
+        })
+        .catch((e) => log.error({ err: (e as Error).message }, 'reload failed'));
+    } catch (e) {
+      const problems = e instanceof ConfigError ? e.problems : [(e as Error).message];
+      log.error({ problems }, 'new configuration refused; still running with the previous one');
+    }
+  };
+  process.on('SIGHUP', onHup);
   await new Promise<void>((resolve) => {
     let stopping = false;
     const stop = (signal: string) => {
@@ -239,6 +292,7 @@ export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof res
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));
   });
+  process.off('SIGHUP', onHup);
 }
 
 export async function main(argv = process.argv): Promise<void> {

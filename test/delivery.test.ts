@@ -76,7 +76,11 @@ describe('sender against the sandbox', () => {
     expect(sandbox.traces).toHaveLength(0); // milestones are immediate; traces wait for the schedule
     sender.requestTracePush();
     await waitFor(() => store.counts().readings === 0, 5000, 'the backlog drained');
-    expect(sandbox.traces.map((t) => t.body.traces.length)).toEqual([40, 40, 20]);
+    // A backlog longer than one chunk: the newest position goes first, then oldest first.
+    expect(sandbox.traces.map((t) => t.body.traces.length)).toEqual([1, 40, 40, 19]);
+    const ids = sandbox.traces.map((t) => t.body.traces.map((p) => Number(p.references![0].value.split('-')[1])));
+    expect(ids[0]).toEqual([100]);
+    expect(ids.slice(1).flat()).toEqual(Array.from({ length: 99 }, (_, i) => i + 1));
     expect(sandbox.stats.duplicateTracePoints).toBe(0);
   });
 

@@ -96,7 +96,7 @@ export async function waitFor<T>(fn: () => T | undefined | false | Promise<T | u
 export const TEST_KEY = 'test-key-0123456789abcdef';
 export const TEST_SCAC = 'ABCD';
 
-/** A minimal valid config for the sandbox at `url`, with the key in a 0600 file. */
+/** A minimal valid config for the sandbox at `url`, with the key in a 0600 file. `extra` lands in [delivery], the last table, unless it opens its own. */
 export function agentConfig(dir: string, url: string, extra = '', opts: { traces?: string; sampling?: number } = {}): string {
   const keyFile = writeFile(dir, 'key', `${TEST_KEY}\n`, 0o600);
   return writeFile(

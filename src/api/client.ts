@@ -53,16 +53,16 @@ export class ApiClient {
     return h;
   }
 
-  postMilestone(body: object, idempotencyKey: string): Promise<PostOutcome> {
-    return this.post(this.opts.milestonePath, body, idempotencyKey);
+  postMilestone(body: object, idempotencyKey: string, signal?: AbortSignal): Promise<PostOutcome> {
+    return this.post(this.opts.milestonePath, body, idempotencyKey, signal);
   }
 
-  postTraces(body: object, idempotencyKey: string): Promise<PostOutcome> {
-    return this.post(this.opts.tracePath, body, idempotencyKey);
+  postTraces(body: object, idempotencyKey: string, signal?: AbortSignal): Promise<PostOutcome> {
+    return this.post(this.opts.tracePath, body, idempotencyKey, signal);
   }
 
   /** `body` may be an object or an already serialised JSON string. */
-  async post(path: string, body: object | string, idempotencyKey?: string): Promise<PostOutcome> {
+  async post(path: string, body: object | string, idempotencyKey?: string, signal?: AbortSignal): Promise<PostOutcome> {
     const started = performance.now();
     const url = new URL(path, this.opts.baseUrl.endsWith('/') ? this.opts.baseUrl : `${this.opts.baseUrl}/`);
     // Join paths the way operators expect: base https://host/api + /rcsc/... -> https://host/api/rcsc/...
@@ -73,6 +73,7 @@ export class ApiClient {
         headers: this.headers(idempotencyKey),
         body: typeof body === 'string' ? body : JSON.stringify(body),
         dispatcher: this.dispatcher,
+        signal,
         headersTimeout: this.opts.timeoutMs,
         bodyTimeout: this.opts.timeoutMs,
       });

@@ -66,6 +66,31 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
       );
     `);
   },
+  // 1 -> 2: dead letters. A record the service refuses is parked, not deleted and not retried
+  // forever: readings get a state (0 waiting, 1 parked, 2 retry requested), milestones a parked time.
+  (db) => {
+    db.exec(`
+      ALTER TABLE readings ADD COLUMN state INTEGER NOT NULL DEFAULT 0;
+      ALTER TABLE milestones ADD COLUMN parked_ms INTEGER;
+      DROP INDEX milestones_pending;
+      CREATE INDEX milestones_pending ON milestones (id) WHERE sent_ms IS NULL AND parked_ms IS NULL;
+      CREATE INDEX readings_parked ON readings (state) WHERE state <> 0;
+      CREATE TABLE dead_letters (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind        TEXT    NOT NULL CHECK (kind IN ('milestone', 'trace')),
+        load_number TEXT    NOT NULL,
+        record_id   INTEGER NOT NULL,
+        status      INTEGER,
+        response    TEXT,
+        body        TEXT    NOT NULL,
+        created_ms  INTEGER NOT NULL
+      );
+      CREATE TABLE counters (
+        name  TEXT PRIMARY KEY,
+        value INTEGER NOT NULL
+      );
+    `);
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -7,6 +7,7 @@
 import type { Logger } from 'pino';
 import type { Reading } from '../sources/types.js';
 import { readingProblem } from '../sources/types.js';
+import { withRoom } from './bounds.js';
 import type { Store } from './store.js';
 
 export interface IngestOptions {
@@ -87,14 +88,15 @@ export class Ingest {
     const batch = this.queue;
     this.queue = [];
     try {
-      const kept = this.store.insertReadings(batch, this.opts.keepWithoutLoad);
+      const kept = withRoom(this.store, this.log, () => this.store.insertReadings(batch, this.opts.keepWithoutLoad), Math.max(1000, batch.length * 10));
       this.stats.committed += kept;
       this.stats.discardedNoLoad += batch.length - kept;
       this.stats.lastCommitMs = Date.now();
       for (const fn of this.listeners) fn(batch);
       return kept;
     } catch (err) {
-      // SQLITE_BUSY, SQLITE_FULL, I/O errors: keep the readings in memory and try again.
+      // SQLITE_BUSY, a disk still full after making room, I/O errors: keep the readings in
+      // memory (bounded by maxQueued) and try again at the next flush.
       this.stats.commitErrors += 1;
       this.stats.lastError = (err as Error).message;
       this.queue = batch.concat(this.queue);

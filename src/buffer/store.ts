@@ -46,6 +46,29 @@ export interface MilestoneRow {
   sentMs: number | null;
 }
 
+export interface DeadLetter {
+  id: number;
+  kind: 'milestone' | 'trace';
+  loadNumber: string;
+  /** Milestone id or reading id. */
+  recordId: number;
+  status: number | null;
+  response: string | null;
+  body: unknown;
+  createdMs: number;
+}
+
+interface RawDeadLetter {
+  id: number;
+  kind: 'milestone' | 'trace';
+  load_number: string;
+  record_id: number;
+  status: number | null;
+  response: string | null;
+  body: string;
+  created_ms: number;
+}
+
 export class LoadError extends Error {
   readonly code = 'ELOAD';
 }
@@ -112,7 +135,7 @@ export class Store {
     );
     this.insertAny = db.prepare(`INSERT INTO readings (${cols}) VALUES (${values})`);
     this.readingsOfLoad = db.prepare(
-      'SELECT id, resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c FROM readings WHERE load_number = ? AND id > ? ORDER BY id',
+      'SELECT id, resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c FROM readings WHERE load_number = ? AND id > ? AND state = 0 ORDER BY id',
     );
   }
 
@@ -160,7 +183,7 @@ export class Store {
   /** The service took the readings of this load up to `upToId`: drop them and remember the sampling point. */
   ackReadings(loadNumber: string, upToId: number, lastSampleMs: number | null): void {
     this.db.transaction(() => {
-      this.db.prepare('DELETE FROM readings WHERE load_number = ? AND id <= ?').run(loadNumber, upToId);
+      this.db.prepare('DELETE FROM readings WHERE load_number = ? AND id <= ? AND state = 0').run(loadNumber, upToId);
       if (lastSampleMs !== null) {
         this.db
           .prepare('UPDATE loads SET last_sample_ms = max(coalesce(last_sample_ms, 0), ?) WHERE load_number = ?')
@@ -181,7 +204,7 @@ export class Store {
   loadsWithReadings(): string[] {
     return (
       this.db
-        .prepare('SELECT DISTINCT load_number FROM readings WHERE load_number IS NOT NULL ORDER BY load_number')
+        .prepare('SELECT DISTINCT load_number FROM readings WHERE load_number IS NOT NULL AND state = 0 ORDER BY load_number')
         .all() as { load_number: string }[]
     ).map((r) => r.load_number);
   }
@@ -255,12 +278,12 @@ export class Store {
 
   pendingMilestones(limit = 100): MilestoneRow[] {
     return (
-      this.db.prepare('SELECT * FROM milestones WHERE sent_ms IS NULL ORDER BY id LIMIT ?').all(limit) as RawMilestone[]
+      this.db.prepare('SELECT * FROM milestones WHERE sent_ms IS NULL AND parked_ms IS NULL ORDER BY id LIMIT ?').all(limit) as RawMilestone[]
     ).map(toMilestone);
   }
 
   hasPendingMilestones(): boolean {
-    return this.db.prepare('SELECT 1 FROM milestones WHERE sent_ms IS NULL LIMIT 1').get() !== undefined;
+    return this.db.prepare('SELECT 1 FROM milestones WHERE sent_ms IS NULL AND parked_ms IS NULL LIMIT 1').get() !== undefined;
   }
 
   listMilestones(loadNumber?: string): MilestoneRow[] {
@@ -276,6 +299,117 @@ export class Store {
 
   markMilestoneFailed(id: number, error: string): void {
     this.db.prepare('UPDATE milestones SET attempts = attempts + 1, last_error = ? WHERE id = ?').run(error.slice(0, 500), id);
+  }
+
+  // ---- dead letters ---------------------------------------------------------------------
+
+  /** The service refused this milestone: park it with the answer, so the queue moves on. */
+  parkMilestone(m: MilestoneRow, status: number | null, response: string, nowMs: number): void {
+    this.db.transaction(() => {
+      this.db.prepare('UPDATE milestones SET parked_ms = ?, attempts = attempts + 1, last_error = ? WHERE id = ?').run(nowMs, response.slice(0, 500), m.id);
+      this.db
+        .prepare('INSERT INTO dead_letters (kind, load_number, record_id, status, response, body, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?)')
+        .run('milestone', m.loadNumber, m.id, status, response.slice(0, 4000), JSON.stringify(m.body), nowMs);
+    })();
+  }
+
+  /** The service refused the trace point built from this reading: park the reading. */
+  parkReading(readingId: number, loadNumber: string, status: number | null, response: string, body: unknown, nowMs: number): void {
+    this.db.transaction(() => {
+      this.db.prepare('UPDATE readings SET state = 1 WHERE id = ?').run(readingId);
+      this.db
+        .prepare('INSERT INTO dead_letters (kind, load_number, record_id, status, response, body, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?)')
+        .run('trace', loadNumber, readingId, status, response.slice(0, 4000), JSON.stringify(body), nowMs);
+    })();
+  }
+
+  listDeadLetters(): DeadLetter[] {
+    return (this.db.prepare('SELECT * FROM dead_letters ORDER BY id').all() as RawDeadLetter[]).map((r) => ({
+      id: r.id,
+      kind: r.kind,
+      loadNumber: r.load_number,
+      recordId: r.record_id,
+      status: r.status,
+      response: r.response,
+      body: JSON.parse(r.body) as unknown,
+      createdMs: r.created_ms,
+    }));
+  }
+
+  /**
+   * Put dead letters back in the queue after the operator fixed the cause. Milestones return
+   * to their place (oldest first); readings are sent again as their own trace points.
+   * Returns how many were put back.
+   */
+  retryDeadLetters(ids: number[] | 'all'): number {
+    return this.db.transaction(() => {
+      const rows = (ids === 'all'
+        ? this.db.prepare('SELECT * FROM dead_letters').all()
+        : ids.map((id) => this.db.prepare('SELECT * FROM dead_letters WHERE id = ?').get(id)).filter(Boolean)) as RawDeadLetter[];
+      for (const r of rows) {
+        if (r.kind === 'milestone') this.db.prepare('UPDATE milestones SET parked_ms = NULL, last_error = NULL WHERE id = ?').run(r.record_id);
+        else this.db.prepare('UPDATE readings SET state = 2 WHERE id = ?').run(r.record_id);
+        this.db.prepare('DELETE FROM dead_letters WHERE id = ?').run(r.id);
+      }
+      return rows.length;
+    })();
+  }
+
+  /** Readings whose dead letters were retried, oldest first. */
+  retryReadings(limit: number): StoredReading[] {
+    return this.db
+      .prepare('SELECT id, resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c FROM readings WHERE state = 2 ORDER BY id LIMIT ?')
+      .all(limit) as StoredReading[];
+  }
+
+  deleteReadings(ids: number[]): void {
+    const del = this.db.prepare('DELETE FROM readings WHERE id = ?');
+    this.db.transaction(() => {
+      for (const id of ids) del.run(id);
+    })();
+  }
+
+  /** Newest position of a load and the time span of its backlog, for "newest first" after an outage. */
+  backlogOf(loadNumber: string): { newest: StoredReading | undefined; oldestMs: number | null } {
+    const newest = this.db
+      .prepare(
+        'SELECT id, resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c FROM readings WHERE load_number = ? AND state = 0 AND lat IS NOT NULL ORDER BY id DESC LIMIT 1',
+      )
+      .get(loadNumber) as StoredReading | undefined;
+    const oldest = this.db.prepare('SELECT min(time_ms) AS t FROM readings WHERE load_number = ? AND state = 0').get(loadNumber) as { t: number | null };
+    return { newest, oldestMs: oldest.t };
+  }
+
+  // ---- bounds ---------------------------------------------------------------------------
+
+  /** Bytes the buffer's data occupies (pages in use, not the file's high-water mark). */
+  usedBytes(): number {
+    const pageSize = this.db.pragma('page_size', { simple: true }) as number;
+    const pages = this.db.pragma('page_count', { simple: true }) as number;
+    const free = this.db.pragma('freelist_count', { simple: true }) as number;
+    return (pages - free) * pageSize;
+  }
+
+  /** Drop the oldest waiting readings (never milestones, never dead letters). Returns how many. */
+  dropOldestReadings(count: number): number {
+    return this.db
+      .prepare('DELETE FROM readings WHERE id IN (SELECT id FROM readings WHERE state = 0 ORDER BY id LIMIT ?)')
+      .run(count).changes;
+  }
+
+  dropReadingsOlderThan(cutoffMs: number): number {
+    return this.db.prepare('DELETE FROM readings WHERE state = 0 AND time_ms < ?').run(cutoffMs).changes;
+  }
+
+  bump(counter: string, by: number): void {
+    if (by === 0) return;
+    this.db
+      .prepare('INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value')
+      .run(counter, by);
+  }
+
+  counters(): Record<string, number> {
+    return Object.fromEntries((this.db.prepare('SELECT name, value FROM counters ORDER BY name').all() as { name: string; value: number }[]).map((r) => [r.name, r.value]));
   }
 
   // ---- state and counts -----------------------------------------------------------------
@@ -295,23 +429,36 @@ export class Store {
     return r && { value: JSON.parse(r.value) as T, updatedMs: r.updated_ms };
   }
 
-  counts(): { readings: number; unassignedReadings: number; oldestReadingMs: number | null; pendingMilestones: number; sentMilestones: number } {
+  counts(): {
+    readings: number;
+    unassignedReadings: number;
+    oldestReadingMs: number | null;
+    pendingMilestones: number;
+    sentMilestones: number;
+    deadLetters: number;
+    retryReadings: number;
+  } {
     const r = this.db
       .prepare(
         `SELECT
-           (SELECT count(*) FROM readings WHERE load_number IS NOT NULL) AS readings,
+           (SELECT count(*) FROM readings WHERE load_number IS NOT NULL AND state = 0) AS readings,
            (SELECT count(*) FROM readings WHERE load_number IS NULL) AS unassigned,
-           (SELECT min(time_ms) FROM readings WHERE load_number IS NOT NULL) AS oldest,
-           (SELECT count(*) FROM milestones WHERE sent_ms IS NULL) AS pending,
-           (SELECT count(*) FROM milestones WHERE sent_ms IS NOT NULL) AS sent`,
+           (SELECT min(time_ms) FROM readings WHERE load_number IS NOT NULL AND state = 0) AS oldest,
+           (SELECT count(*) FROM milestones WHERE sent_ms IS NULL AND parked_ms IS NULL) AS pending,
+           (SELECT count(*) FROM milestones WHERE sent_ms IS NOT NULL) AS sent,
+           (SELECT count(*) FROM dead_letters) AS dead,
+           (SELECT count(*) FROM readings WHERE state = 2) AS retry`,
       )
-      .get() as { readings: number; unassigned: number; oldest: number | null; pending: number; sent: number };
+      .get() as { readings: number; unassigned: number; oldest: number | null; pending: number; sent: number; dead: number; retry: number };
     return {
       readings: r.readings,
       unassignedReadings: r.unassigned,
       oldestReadingMs: r.oldest,
       pendingMilestones: r.pending,
       sentMilestones: r.sent,
+      deadLetters: r.dead,
+      retryReadings: r.retry,
     };
   }
+
 }

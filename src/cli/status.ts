@@ -17,13 +17,9 @@ export interface StatusReport {
     stateUpdatedMs: number | null;
     note: string;
   };
-  queue: {
-    readings: number;
-    unassignedReadings: number;
-    oldestReadingMs: number | null;
-    pendingMilestones: number;
-    sentMilestones: number;
-  };
+  queue: ReturnType<Store['counts']>;
+  /** Readings dropped by the buffer's limits, since the buffer was created. */
+  dropped: Record<string, number>;
   delivery: DaemonState['sender'] | null;
   nextTracePushMs: number | null;
   activeLoads: Array<{ loadNumber: string; resourceId: string; resourceType: string; nextStop: number | null; startedMs: number }>;
@@ -59,6 +55,7 @@ export function buildStatus(store: Store, info: { deviceId: string; configFile: 
     buffer: info.buffer,
     daemon: { running, pid: state?.pid ?? null, startedMs: state?.startedMs ?? null, stateUpdatedMs: state?.updatedMs ?? null, note },
     queue: store.counts(),
+    dropped: store.counters(),
     delivery: state?.sender ?? null,
     nextTracePushMs: running ? (state?.nextTracePushMs ?? null) : null,
     activeLoads: store.listLoads(false).map((l) => ({
@@ -100,7 +97,11 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
     `${q.readings} readings${q.oldestReadingMs ? ` (oldest ${ago(q.oldestReadingMs, nowMs)})` : ''}, ${q.pendingMilestones} milestones pending, ${q.sentMilestones} sent`,
   );
   if (q.unassignedReadings) row('', `${q.unassignedReadings} readings kept without a load (privacy.record_without_load)`);
+  if (q.deadLetters) row('dead letters', `${q.deadLetters} refused by the service (see "dead-letter list")`);
+  const dropped = Object.entries(r.dropped).filter(([k, v]) => k.startsWith('readings_dropped') && v > 0);
+  if (dropped.length) row('dropped', dropped.map(([k, v]) => `${v} readings (${k.replace('readings_dropped_', '').replace('_', ' ')})`).join(', '));
   const d = r.delivery;
+  if (d?.paused) row('PAUSED', `${d.paused}; data is kept. Fix the config or key, then: systemctl reload telematics-agent`);
   row('last success', ago(d?.lastSuccessMs, nowMs));
   row('last push', ago(d?.lastTracePushMs, nowMs));
   if (r.nextTracePushMs) row('next push', ago(r.nextTracePushMs, nowMs));

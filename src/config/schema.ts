@@ -84,6 +84,10 @@ export const configSchema = z.strictObject({
       /** Readings are committed together every flush_interval_ms or when this many wait. */
       batch_size: positiveInt.max(100_000).default(500),
       flush_interval_ms: positiveInt.max(60_000).default(1000),
+      /** Size cap of the buffer's data (MB). Past it the oldest readings go first; milestones never. */
+      max_size_mb: z.number().positive().default(512),
+      /** Readings older than this are dropped (counted and logged); milestones never. */
+      max_age_days: z.number().positive().default(30),
     })
     .prefault({}),
   schedule: z
@@ -109,6 +113,14 @@ export const configSchema = z.strictObject({
       poll_interval_ms: positiveInt.max(60_000).default(1000),
       retry_initial_s: z.number().positive().default(5),
       retry_max_s: z.number().positive().default(900),
+      /** Longest wait a Retry-After may impose. */
+      retry_after_max_s: z.number().positive().default(3600),
+      /** Retry interval while the service refuses the key, SCAC or path (401/403/404). */
+      auth_retry_s: z.number().positive().default(300),
+      /** Pause between trace requests while a backlog drains. */
+      drain_interval_ms: nonNegative.max(60_000).default(50),
+      /** On SIGTERM, how long an in-flight request may take before it is abandoned (kept for the next start). */
+      shutdown_timeout_s: z.number().positive().max(3600).default(20),
     })
     .prefault({}),
   privacy: z

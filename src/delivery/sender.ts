@@ -2,16 +2,25 @@
  * Moves records from the buffer to the service: milestones as soon as they are committed,
  * traces when a push is due (the schedule) and then until the backlog is drained.
  *
- * Only a 2xx lets a record leave the buffer. Anything else leaves it where it is and
- * schedules the next attempt with exponential backoff and full jitter, or after the
- * server's Retry-After when it gives one.
+ * Only a 2xx lets a record leave the buffer. What the other answers do:
+ * - network error, timeout, 408, 425, 429, 5xx: keep, retry with exponential backoff and
+ *   full jitter, or after Retry-After (capped);
+ * - 3xx: never followed (the key would go to another host); retried with backoff, logged as a
+ *   configuration problem;
+ * - 401, 403, 404: the data is not at fault. Keep it, pause, retry every auth_retry_s, and
+ *   resume at once when the key or config is reloaded (SIGHUP);
+ * - 413: halve the chunk size and split the request;
+ * - 400, 422, other 4xx: something in the request is refused. A trace request is split in
+ *   halves until the refused points are found; they (and refused milestones) are parked in
+ *   the dead-letter table with the answer, and everything else is delivered in the same cycle.
  */
 import type { Logger } from 'pino';
 import type { ApiClient, PostOutcome } from '../api/client.js';
-import type { Store } from '../buffer/store.js';
+import type { Trace } from '../api/schemas.js';
+import type { LoadRow, Store } from '../buffer/store.js';
 import type { Config } from '../config/schema.js';
 import { backoffMs, classify, describeOutcome, retryAfterMs, type OutcomeClass } from './classify.js';
-import { buildTraceChunk, nextStopResolver, type TraceBuildOptions } from './traces.js';
+import { buildTraceChunk, idempotencyKeyFor, nextStopResolver, traceBody, type TraceBuildOptions } from './traces.js';
 
 export interface SenderStatus {
   lastSuccessMs: number | null;
@@ -21,8 +30,13 @@ export interface SenderStatus {
   lastErrorClass: OutcomeClass | null;
   consecutiveFailures: number;
   nextAttemptMs: number | null;
+  /** Set while the service refuses our credentials or address; delivery waits for a fix. */
+  paused: string | null;
   lastTracePushMs: number | null;
+  /** Current trace chunk size (halved on 413). */
+  chunkLimit: number;
   sent: { milestones: number; traceRequests: number; tracePoints: number };
+  deadLettered: { milestones: number; tracePoints: number };
   failures: Record<string, number>;
 }
 
@@ -39,64 +53,98 @@ export interface SenderDeps {
 /** The floor under a jittered delay, so a zero draw cannot turn into a tight loop. */
 const MIN_DELAY_MS = 250;
 
+type Step = 'sent' | 'empty' | 'failed';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
 export class Sender {
-  readonly status: SenderStatus = {
-    lastSuccessMs: null,
-    lastAttemptMs: null,
-    lastError: null,
-    lastErrorMs: null,
-    lastErrorClass: null,
-    consecutiveFailures: 0,
-    nextAttemptMs: null,
-    lastTracePushMs: null,
-    sent: { milestones: 0, traceRequests: 0, tracePoints: 0 },
-    failures: {},
-  };
+  readonly status: SenderStatus;
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private again = false;
   private tracesDue = false;
+  /** Loads whose newest position already went out first in the current push. */
+  private newestFirstDone = new Set<string>();
   private stopping = false;
+  private abort = new AbortController();
   private readonly now: () => number;
   private readonly random: () => number;
 
   constructor(private deps: SenderDeps) {
     this.now = deps.now ?? Date.now;
     this.random = deps.random ?? Math.random;
+    this.status = {
+      lastSuccessMs: null,
+      lastAttemptMs: null,
+      lastError: null,
+      lastErrorMs: null,
+      lastErrorClass: null,
+      consecutiveFailures: 0,
+      nextAttemptMs: null,
+      paused: null,
+      lastTracePushMs: null,
+      chunkLimit: deps.config.delivery.max_traces_per_request,
+      sent: { milestones: 0, traceRequests: 0, tracePoints: 0 },
+      deadLettered: { milestones: 0, tracePoints: 0 },
+      failures: {},
+    };
   }
 
-  /** Take a new configuration (SIGHUP) without losing the queue position. */
-  updateConfig(config: Config): void {
-    this.deps = { ...this.deps, config };
+  /** Take a new configuration (SIGHUP): try again at once, with the configured chunk size. */
+  updateConfig(config: Config, client?: ApiClient): void {
+    this.deps = { ...this.deps, config, client: client ?? this.deps.client };
+    this.status.chunkLimit = config.delivery.max_traces_per_request;
+    this.retryNow();
   }
 
   start(): void {
     this.stopping = false;
-    this.timer ??= setInterval(() => this.kick(), this.deps.config.delivery.poll_interval_ms);
-    this.kick();
+    this.abort = new AbortController();
+    this.timer ??= setInterval(() => void this.kick(), this.deps.config.delivery.poll_interval_ms);
+    void this.kick();
   }
 
-  /** Let the in-flight request finish (bounded by the client's timeout), then stop. */
+  /**
+   * Let the in-flight request finish, at most shutdown_timeout_s, then abandon it. An
+   * abandoned request's records stay in the buffer and go again (same idempotency key)
+   * at the next start.
+   */
   async stop(): Promise<void> {
     this.stopping = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
-    await this.running;
+    const running = this.running;
+    if (!running) return;
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = await Promise.race([
+      running.then(() => false),
+      new Promise<boolean>((r) => {
+        timer = setTimeout(() => r(true), this.deps.config.delivery.shutdown_timeout_s * 1000);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (timedOut) {
+      this.deps.log.warn('in-flight request abandoned at shutdown; its records stay buffered');
+      this.abort.abort();
+      await running;
+    }
   }
 
   /** A trace push is due (schedule tick): send everything buffered, chunk by chunk. */
   requestTracePush(): void {
+    if (!this.tracesDue) this.newestFirstDone = new Set();
     this.tracesDue = true;
-    this.kick();
+    void this.kick();
   }
 
-  /** Forget the backoff and try now (e.g. after the key was replaced). */
+  /** Forget the backoff and the pause, and try now (after a key or config change). */
   retryNow(): void {
     this.status.nextAttemptMs = null;
-    this.kick();
+    this.status.paused = null;
+    void this.kick();
   }
 
-  /** Run one delivery cycle now unless one is already running; resolves when idle. */
+  /** Run delivery now unless it is already running; resolves when idle. */
   kick(): Promise<void> {
     if (this.running) {
       this.again = true;
@@ -126,16 +174,28 @@ export class Sender {
   private async cycle(): Promise<void> {
     if (this.stopping || this.waiting()) return;
     if (!(await this.sendMilestones())) return;
+    if ((await this.sendRetriedReadings()) === 'failed') return;
     if (!this.tracesDue) return;
     const { store } = this.deps;
+    let first = true;
     for (const loadNumber of store.loadsWithReadings()) {
+      if (!this.newestFirstDone.has(loadNumber)) {
+        this.newestFirstDone.add(loadNumber);
+        if ((await this.sendNewestFirst(loadNumber)) === 'failed') {
+          this.newestFirstDone.delete(loadNumber);
+          return;
+        }
+      }
       for (;;) {
         if (this.stopping) return;
         // Milestones jump the queue: one recorded during a long drain goes out next.
         if (store.hasPendingMilestones() && !(await this.sendMilestones())) return;
-        const sent = await this.sendNextTraceChunk(loadNumber);
-        if (sent === 'failed') return;
-        if (sent === 'empty') break;
+        // A backlog drains at a steady pace, not as fast as the service will take it.
+        if (!first && this.deps.config.delivery.drain_interval_ms > 0) await sleep(this.deps.config.delivery.drain_interval_ms);
+        first = false;
+        const step = await this.sendNextTraceChunk(loadNumber);
+        if (step === 'failed') return;
+        if (step === 'empty') break;
       }
     }
     this.tracesDue = false;
@@ -151,7 +211,7 @@ export class Sender {
       for (const m of batch) {
         if (this.stopping) return false;
         const body = { ...client.extraFields, ...m.body };
-        const outcome = await this.post(() => client.postMilestone(body, m.ref));
+        const outcome = await this.post(() => client.postMilestone(body, m.ref, this.abort.signal));
         const cls = classify(outcome);
         if (cls === 'delivered') {
           store.markMilestoneSent(m.id, this.now());
@@ -160,6 +220,13 @@ export class Sender {
           continue;
         }
         const why = describeOutcome(outcome);
+        if (cls === 'refused' || cls === 'too-large') {
+          // This milestone will never be accepted as it is; the ones after it must not wait for it.
+          store.parkMilestone(m, outcome.kind === 'response' ? outcome.status : null, why, this.now());
+          this.status.deadLettered.milestones += 1;
+          this.deps.log.error({ load: m.loadNumber, milestone: m.id, code: m.body.eventCode }, `milestone refused and parked in the dead-letter table: ${why}`);
+          continue;
+        }
         store.markMilestoneFailed(m.id, why);
         this.fail(cls, why, outcome, { load: m.loadNumber, milestone: m.id });
         return false;
@@ -167,11 +234,11 @@ export class Sender {
     }
   }
 
-  private traceOptions(): TraceBuildOptions {
+  private traceOptions(maxPoints = this.status.chunkLimit): TraceBuildOptions {
     const c = this.deps.config;
     return {
       samplingMs: c.sampling.interval_s * 1000,
-      maxPoints: c.delivery.max_traces_per_request,
+      maxPoints: Math.min(maxPoints, c.delivery.max_traces_per_request),
       dateForm: c.api.date_time_format,
       deviceId: this.deps.deviceId,
       temperatureMaxAgeMs: c.sampling.temperature_max_age_s * 1000,
@@ -180,29 +247,120 @@ export class Sender {
     };
   }
 
-  private async sendNextTraceChunk(loadNumber: string): Promise<'sent' | 'empty' | 'failed'> {
-    const { store, client } = this.deps;
+  private stopResolver(load: LoadRow) {
+    return nextStopResolver(load, this.deps.store.listMilestones(load.loadNumber), this.deps.config.codes.departure);
+  }
+
+  /**
+   * After an outage the service first learns where the truck is now: when a load's backlog
+   * is more than one chunk, its newest position goes alone, before the oldest-first drain.
+   */
+  private async sendNewestFirst(loadNumber: string): Promise<Step> {
+    const { store } = this.deps;
     const load = store.getLoad(loadNumber);
     if (!load) return 'empty';
-    const stopAt = nextStopResolver(load, store.listMilestones(loadNumber), this.deps.config.codes.departure);
+    const { newest, oldestMs } = store.backlogOf(loadNumber);
+    if (!newest || oldestMs === null) return 'empty';
+    const opts = this.traceOptions();
+    const spanMs = newest.time_ms - oldestMs;
+    const backlog = opts.samplingMs > 0 ? spanMs > opts.samplingMs * opts.maxPoints : spanMs > opts.maxPoints * 1000;
+    if (!backlog) return 'empty';
+    const chunk = buildTraceChunk({ ...load, lastSampleMs: null }, [newest], this.stopResolver(load), { ...opts, samplingMs: 0 }, true);
+    if (!chunk?.body) return 'empty';
+    const delivered: number[] = [];
+    const result = await this.deliverTraces(load, chunk.body.traces, chunk.readingIds, delivered);
+    store.deleteReadings(delivered);
+    if (result === 'delivered') this.deps.log.info({ load: loadNumber, backlogS: Math.round(spanMs / 1000) }, 'newest position sent ahead of the backlog');
+    return result === 'delivered' ? 'sent' : 'failed';
+  }
+
+  /** Dead letters the operator put back (`dead-letter retry`): each reading as its own point. */
+  private async sendRetriedReadings(): Promise<Step> {
+    const { store } = this.deps;
+    const rows = store.retryReadings(this.status.chunkLimit);
+    if (rows.length === 0) return 'empty';
+    const byLoad = new Map<string, typeof rows>();
+    for (const r of rows) byLoad.set(r.load_number ?? '', [...(byLoad.get(r.load_number ?? '') ?? []), r]);
+    for (const [loadNumber, readings] of byLoad) {
+      const load = store.getLoad(loadNumber);
+      if (!load) {
+        store.deleteReadings(readings.map((r) => r.id));
+        continue;
+      }
+      const chunk = buildTraceChunk({ ...load, lastSampleMs: null }, readings, this.stopResolver(load), { ...this.traceOptions(), samplingMs: 0 }, true);
+      if (!chunk?.body) {
+        store.deleteReadings(readings.map((r) => r.id));
+        continue;
+      }
+      const delivered: number[] = [];
+      const result = await this.deliverTraces(load, chunk.body.traces, chunk.readingIds, delivered);
+      store.deleteReadings(delivered);
+      if (result === 'failed') return 'failed';
+    }
+    return 'sent';
+  }
+
+  private async sendNextTraceChunk(loadNumber: string): Promise<Step> {
+    const { store } = this.deps;
+    const load = store.getLoad(loadNumber);
+    if (!load) return 'empty';
     // Built fully before sending: better-sqlite3 cannot write on a connection while a read iterates.
-    const chunk = buildTraceChunk(load, store.iterateReadings(loadNumber), stopAt, this.traceOptions(), load.endedMs !== null);
+    const chunk = buildTraceChunk(load, store.iterateReadings(loadNumber), this.stopResolver(load), this.traceOptions(), load.endedMs !== null);
     if (!chunk) return 'empty';
     if (!chunk.body) {
       store.ackReadings(loadNumber, chunk.lastId, chunk.lastSampleMs);
       return 'sent';
     }
-    const body = chunk.body;
-    const outcome = await this.post(() => client.postTraces(body, chunk.idempotencyKey));
-    const cls = classify(outcome);
-    if (cls === 'delivered') {
+    const delivered: number[] = [];
+    const result = await this.deliverTraces(load, chunk.body.traces, chunk.readingIds, delivered);
+    if (result === 'delivered') {
+      // Every point is at the service or parked: the chunk, and the readings sampling skipped, are done.
       store.ackReadings(loadNumber, chunk.lastId, chunk.lastSampleMs);
-      this.status.sent.traceRequests += 1;
-      this.status.sent.tracePoints += chunk.points;
-      this.deps.log.debug({ load: loadNumber, points: chunk.points }, 'trace request delivered');
       return 'sent';
     }
-    this.fail(cls, describeOutcome(outcome), outcome, { load: loadNumber, points: chunk.points });
+    // Part of a split chunk got through before the failure: those points must not go twice.
+    store.deleteReadings(delivered);
+    return 'failed';
+  }
+
+  /**
+   * Deliver these trace points: as one request, or, when the service refuses it or finds it
+   * too large, as halves, down to single points that are parked. `delivered` collects the
+   * reading ids the service accepted. Resolves 'failed' when delivery must pause.
+   */
+  private async deliverTraces(load: LoadRow, traces: Trace[], readingIds: number[], delivered: number[]): Promise<'delivered' | 'failed'> {
+    if (this.stopping) return 'failed';
+    const { client, store } = this.deps;
+    const body = traceBody(load.loadNumber, traces, this.deps.config.api.extra_fields);
+    const key = idempotencyKeyFor('trace', this.deps.deviceId, load.loadNumber, traces);
+    const outcome = await this.post(() => client.postTraces(body, key, this.abort.signal));
+    const cls = classify(outcome);
+    if (cls === 'delivered') {
+      delivered.push(...readingIds);
+      this.status.sent.traceRequests += 1;
+      this.status.sent.tracePoints += traces.length;
+      this.deps.log.debug({ load: load.loadNumber, points: traces.length }, 'trace request delivered');
+      return 'delivered';
+    }
+    if (cls === 'refused' || cls === 'too-large') {
+      const why = describeOutcome(outcome);
+      if (traces.length === 1) {
+        store.parkReading(readingIds[0], load.loadNumber, outcome.kind === 'response' ? outcome.status : null, why, body, this.now());
+        this.status.deadLettered.tracePoints += 1;
+        this.deps.log.error({ load: load.loadNumber, reading: readingIds[0] }, `trace point refused and parked in the dead-letter table: ${why}`);
+        return 'delivered';
+      }
+      if (cls === 'too-large') {
+        this.status.chunkLimit = Math.max(1, Math.floor(traces.length / 2));
+        this.deps.log.warn({ load: load.loadNumber, chunkLimit: this.status.chunkLimit }, 'service says the request is too large; sending smaller chunks');
+      } else {
+        this.deps.log.warn({ load: load.loadNumber, points: traces.length }, `trace request refused, splitting it to find the refused points: ${why}`);
+      }
+      const half = Math.ceil(traces.length / 2);
+      if ((await this.deliverTraces(load, traces.slice(0, half), readingIds.slice(0, half), delivered)) === 'failed') return 'failed';
+      return this.deliverTraces(load, traces.slice(half), readingIds.slice(half), delivered);
+    }
+    this.fail(cls, describeOutcome(outcome), outcome, { load: load.loadNumber, points: traces.length });
     return 'failed';
   }
 
@@ -210,9 +368,11 @@ export class Sender {
     this.status.lastAttemptMs = this.now();
     const outcome = await send();
     if (classify(outcome) === 'delivered') {
+      if (this.status.paused) this.deps.log.info('the service accepts requests again; delivery resumed');
       this.status.lastSuccessMs = this.now();
       this.status.consecutiveFailures = 0;
       this.status.nextAttemptMs = null;
+      this.status.paused = null;
     }
     return outcome;
   }
@@ -221,12 +381,13 @@ export class Sender {
     this.status.failures[cls] = (this.status.failures[cls] ?? 0) + 1;
     const hint =
       cls === 'auth'
-        ? ' (check api.subscription_key_file, api.scac, api.base_url and the paths; data is kept)'
+        ? ' (the service refuses the key, SCAC or address: check api.subscription_key_file, api.scac, api.base_url and the paths, then reload with SIGHUP; data is kept)'
         : cls === 'redirect'
-          ? ' (api.base_url probably points at the wrong address; redirects are never followed)'
+          ? ' (api.base_url probably points at the wrong address; redirects are never followed so the key stays here)'
           : '';
     const retryAfter = outcome.kind === 'response' ? retryAfterMs(outcome.retryAfter, this.now()) : undefined;
     this.scheduleRetry(cls, why + hint, retryAfter);
+    if (cls === 'auth') this.status.paused = `service refuses our credentials or address (${outcome.kind === 'response' ? `HTTP ${outcome.status}` : cls})`;
     const level = cls === 'auth' || cls === 'redirect' ? 'error' : 'warn';
     this.deps.log[level]({ ...context, class: cls, retryInMs: (this.status.nextAttemptMs ?? 0) - this.now() }, `delivery failed: ${why}${hint}`);
   }
@@ -237,9 +398,15 @@ export class Sender {
     this.status.lastError = why;
     this.status.lastErrorMs = this.now();
     this.status.lastErrorClass = cls;
-    const capMs = d.retry_max_s * 1000;
-    let delay = Math.max(MIN_DELAY_MS, backoffMs(this.status.consecutiveFailures - 1, d.retry_initial_s * 1000, capMs, this.random));
-    if (retryAfter !== undefined) delay = Math.max(MIN_DELAY_MS, Math.min(retryAfter, capMs));
+    let delay: number;
+    if (cls === 'auth') {
+      // Retrying a refused key quickly achieves nothing but noise; a reload retries at once.
+      delay = d.auth_retry_s * 1000;
+    } else if (retryAfter !== undefined) {
+      delay = Math.max(MIN_DELAY_MS, Math.min(retryAfter, d.retry_after_max_s * 1000));
+    } else {
+      delay = Math.max(MIN_DELAY_MS, backoffMs(this.status.consecutiveFailures - 1, d.retry_initial_s * 1000, d.retry_max_s * 1000, this.random));
+    }
     this.status.nextAttemptMs = this.now() + delay;
   }
 }

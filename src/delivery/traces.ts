@@ -25,6 +25,8 @@ export interface TraceBuildOptions {
 export interface TraceChunk {
   /** Null when the chunk only consumes readings that sampling skipped (an ended load's tail). */
   body: TraceBody | null;
+  /** The reading behind each trace point, in the same order as body.traces. */
+  readingIds: number[];
   /** Every reading of the load with id <= lastId is covered by this chunk. */
   lastId: number;
   lastSampleMs: number | null;
@@ -68,10 +70,10 @@ export function buildTraceChunk(
   final = false,
 ): TraceChunk | undefined {
   const traces: Trace[] = [];
+  const readingIds: number[] = [];
   let lastSampleMs = load.lastSampleMs;
   let lastPointId = 0;
   let lastSeenId = 0;
-  let lastPoint: StoredReading | undefined;
   let temp: { c: number; timeMs: number } | undefined;
 
   for (const r of readings) {
@@ -97,34 +99,41 @@ export function buildTraceChunk(
       };
     }
     traces.push(trace);
+    readingIds.push(r.id);
     lastSampleMs = r.time_ms;
     lastPointId = r.id;
-    lastPoint = r;
     if (traces.length >= opts.maxPoints) break;
   }
 
   if (traces.length === 0) {
     if (final && lastSeenId > 0) {
-      return { body: null, lastId: lastSeenId, lastSampleMs, points: 0, idempotencyKey: '' };
+      return { body: null, readingIds: [], lastId: lastSeenId, lastSampleMs, points: 0, idempotencyKey: '' };
     }
     return undefined;
   }
-  const body: Record<string, unknown> = { ...opts.extraFields, loadNumber: load.loadNumber };
-  const place = lastPoint && placeAt(lastPoint.lat!, lastPoint.lon!);
-  if (place) {
-    body.eventCity = place.city;
-    body.eventState = place.state;
-  }
-  body.traces = traces;
   const full = traces.length >= opts.maxPoints;
   const lastId = full || !final ? lastPointId : lastSeenId;
   return {
-    body: body as TraceBody,
+    body: traceBody(load.loadNumber, traces, opts.extraFields),
+    readingIds,
     lastId,
     lastSampleMs,
     points: traces.length,
     idempotencyKey: idempotencyKeyFor('trace', opts.deviceId, load.loadNumber, traces),
   };
+}
+
+/** A trace-request body; eventCity/eventState are where the last point is. */
+export function traceBody(loadNumber: string, traces: Trace[], extraFields: Record<string, string | number | boolean>): TraceBody {
+  const body: Record<string, unknown> = { ...extraFields, loadNumber };
+  const last = traces[traces.length - 1];
+  const place = last && placeAt(last.coordinate.latitude, last.coordinate.longitude);
+  if (place) {
+    body.eventCity = place.city;
+    body.eventState = place.state;
+  }
+  body.traces = traces;
+  return body as TraceBody;
 }
 
 /** Stable across retries: derived from what the request carries, not from when it is sent. */

@@ -5,6 +5,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { milestoneBodySchema, formatIssues, type MilestoneBody } from '../api/schemas.js';
+import pino, { type Logger } from 'pino';
+import { withRoom } from '../buffer/bounds.js';
 import type { MilestoneRow, Store } from '../buffer/store.js';
 import type { Config } from '../config/schema.js';
 import { eventTime } from '../geo/timezone.js';
@@ -25,6 +27,8 @@ export interface MilestoneInput {
   references?: { name: string; value: string }[];
 }
 
+const quietLog = pino({ level: 'silent' });
+
 export class MilestoneError extends Error {
   readonly code = 'EMILESTONE';
 }
@@ -34,7 +38,7 @@ export interface RecordedMilestone {
   warnings: string[];
 }
 
-export function recordMilestone(store: Store, config: Config, input: MilestoneInput, nowMs = Date.now()): RecordedMilestone {
+export function recordMilestone(store: Store, config: Config, input: MilestoneInput, nowMs = Date.now(), log: Logger = quietLog): RecordedMilestone {
   const warnings: string[] = [];
   const load = store.getLoad(input.loadNumber);
   if (!load) throw new MilestoneError(`load ${input.loadNumber}: no such load (start it with "load start ${input.loadNumber} --resource ID")`);
@@ -78,7 +82,7 @@ export function recordMilestone(store: Store, config: Config, input: MilestoneIn
 
   const parsed = milestoneBodySchema.safeParse(body);
   if (!parsed.success) throw new MilestoneError(formatIssues(parsed.error).join('; '));
-  const row = store.db
+  const row = withRoom(store, log, () => store.db
     .transaction(() => {
       const r = store.insertMilestone(load.loadNumber, parsed.data as MilestoneBody, nowMs, ref);
       if (input.stop !== undefined && config.codes.departure.includes(code)) {
@@ -87,6 +91,6 @@ export function recordMilestone(store: Store, config: Config, input: MilestoneIn
       }
       return r;
     })
-    .immediate();
+    .immediate());
   return { row, warnings };
 }

@@ -23,6 +23,8 @@ export interface Faults {
   failNext: number;
   /** The next N requests get their connection dropped after the body was read (a lost response). */
   dropNext: number;
+  /** The next N accepted requests are recorded, then their connection dropped: the answer is lost. */
+  loseResponseNext: number;
   /** The next N requests are answered 429 with Retry-After. */
   throttleNext: number;
   /** Every Nth request (counting all) is answered 429; 0 = never. */
@@ -47,6 +49,7 @@ export const NO_FAULTS: Faults = {
   dropRate: 0,
   failNext: 0,
   dropNext: 0,
+  loseResponseNext: 0,
   throttleNext: 0,
   throttleEvery: 0,
   retryAfter: '1',
@@ -321,6 +324,13 @@ export class Sandbox {
     }
     this.stats.accepted += 1;
     if (this.opts.recordFile) appendFileSync(this.opts.recordFile, `${JSON.stringify({ kind, ...record })}\n`);
+    if (f.loseResponseNext > 0) {
+      f.loseResponseNext -= 1;
+      this.stats.faults.dropped += 1;
+      emit({ status: 0, idempotencyKey: idem, duplicate, body, problem: 'accepted, then the answer was lost (fault)' });
+      req.socket.destroy();
+      return;
+    }
     emit({ status: 200, idempotencyKey: idem, duplicate, body });
     return this.json(res, 200, { status: 'accepted', duplicate });
   }

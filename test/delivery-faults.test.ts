@@ -1,0 +1,236 @@
+/**
+ * Delivery under the faults the real world serves, each against the real sandbox on port 0
+ * and a real SQLite file.
+ */
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ApiClient } from '../src/api/client.js';
+import { COUNTER_DROPPED_DISK_FULL, COUNTER_DROPPED_SIZE, enforceBounds, withRoom } from '../src/buffer/bounds.js';
+import { Store } from '../src/buffer/store.js';
+import { configSchema, type Config } from '../src/config/schema.js';
+import { Sender } from '../src/delivery/sender.js';
+import { createLogger } from '../src/log.js';
+import { recordMilestone } from '../src/milestones/record.js';
+import { Sandbox, type SandboxEvent } from '../src/sandbox/server.js';
+import { TEST_KEY, TEST_SCAC, tempDir, waitFor } from './helpers.js';
+
+const silent = createLogger({ level: 'silent', destination: process.stdout });
+const T0 = Date.UTC(2026, 5, 1, 12);
+let tmp: ReturnType<typeof tempDir>;
+let sandbox: Sandbox;
+let store: Store;
+let client: ApiClient | undefined;
+let sender: Sender | undefined;
+let config: Config;
+let events: Array<SandboxEvent & { at: number }>;
+
+beforeEach(async () => {
+  tmp = tempDir();
+  events = [];
+  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC, onRequest: (e) => events.push({ ...e, at: Date.now() }) });
+  const { url } = await sandbox.start();
+  config = configSchema.parse({
+    api: { base_url: url, scac: TEST_SCAC, timeout_s: 2 },
+    buffer: { path: join(tmp.dir, 'b.db') },
+    sampling: { interval_s: 0 },
+    delivery: { poll_interval_ms: 20, retry_initial_s: 0.05, retry_max_s: 0.2, max_traces_per_request: 100, drain_interval_ms: 0, auth_retry_s: 60 },
+  });
+  store = Store.open(config.buffer.path);
+  store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: T0 });
+});
+afterEach(async () => {
+  await sender?.stop();
+  await client?.close();
+  sender = undefined;
+  client = undefined;
+  store.close();
+  await sandbox.stop();
+  tmp.cleanup();
+});
+
+function start(key = TEST_KEY) {
+  client = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: key, timeoutMs: 2000 });
+  sender = new Sender({ store, client, config, deviceId: 'dev', log: silent });
+  sender.start();
+  return sender;
+}
+function addReadings(n: number, from = 0) {
+  store.insertReadings(Array.from({ length: n }, (_, i) => ({ resourceId: 'T1', timeMs: T0 + (from + i) * 1000, lat: 41.8, lon: -87.6 + (from + i) * 1e-5 })));
+}
+const pointIds = () => sandbox.traces.flatMap((t) => t.body.traces.map((p) => Number(p.references![0].value.split('-')[1])));
+const drained = () => store.counts().readings === 0 && store.counts().pendingMilestones === 0;
+
+describe('outage and recovery', () => {
+  it('loses nothing: milestones first, then the newest position, then the backlog oldest first', async () => {
+    addReadings(600);
+    sandbox.setFaults({ forceStatus: 503 });
+    const s = start();
+    s.requestTracePush();
+    recordMilestone(store, config, { loadNumber: 'L1', code: 'X3' });
+    await waitFor(() => s.status.consecutiveFailures >= 3, 5000, 'failures during the outage');
+    addReadings(400, 600); // the truck kept driving
+    recordMilestone(store, config, { loadNumber: 'L1', code: 'AF' });
+    expect(store.counts()).toMatchObject({ readings: 1000, pendingMilestones: 2, deadLetters: 0 });
+
+    sandbox.setFaults({ forceStatus: 0 });
+    await waitFor(drained, 10_000, 'the backlog drained after recovery');
+    const accepted = events.filter((e) => e.status === 200);
+    expect(accepted.slice(0, 2).map((e) => (e.body as { eventCode: string }).eventCode)).toEqual(['X3', 'AF']);
+    const ids = pointIds();
+    expect(ids[0]).toBe(1000); // where the truck is now, first
+    expect(ids.slice(1)).toEqual(Array.from({ length: 999 }, (_, i) => i + 1)); // then oldest first
+    expect(sandbox.traces.slice(1).every((t) => t.body.traces.length <= 100)).toBe(true);
+    expect(sandbox.stats.duplicateTracePoints).toBe(0);
+  });
+
+  it('honours Retry-After on 429 instead of its own shorter backoff', async () => {
+    addReadings(5);
+    sandbox.setFaults({ throttleNext: 1, retryAfter: '1' });
+    const s = start();
+    s.requestTracePush();
+    await waitFor(drained, 5000, 'delivery after the 429');
+    const throttled = events.find((e) => e.status === 429)!;
+    const next = events.find((e) => e.at > throttled.at)!;
+    expect(next.at - throttled.at).toBeGreaterThanOrEqual(950);
+    expect(s.status.failures.retry).toBe(1);
+  });
+
+  it('never follows a redirect: the data stays and the problem is reported as configuration', async () => {
+    addReadings(5);
+    sandbox.setFaults({ forceStatus: 301, redirectTo: 'http://127.0.0.1:9/elsewhere' });
+    const s = start();
+    s.requestTracePush();
+    await waitFor(() => s.status.consecutiveFailures >= 2, 5000, 'two refused attempts');
+    expect(s.status.lastErrorClass).toBe('redirect');
+    expect(s.status.lastError).toContain('redirect to http://127.0.0.1:9/elsewhere not followed');
+    expect(s.status.lastError).toContain('api.base_url');
+    expect(store.counts()).toMatchObject({ readings: 5, deadLetters: 0 });
+  });
+});
+
+describe('poison records', () => {
+  it('parks the one refused point of a batch of 500 and delivers the other 499 in the same cycle', async () => {
+    config.delivery.max_traces_per_request = 500;
+    addReadings(500);
+    sandbox.setFaults({ rejectTraceRefs: ['dev-250'] });
+    const s = start();
+    s.requestTracePush();
+    await s.kick();
+    await waitFor(drained, 5000, 'the batch resolved');
+    const ids = pointIds();
+    expect(new Set(ids).size).toBe(499);
+    expect(ids).not.toContain(250);
+    const dead = store.listDeadLetters();
+    expect(dead).toHaveLength(1);
+    expect(dead[0]).toMatchObject({ kind: 'trace', loadNumber: 'L1', recordId: 250, status: 400 });
+    expect(dead[0].response).toContain('refused by the service');
+    expect(s.status.deadLettered.tracePoints).toBe(1);
+    // The bisection took about 2 log2(500) requests, not 500.
+    expect(events.filter((e) => e.status === 400).length).toBeLessThanOrEqual(10);
+
+    // The operator fixes the cause and puts it back: it goes out as its own point.
+    sandbox.setFaults({ rejectTraceRefs: [] });
+    expect(store.retryDeadLetters('all')).toBe(1);
+    await waitFor(() => pointIds().includes(250), 5000, 'the retried point');
+    expect(store.counts()).toMatchObject({ deadLetters: 0, retryReadings: 0 });
+  });
+
+  it('parks a refused milestone and sends the next one', async () => {
+    recordMilestone(store, config, { loadNumber: 'L1', code: 'X3' });
+    store.startLoad({ loadNumber: 'L2', resourceId: 'T2', resourceType: 'Truck', stops: [], nowMs: T0 });
+    recordMilestone(store, config, { loadNumber: 'L2', code: 'X3' });
+    sandbox.setFaults({ rejectLoads: ['L1'] });
+    start();
+    await waitFor(() => sandbox.milestones.length === 1 && store.counts().pendingMilestones === 0, 5000, 'L2 delivered');
+    expect(sandbox.milestones[0].body.loadNumber).toBe('L2');
+    expect(store.listDeadLetters()).toMatchObject([{ kind: 'milestone', loadNumber: 'L1', status: 400 }]);
+  });
+
+  it('halves the chunk size on 413 and delivers everything', async () => {
+    addReadings(90);
+    sandbox.setFaults({ maxTracesPerRequest: 30 });
+    const s = start();
+    s.requestTracePush();
+    await waitFor(drained, 5000, 'delivery in smaller chunks');
+    expect(s.status.chunkLimit).toBeLessThanOrEqual(30);
+    expect(new Set(pointIds()).size).toBe(90);
+    expect(store.counts().deadLetters).toBe(0);
+  });
+});
+
+describe('credentials refused', () => {
+  it('401 pauses delivery without dead-lettering, and a new key resumes it', async () => {
+    addReadings(10);
+    recordMilestone(store, config, { loadNumber: 'L1', code: 'X3' });
+    const s = start('revoked-key');
+    s.requestTracePush();
+    await waitFor(() => s.status.paused !== null, 5000, 'the pause');
+    expect(s.status.paused).toContain('HTTP 401');
+    expect(s.status.nextAttemptMs! - Date.now()).toBeGreaterThan(50_000); // slow retries: auth_retry_s
+    await new Promise((r) => setTimeout(r, 300));
+    expect(sandbox.stats.unauthorized).toBe(1); // no hammering while paused
+    expect(store.counts()).toMatchObject({ readings: 10, pendingMilestones: 1, deadLetters: 0 });
+
+    const fixed = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });
+    s.updateConfig(config, fixed);
+    await waitFor(drained, 5000, 'delivery with the new key');
+    expect(s.status.paused).toBeNull();
+    await fixed.close();
+  });
+});
+
+describe('idempotency', () => {
+  it('a retry after a lost answer carries the same idempotency key, for traces and milestones', async () => {
+    addReadings(20);
+    recordMilestone(store, config, { loadNumber: 'L1', code: 'X3' });
+    sandbox.setFaults({ loseResponseNext: 1 });
+    const s = start();
+    await waitFor(() => store.counts().pendingMilestones === 0, 5000, 'the milestone after its lost answer');
+    sandbox.setFaults({ loseResponseNext: 1 });
+    s.requestTracePush();
+    await waitFor(drained, 5000, 'the traces after their lost answer');
+    expect(sandbox.stats.duplicateRequests).toBe(2);
+    expect(sandbox.milestones).toHaveLength(2);
+    expect(sandbox.milestones[0].idempotencyKey).toBe(sandbox.milestones[1].idempotencyKey);
+    expect(sandbox.traces[0].idempotencyKey).toBe(sandbox.traces[1].idempotencyKey);
+    expect(JSON.stringify(sandbox.traces[0].body)).toBe(JSON.stringify(sandbox.traces[1].body));
+  });
+});
+
+describe('bounds', () => {
+  it('the size cap drops the oldest readings and never a milestone', () => {
+    addReadings(20_000);
+    recordMilestone(store, config, { loadNumber: 'L1', code: 'X3' });
+    const before = store.usedBytes();
+    const dropped = enforceBounds(store, { maxSizeBytes: before / 4, maxAgeMs: 365 * 86_400_000 }, silent, T0);
+    expect(dropped.size).toBeGreaterThan(10_000);
+    expect(store.usedBytes()).toBeLessThanOrEqual(before / 4);
+    const left = [...store.iterateReadings('L1')];
+    expect(left[0].id).toBe(dropped.size + 1); // the oldest went
+    expect(store.counts().pendingMilestones).toBe(1);
+    expect(store.counters()[COUNTER_DROPPED_SIZE]).toBe(dropped.size);
+  });
+
+  it('the age limit drops old readings only', () => {
+    addReadings(100);
+    const dropped = enforceBounds(store, { maxSizeBytes: 1e12, maxAgeMs: 50_000 }, silent, T0 + 100_000);
+    expect(dropped.age).toBe(50);
+    expect(store.counts().readings).toBe(50);
+  });
+
+  it('a full disk (SQLITE_FULL) drops the oldest readings, keeps milestones, and keeps working', () => {
+    addReadings(5000);
+    recordMilestone(store, config, { loadNumber: 'L1', code: 'X3' });
+    // Cap the file at its current size: the next page allocation fails with SQLITE_FULL.
+    store.db.pragma('wal_checkpoint(TRUNCATE)');
+    const pages = store.db.pragma('page_count', { simple: true }) as number;
+    store.db.pragma(`max_page_count = ${pages}`);
+    expect(() => addReadings(5000, 5000)).toThrow(/full/);
+    const kept = withRoom(store, silent, () => store.insertReadings(Array.from({ length: 500 }, (_, i) => ({ resourceId: 'T1', timeMs: T0 + (10_000 + i) * 1000, lat: 41, lon: -87 }))), 2000);
+    expect(kept).toBe(500);
+    const m = recordMilestone(store, config, { loadNumber: 'L1', code: 'AF' }, Date.now(), silent);
+    expect(m.row.id).toBe(2);
+    expect(store.counts().pendingMilestones).toBe(2);
+    expect(store.counters()[COUNTER_DROPPED_DISK_FULL]).toBeGreaterThanOrEqual(2000);
+  });
+});

@@ -1,0 +1,137 @@
+/**
+ * The real daemon process under faults: kill -9 in the middle of a send, key rotation by
+ * SIGHUP, SIGTERM while a request is in flight, and the dead-letter commands.
+ */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Store } from '../src/buffer/store.js';
+import { Sandbox } from '../src/sandbox/server.js';
+import { TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, tempDir, waitFor, type Daemon } from './helpers.js';
+
+let tmp: ReturnType<typeof tempDir>;
+let sandbox: Sandbox;
+let daemons: Daemon[] = [];
+// Recent: readings older than buffer.max_age_days would be dropped at start.
+const T0 = Date.now() - 86_400_000;
+
+beforeEach(() => {
+  tmp = tempDir();
+  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
+});
+afterEach(async () => {
+  for (const d of daemons) await d.stop('SIGKILL');
+  daemons = [];
+  await sandbox.stop();
+  tmp.cleanup();
+});
+
+function prefill(n: number): void {
+  const store = Store.open(join(tmp.dir, 'buffer.db'));
+  store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: T0 });
+  store.insertReadings(Array.from({ length: n }, (_, i) => ({ resourceId: 'T1', timeMs: T0 + i * 1000, lat: 41.8, lon: -87.6 + i * 1e-5 })));
+  store.close();
+}
+function daemon(cfg: string): Daemon {
+  const d = startDaemon(['--config', cfg]);
+  daemons.push(d);
+  return d;
+}
+const remaining = () => {
+  const store = Store.open(join(tmp.dir, 'buffer.db'));
+  try {
+    return store.counts();
+  } finally {
+    store.close();
+  }
+};
+
+describe('daemon under faults', () => {
+  it('kill -9 during a send, restart: everything delivered, duplicates bounded to one batch with the same key', async () => {
+    const { url } = await sandbox.start();
+    prefill(3000);
+    // The extra lines land in agentConfig's last table, [delivery].
+    const cfg = agentConfig(tmp.dir, url, 'max_traces_per_request = 200\ndrain_interval_ms = 0\n', { traces: '* * * * * *', sampling: 0 });
+    sandbox.setFaults({ latencyMs: 400 });
+    const first = daemon(cfg);
+    await waitFor(() => sandbox.traces.length >= 3, 20_000, 'a few delivered requests');
+    // A request is in flight now (each takes 400 ms): kill without warning.
+    expect(await first.stop('SIGKILL')).toEqual({ code: null, signal: 'SIGKILL' });
+    const receivedBefore = sandbox.traces.length;
+    sandbox.setFaults({ latencyMs: 0 });
+    daemon(cfg);
+    await waitFor(() => remaining().readings === 0, 30_000, 'the rest delivered after the restart');
+    const ids = sandbox.traces.flatMap((t) => t.body.traces.map((p) => Number(p.references![0].value.split('-').pop())));
+    expect(new Set(ids).size).toBe(3000);
+    expect(ids.length - 3000).toBeLessThanOrEqual(200);
+    expect(sandbox.stats.duplicateTracePoints).toBe(ids.length - 3000);
+    // A request re-sent after the crash is the same request: same key, so the service can tell.
+    if (ids.length > 3000) expect(sandbox.stats.duplicateRequests).toBeGreaterThanOrEqual(1);
+    expect(receivedBefore).toBeGreaterThanOrEqual(3);
+  }, 60_000);
+
+  it('401 pauses without losing or dead-lettering anything; a fixed key and SIGHUP resume delivery', async () => {
+    const { url } = await sandbox.start();
+    prefill(50);
+    const cfg = agentConfig(tmp.dir, url, '', { traces: '* * * * * *', sampling: 0 });
+    writeFileSync(join(tmp.dir, 'key'), 'revoked-key\n');
+    const d = daemon(cfg);
+    const paused = await waitFor(async () => {
+      const r = await runCli(['status', '--json', '--config', cfg]);
+      const s = JSON.parse(r.stdout);
+      return s.delivery?.paused ? s : undefined;
+    }, 15_000, 'status showing the pause');
+    expect(paused.delivery.paused).toContain('HTTP 401');
+    expect(paused.queue).toMatchObject({ readings: 50, deadLetters: 0 });
+    const text = await runCli(['status', '--config', cfg]);
+    expect(text.stdout).toMatch(/PAUSED:\s+service refuses our credentials or address \(HTTP 401\)/);
+
+    // A bad new config is refused and the old one kept.
+    const good = (await import('node:fs')).readFileSync(cfg, 'utf8');
+    writeFileSync(cfg, `${good}\nnonsense = true\n`);
+    d.child.kill('SIGHUP');
+    await waitFor(() => d.output().includes('new configuration refused'), 5000, 'the refusal');
+    expect(d.output()).toContain('nonsense: unknown key');
+    writeFileSync(cfg, good);
+
+    writeFileSync(join(tmp.dir, 'key'), `${TEST_KEY}\n`);
+    d.child.kill('SIGHUP');
+    await waitFor(() => remaining().readings === 0, 10_000, 'delivery after the reload');
+    expect(sandbox.stats.tracePoints).toBe(50);
+    expect(d.output()).toContain('configuration reloaded');
+    expect(d.output()).not.toContain(TEST_KEY);
+  }, 40_000);
+
+  it('SIGTERM lets the in-flight request finish, commits, and exits 0', async () => {
+    const { url } = await sandbox.start();
+    prefill(100);
+    const cfg = agentConfig(tmp.dir, url, '', { traces: '* * * * * *', sampling: 0 });
+    sandbox.setFaults({ latencyMs: 1500 });
+    const d = daemon(cfg);
+    await waitFor(() => sandbox.stats.requests >= 1, 15_000, 'a request in flight');
+    const stopped = Date.now();
+    expect(await d.stop('SIGTERM')).toEqual({ code: 0, signal: null });
+    expect(Date.now() - stopped).toBeLessThan(10_000);
+    // The request that was in flight was answered and acknowledged: its readings are gone, the rest kept.
+    expect(sandbox.traces.length).toBe(1);
+    expect(remaining().readings).toBe(100 - sandbox.stats.tracePoints);
+  }, 30_000);
+
+  it('dead-letter list and retry from the command line', async () => {
+    const { url } = await sandbox.start();
+    prefill(10);
+    const cfg = agentConfig(tmp.dir, url, '', { traces: '* * * * * *', sampling: 0 });
+    sandbox.setFaults({ rejectTraceRefs: ['test-device-4'] });
+    const d = daemon(cfg);
+    await waitFor(() => remaining().readings === 0 && remaining().deadLetters === 1, 15_000, 'one parked point');
+    const list = await runCli(['dead-letter', 'list', '--config', cfg]);
+    expect(list.stdout).toMatch(/^1\t\S+\tload L1\ttrace point \(reading 4\)\tHTTP 400\t.*traces\.0: refused by the service/);
+    expect((await runCli(['dead-letter', 'retry', '--config', cfg])).code).toBe(64);
+    sandbox.setFaults({ rejectTraceRefs: [] });
+    const retry = await runCli(['dead-letter', 'retry', '--id', '1', '--config', cfg]);
+    expect(retry.stdout).toBe('1 dead letter(s) put back in the queue\n');
+    await waitFor(() => sandbox.stats.tracePoints === 10, 10_000, 'the retried point delivered');
+    expect((await runCli(['dead-letter', 'list', '--config', cfg])).stdout).toBe('no dead letters\n');
+    await d.stop('SIGTERM');
+  }, 30_000);
+});
