@@ -13,6 +13,7 @@ import { Store } from './buffer/store.js';
 import type { KeyLookup, LoadedConfig } from './config/load.js';
 import { Sender, type SenderStatus } from './delivery/sender.js';
 import { addSecret } from './log.js';
+import { MilestoneDetector } from './milestones/detector.js';
 import { createSource, sourceName } from './sources/index.js';
 import type { Source, SourceHealth } from './sources/types.js';
 
@@ -84,6 +85,9 @@ export class Agent {
       },
       this.log.child({ component: 'buffer' }),
     );
+    // Positions become arrival, departure and delay milestones as soon as they are committed.
+    const detector = new MilestoneDetector(this.store, () => this.loaded.config, this.log.child({ component: 'milestones' }), () => void this.sender.kick());
+    this.ingest.onCommit((batch) => detector.process(batch));
     this.client = this.makeClient();
     this.sender = new Sender({ store: this.store, client: this.client, config, deviceId, log: this.log.child({ component: 'sender' }) });
 

@@ -91,6 +91,24 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
       );
     `);
   },
+  // 2 -> 3: geofence and delay state per (load, stop), so detection survives a restart.
+  (db) => {
+    db.exec(`
+      CREATE TABLE stop_state (
+        load_number       TEXT    NOT NULL,
+        stop_sequence     INTEGER NOT NULL,
+        state             TEXT    NOT NULL DEFAULT 'outside',
+        first_inside_ms   INTEGER,
+        last_inside_ms    INTEGER,
+        inside_fixes      INTEGER NOT NULL DEFAULT 0,
+        outside_fixes     INTEGER NOT NULL DEFAULT 0,
+        arrived_ms        INTEGER,
+        departed_ms       INTEGER,
+        delay_reported_s  INTEGER,
+        PRIMARY KEY (load_number, stop_sequence)
+      );
+    `);
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -134,11 +134,53 @@ export const configSchema = z.strictObject({
       /** Reason code sent when none is given. */
       default_reason: z.string().min(1).default('NS'),
       /** Codes whose milestone means "left the stop": the next stop becomes the trace's stopsequenceNumber. */
-      departure: z.array(z.string().min(1)).default(['AF', 'CD']),
+      departure: z.array(z.string().min(1)).default(['AF', 'D1', 'CD']),
       /** Codes the service is known to accept; others are sent with a warning. */
       known: z
         .array(z.string().min(1))
         .default(['X3', 'AF', 'X1', 'D1', 'CD', 'X6', 'SD', 'AA', 'AB', 'AG', 'X5', 'AI', 'AO', 'BE', 'AH', 'NS']),
+    })
+    .prefault({}),
+  milestones: z
+    .strictObject({
+      /** Detect arrival and departure at a load's stops from positions. */
+      detect: z.boolean().default(true),
+      /** Arrival radius when a stop gives none, metres. */
+      radius_m: z.number().positive().max(50_000).default(300),
+      /** Departure when the position leaves radius x this factor (hysteresis against GPS jitter). */
+      exit_radius_factor: z.number().min(1).max(10).default(1.5),
+      /** Arrived once inside for this long and for at least min_fixes fixes in a row. */
+      dwell_s: nonNegative.max(86_400).default(120),
+      /** Consecutive fixes needed to confirm arrival, and outside the exit radius to confirm departure. */
+      min_fixes: positiveInt.max(1000).default(3),
+      codes: z
+        .strictObject({
+          pickup_arrive: z.string().min(1).default('X3'),
+          pickup_depart: z.string().min(1).default('AF'),
+          delivery_arrive: z.string().min(1).default('X1'),
+          delivery_depart: z.string().min(1).default('D1'),
+          other_arrive: z.string().min(1).default('X1'),
+          other_depart: z.string().min(1).default('CD'),
+        })
+        .prefault({}),
+      delay: z
+        .strictObject({
+          enabled: z.boolean().default(true),
+          code: z.string().min(1).default('SD'),
+          reason: z.string().min(1).default('NS'),
+          /** Delay milestone when the predicted arrival passes the appointment end by more than this. */
+          grace_s: nonNegative.default(900),
+          /** Another delay milestone only when the predicted delay grew by this much. */
+          step_s: z.number().positive().default(1800),
+          /** Road distance = straight-line distance x this factor. */
+          road_factor: z.number().min(1).max(3).default(1.25),
+          /** Speed is averaged over this window of recent fixes. */
+          speed_window_s: z.number().positive().default(900),
+          /** Below this averaged speed (a fuel stop, a jam) the prediction uses planning_speed_kmh. */
+          min_speed_kmh: z.number().positive().default(30),
+          planning_speed_kmh: z.number().positive().default(70),
+        })
+        .prefault({}),
     })
     .prefault({}),
   log: z

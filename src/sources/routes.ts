@@ -15,7 +15,8 @@ export class RouteError extends Error {
 }
 
 /**
- * Chicago, IL (pick-up) to Indianapolis, IN (delivery) along I-94 and I-65, about 300 km.
+ * Chicago, IL (pick-up, point 0) to Indianapolis, IN (delivery, the second-to-last point)
+ * along I-94 and I-65, about 277 km, then on to a truck stop 3 km further.
  * It crosses from Central to Eastern time south of Rensselaer, so the demo shows the zone
  * of each trace point following the truck.
  */
@@ -36,6 +37,8 @@ const CHICAGO_INDIANAPOLIS: RoutePoint[] = [
   { lat: 39.9, lon: -86.27 },
   { lat: 39.79, lon: -86.18 },
   { lat: 39.768, lon: -86.158 },
+  // On to a truck stop after unloading, so leaving the delivery stop is part of the route.
+  { lat: 39.748, lon: -86.128 },
 ];
 
 export const BUILTIN_ROUTES: Record<string, RoutePoint[]> = {
