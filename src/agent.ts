@@ -12,6 +12,7 @@ import { Ingest } from './buffer/ingest.js';
 import { Store } from './buffer/store.js';
 import type { KeyLookup, LoadedConfig } from './config/load.js';
 import { Sender, type SenderStatus } from './delivery/sender.js';
+import { HealthServer } from './health.js';
 import { addSecret } from './log.js';
 import { MilestoneDetector } from './milestones/detector.js';
 import { createSource, sourceName } from './sources/index.js';
@@ -58,6 +59,9 @@ export class Agent {
   private splayTimer: NodeJS.Timeout | undefined;
   private stateTimer: NodeJS.Timeout | undefined;
   private readonly startedMs = Date.now();
+  private health: HealthServer | undefined;
+  /** Port of the health endpoint when it is on. */
+  healthPort: number | undefined;
   private lastSenderState = '';
   private lastStateWriteMs = 0;
 
@@ -70,6 +74,16 @@ export class Agent {
 
   get config() {
     return this.loaded.config;
+  }
+
+  get startedAt(): number {
+    return this.startedMs;
+  }
+
+  /** The push interval of the trace schedule (the gap between its next two runs). */
+  pushIntervalMs(): number {
+    const runs = this.cron?.getNextRuns(2);
+    return runs && runs.length === 2 ? runs[1].getTime() - runs[0].getTime() : 15 * 60_000;
   }
 
   async start(): Promise<void> {
@@ -108,8 +122,16 @@ export class Agent {
         this.writeState(true);
       }
     }, 1000);
+    if (config.health.listen) {
+      this.health = new HealthServer(this);
+      try {
+        this.healthPort = await this.health.start(config.health.listen);
+      } catch (err) {
+        this.log.error({ listen: config.health.listen, err: (err as Error).message }, 'health endpoint could not listen; running without it');
+      }
+    }
     this.log.info(
-      { deviceId, config: this.loaded.file, buffer: config.buffer.path, keyOrigin: this.key.origin, sources: this.sources.map((s) => s.name), traces: config.schedule.traces, splayMs: splayMs(deviceId, config.schedule.splay_s) },
+      { deviceId, config: this.loaded.file, health: this.healthPort, buffer: config.buffer.path, keyOrigin: this.key.origin, sources: this.sources.map((s) => s.name), traces: config.schedule.traces, splayMs: splayMs(deviceId, config.schedule.splay_s) },
       'agent started',
     );
   }
@@ -266,6 +288,7 @@ export class Agent {
   }
 
   async stop(): Promise<void> {
+    await this.health?.stop();
     await this.stopSchedule();
     clearInterval(this.stateTimer);
     clearInterval(this.boundsTimer);

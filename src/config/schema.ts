@@ -183,6 +183,17 @@ export const configSchema = z.strictObject({
         .prefault({}),
     })
     .prefault({}),
+  health: z
+    .strictObject({
+      /** Loopback address for /healthz and /metrics, e.g. "127.0.0.1:9101"; empty: off. */
+      listen: z
+        .string()
+        .regex(/^$|^(127\.\d+\.\d+\.\d+|localhost|\[::1\]):\d{1,5}$/, 'expected a loopback host:port such as 127.0.0.1:9101, or "" for off')
+        .default(''),
+      /** A source with no reading for this long makes /healthz unhealthy. */
+      source_silent_s: z.number().positive().default(300),
+    })
+    .prefault({}),
   log: z
     .strictObject({
       level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),

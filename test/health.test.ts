@@ -1,0 +1,104 @@
+import { Writable } from 'node:stream';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Agent } from '../src/agent.js';
+import { configSchema } from '../src/config/schema.js';
+import { addSecret, createLogger } from '../src/log.js';
+import { Sandbox } from '../src/sandbox/server.js';
+import { TEST_KEY, TEST_SCAC, tempDir, waitFor } from './helpers.js';
+
+let tmp: ReturnType<typeof tempDir>;
+let sandbox: Sandbox;
+let agent: Agent | undefined;
+beforeEach(() => {
+  tmp = tempDir();
+  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
+});
+afterEach(async () => {
+  await agent?.stop();
+  agent = undefined;
+  await sandbox.stop();
+  tmp.cleanup();
+});
+
+function capture() {
+  let text = '';
+  const stream = new Writable({
+    write(chunk, _enc, cb) {
+      text += chunk.toString();
+      cb();
+    },
+  });
+  return { stream, text: () => text };
+}
+
+/** Prometheus text format: `name{labels} value` lines into a map. */
+function parseMetrics(text: string): Map<string, number> {
+  const m = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const match = /^([a-z_]+(?:\{[^}]*\})?) (-?[\d.e+]+)$/.exec(line);
+    expect(match, `metrics line ${JSON.stringify(line)}`).not.toBeNull();
+    m.set(match![1], Number(match![2]));
+  }
+  return m;
+}
+
+describe('health endpoint and metrics', () => {
+  it('reports ok, serves parseable metrics, and turns unhealthy when pushes fail while data waits', async () => {
+    const { url } = await sandbox.start();
+    const config = configSchema.parse({
+      api: { base_url: url, scac: TEST_SCAC, timeout_s: 1 },
+      buffer: { path: join(tmp.dir, 'b.db'), flush_interval_ms: 100 },
+      schedule: { traces: '* * * * * *', splay_s: 0 },
+      sampling: { interval_s: 0 },
+      delivery: { poll_interval_ms: 100, retry_initial_s: 0.1, retry_max_s: 0.2 },
+      health: { listen: '127.0.0.1:0' },
+      sources: [{ type: 'simulator', resource_id: 'T1', time_scale: 10, interval_s: 1 }],
+    });
+    const log = createLogger({ level: 'silent', destination: capture().stream });
+    agent = new Agent({ file: '(test)', config, deviceId: 'dev', warnings: [] }, { key: TEST_KEY, origin: 'test' }, log);
+    await agent.start();
+    agent.store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: Date.now() });
+    const base = `http://127.0.0.1:${agent.healthPort}`;
+    await waitFor(() => sandbox.stats.tracePoints > 5, 10_000, 'traces delivered');
+
+    const ok = await fetch(`${base}/healthz`);
+    expect(ok.status).toBe(200);
+    expect(await ok.text()).toBe('ok\n');
+    const metrics = parseMetrics(await (await fetch(`${base}/metrics`)).text());
+    expect(metrics.get('telematics_pushes_total{class="delivered"}')).toBeGreaterThan(0);
+    expect(metrics.get('telematics_source_healthy{source="simulator:T1",type="simulator"}')).toBe(1);
+    expect(metrics.get('telematics_source_readings_total{source="simulator:T1"}')).toBeGreaterThan(5);
+    expect(metrics.has('telematics_queue_readings')).toBe(true);
+    expect(metrics.get('telematics_buffer_bytes')).toBeGreaterThan(0);
+    expect(metrics.get('telematics_dead_letters')).toBe(0);
+
+    // The service goes away; readings keep coming; after two push intervals (1 s each) it is unhealthy.
+    await sandbox.stop();
+    const bad = await waitFor(async () => {
+      const r = await fetch(`${base}/healthz`);
+      return r.status === 503 ? r.text() : undefined;
+    }, 10_000, 'an unhealthy report');
+    expect(bad).toMatch(/^unhealthy\nno successful push for \d+ s while data waits \(push interval 1 s\)/);
+    const after = parseMetrics(await (await fetch(`${base}/metrics`)).text());
+    expect(after.get('telematics_pushes_total{class="retry"}')).toBeGreaterThan(0);
+    expect(after.get('telematics_queue_readings')).toBeGreaterThan(0);
+  });
+});
+
+describe('logs', () => {
+  it('never show the subscription key, whatever field or message it hides in', () => {
+    const out = capture();
+    const log = createLogger({ level: 'trace', destination: out.stream });
+    addSecret(TEST_KEY);
+    log.info({ key: TEST_KEY, subscriptionKey: TEST_KEY }, 'fields');
+    log.warn({ headers: { 'ocp-apim-subscription-key': TEST_KEY } }, 'headers');
+    log.error({ err: `upstream said: bad key ${TEST_KEY}` }, `message with ${TEST_KEY} inside`);
+    log.child({ component: 'x' }).debug({ nested: { deeper: TEST_KEY } }, 'nested');
+    const text = out.text();
+    expect(text.split('\n').filter(Boolean)).toHaveLength(4);
+    expect(text).not.toContain(TEST_KEY);
+    expect(text).toContain('[REDACTED]');
+  });
+});
