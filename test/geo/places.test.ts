@@ -108,15 +108,4 @@ describe('placeAt: data and codes', () => {
       }
     }
   });
-
-  it('answers in microseconds', () => {
-    placeAt(41.88, -87.63); // load
-    const n = 20_000;
-    let s = 1;
-    const rnd = () => ((s = (s * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
-    const t0 = performance.now();
-    for (let i = 0; i < n; i++) placeAt(20 + rnd() * 40, -125 + rnd() * 60);
-    const usPerLookup = ((performance.now() - t0) * 1000) / n;
-    expect(usPerLookup).toBeLessThan(200); // ~1-5 µs measured; generous for slow CI machines
-  });
 });
