@@ -259,6 +259,19 @@ Exit status: 0 ok, 1 run-time failure, 3 daemon not running (status), 64 usage e
  */
 export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof resolveSubscriptionKey>, log: ReturnType<typeof createLogger>): Promise<void> {
   const agent = new Agent(loaded, key, log);
+  // A bug must not cost the readings waiting in memory: commit them, then exit non-zero so
+  // systemd restarts the service (Restart=on-failure).
+  const onFatal = (err: unknown) => {
+    log.fatal({ err: err instanceof Error ? { message: err.message, stack: err.stack } : String(err) }, 'unexpected error; committing queued readings and exiting');
+    try {
+      agent.ingest?.flush();
+    } catch {
+      // Nothing more can be saved.
+    }
+    process.exit(EXIT.FAILURE);
+  };
+  process.on('uncaughtException', onFatal);
+  process.on('unhandledRejection', onFatal);
   await agent.start();
   const onHup = () => {
     try {

@@ -94,11 +94,16 @@ describe('daemon under faults', () => {
     expect(d.output()).toContain('nonsense: unknown key');
     writeFileSync(cfg, good);
 
+    // The fixed key, and the log level raised to debug in the same reload.
     writeFileSync(join(tmp.dir, 'key'), `${TEST_KEY}\n`);
+    writeFileSync(cfg, `${good}\n[log]\nlevel = "debug"\n`);
+    expect(d.output()).not.toContain('"level":20');
     d.child.kill('SIGHUP');
     await waitFor(() => remaining().readings === 0, 10_000, 'delivery after the reload');
     expect(sandbox.stats.tracePoints).toBe(50);
     expect(d.output()).toContain('configuration reloaded');
+    await waitFor(() => d.output().includes('"level":20'), 5000, 'debug lines after the reload');
+    expect(d.output()).toMatch(/"level":20,.*"msg":"trace request delivered"/);
     expect(d.output()).not.toContain(TEST_KEY);
   }, 40_000);
 
