@@ -1,3 +1,4 @@
+import { chownSync, mkdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -110,5 +111,17 @@ describe('loads', () => {
     store.startLoad({ loadNumber: 'L2', resourceId: 'T1', resourceType: 'Trailer', stops: [], nowMs: 5 });
     expect(store.activeLoadOf('T1')?.loadNumber).toBe('L2');
     store.close();
+  });
+});
+
+describe('file ownership', () => {
+  // Only root can create files for another user; CI runs as root.
+  it.skipIf(process.getuid?.() !== 0)('files root creates in a directory owned by the service user take that owner', () => {
+    const dir = join(tmp.dir, 'state');
+    mkdirSync(dir);
+    chownSync(dir, 4242, 4243);
+    const store = Store.open(join(dir, 'buffer.db'));
+    store.close();
+    expect(statSync(join(dir, 'buffer.db'))).toMatchObject({ uid: 4242, gid: 4243 });
   });
 });

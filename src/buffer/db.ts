@@ -5,7 +5,7 @@
  * each in its own transaction, so a power cut in the middle of an upgrade leaves the
  * file at the last complete version, never between two.
  */
-import { mkdirSync } from 'node:fs';
+import { chownSync, existsSync, mkdirSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 
@@ -145,6 +145,23 @@ export function openDatabase(path: string, opts: OpenOptions = {}): DB {
     db.pragma('journal_mode = WAL');
     db.pragma(`synchronous = ${opts.synchronous ?? 'NORMAL'}`);
     migrate(db);
+    if (path !== ':memory:') keepOwner(path);
   }
   return db;
+}
+
+/**
+ * An operator running the CLI as root (`sudo telematics-agent load start ...`) must not leave
+ * root-owned buffer files behind that the service user can no longer write: files root
+ * creates take the owner of the directory they are in.
+ */
+function keepOwner(path: string): void {
+  if (typeof process.getuid !== 'function' || process.getuid() !== 0) return;
+  const dir = statSync(dirname(path));
+  if (dir.uid === 0) return;
+  for (const f of [path, `${path}-wal`, `${path}-shm`]) {
+    if (!existsSync(f)) continue;
+    const st = statSync(f);
+    if (st.uid === 0) chownSync(f, dir.uid, dir.gid);
+  }
 }
