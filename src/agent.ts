@@ -16,6 +16,7 @@ import { HealthServer } from './health.js';
 import { addSecret } from './log.js';
 import { MilestoneDetector } from './milestones/detector.js';
 import { createSource, sourceName } from './sources/index.js';
+import { systemClockUnset, timeProblem } from './sources/time-guard.js';
 import type { Source, SourceHealth } from './sources/types.js';
 
 export const DAEMON_STATE_KEY = 'daemon';
@@ -30,7 +31,7 @@ export interface DaemonState {
   keyOrigin: string;
   sender: SenderStatus;
   ingest: Ingest['stats'];
-  sources: Array<{ name: string; type: string } & SourceHealth>;
+  sources: Array<{ name: string; type: string; timeRejected?: number } & SourceHealth>;
   nextTracePushMs: number | null;
 }
 
@@ -63,6 +64,7 @@ export class Agent {
   /** Port of the health endpoint when it is on. */
   healthPort: number | undefined;
   private lastSenderState = '';
+  private timeCounts = new Map<Source, { timeRejected: number }>();
   private lastStateWriteMs = 0;
 
   constructor(
@@ -151,24 +153,40 @@ export class Agent {
 
   private makeSources(): Source[] {
     const { config } = this.loaded;
-    return this.opts.sources
-      ? this.opts.sources({ emit: (r, s) => this.ingest.push(r, s), log: this.log })
-      : config.sources.map((cfg, i) => {
-          const name = sourceName(cfg, i);
-          const log = this.log.child({ component: 'source', source: name });
-          let rejectedLogged = 0;
-          return createSource(cfg, {
-            log,
-            emit: (r) => {
-              const problem = this.ingest.push(r, name);
-              if (problem) this.reportReject(log, name, problem, rejectedLogged++);
-            },
-            reject: (reason) => {
-              this.ingest.stats.rejected += 1;
-              this.reportReject(log, name, reason, rejectedLogged++);
-            },
-          });
-        });
+    if (this.opts.sources) return this.opts.sources({ emit: (r, s) => this.ingest.push(r, s), log: this.log });
+    const guard = { maxFutureS: config.sources_time.max_future_s, maxPastDays: config.sources_time.max_past_days };
+    if (systemClockUnset(Date.now())) this.log.warn('system clock is before 2025 (no RTC or NTP yet): only readings with their own good time are kept');
+    this.timeCounts = new Map();
+    return config.sources.map((cfg, i) => {
+      // The source's own name (e.g. simulator:TRUCK-1) once it exists; the same in logs and status.
+      let name = sourceName(cfg, i);
+      const log = this.log.child({ component: 'source', source: name });
+      let rejectedLogged = 0;
+      const counts = { timeRejected: 0 };
+      const source = createSource(cfg, {
+        log,
+        emit: (r) => {
+          // The simulator's clock runs ahead of real time on purpose (time_scale): not judged.
+          const late = cfg.type === 'simulator' ? undefined : timeProblem(r.timeMs, Date.now(), guard);
+          if (late) {
+            counts.timeRejected += 1;
+            this.ingest.stats.rejected += 1;
+            this.reportReject(log, late, rejectedLogged++);
+            return;
+          }
+          const problem = this.ingest.push(r, name);
+          if (problem) this.reportReject(log, problem, rejectedLogged++);
+        },
+        reject: (reason) => {
+          this.ingest.stats.rejected += 1;
+          this.reportReject(log, reason, rejectedLogged++);
+        },
+      });
+      name = source.name;
+      log.setBindings({ source: name });
+      this.timeCounts.set(source, counts);
+      return source;
+    });
   }
 
   private async startSources(): Promise<void> {
@@ -250,8 +268,8 @@ export class Agent {
   }
 
   /** Rejected input is logged, but not once per line forever: the first few, then every 1000th. */
-  private reportReject(log: Logger, source: string, reason: string, n: number): void {
-    if (n < 10 || n % 1000 === 0) log.warn({ source, rejected: n + 1 }, `bad input skipped: ${reason}`);
+  private reportReject(log: Logger, reason: string, n: number): void {
+    if (n < 10 || n % 1000 === 0) log.warn({ rejected: n + 1 }, `bad input skipped: ${reason}`);
   }
 
   /** Push traces now (tests, the demo), as if the schedule had fired. */
@@ -273,7 +291,7 @@ export class Agent {
       keyOrigin: this.key.origin,
       sender: this.sender.status,
       ingest: this.ingest.stats,
-      sources: this.sources.map((s) => ({ name: s.name, type: s.type, ...s.health() })),
+      sources: this.sources.map((s) => ({ name: s.name, type: s.type, ...s.health(), timeRejected: this.timeCounts.get(s)?.timeRejected ?? 0 })),
       nextTracePushMs: next ? next.getTime() + splayMs(this.loaded.deviceId, this.config.schedule.splay_s) : null,
     };
   }

@@ -119,6 +119,10 @@ function absolutise(config: Config, baseDir: string): Config {
   if (config.api.subscription_key_file) config.api.subscription_key_file = abs(config.api.subscription_key_file);
   for (const s of config.sources) {
     if (s.type === 'simulator' && !s.route.startsWith('builtin:')) s.route = abs(s.route);
+    if (s.type === 'nmea') s.device = abs(s.device);
+    if (s.type === 'onewire') s.sysfs_root = abs(s.sysfs_root);
+    if (s.type === 'module') s.path = abs(s.path);
+    if (s.type === 'exec' && s.cwd) s.cwd = abs(s.cwd);
   }
   return config;
 }

@@ -1,0 +1,199 @@
+/**
+ * Small parts every device source needs: a line splitter that never holds more than a cap
+ * (a peer printing 10 MB without a newline must not cost 10 MB), capped exponential backoff,
+ * the validate-count-emit step, and a logging policy for peers that are not there yet.
+ */
+import type { Logger } from 'pino';
+import { readingProblem, type Reading, type SourceContext, type SourceHealth } from './types.js';
+
+export interface LineSplitterHandlers {
+  /** A complete line (without `\n` or a trailing `\r`), numbered from 1. */
+  line(text: string, lineNo: number): void;
+  /** A line longer than the cap: its bytes were discarded as they came, never buffered. */
+  overlong(lineNo: number, bytes: number): void;
+}
+
+/**
+ * Splits a byte stream into lines of at most `maxLineBytes`. A longer line is dropped as
+ * it arrives: what was held is released and bytes are skipped until the next newline.
+ */
+export class LineSplitter {
+  private parts: Buffer[] = [];
+  private size = 0;
+  private discarding = false;
+  private discarded = 0;
+  private lineNo = 0;
+
+  constructor(
+    private readonly maxLineBytes: number,
+    private readonly on: LineSplitterHandlers,
+  ) {}
+
+  /** Bytes held for the line in progress (at most maxLineBytes). */
+  get pendingBytes(): number {
+    return this.size;
+  }
+
+  /** Lines seen so far, overlong ones included. */
+  get lines(): number {
+    return this.lineNo;
+  }
+
+  push(chunk: Buffer): void {
+    let start = 0;
+    while (start < chunk.length) {
+      const nl = chunk.indexOf(10, start);
+      const end = nl === -1 ? chunk.length : nl;
+      const piece = end - start;
+      if (this.discarding) {
+        this.discarded += piece;
+      } else if (this.size + piece > this.maxLineBytes) {
+        this.discarding = true;
+        this.discarded = this.size + piece;
+        this.parts = [];
+        this.size = 0;
+      } else if (piece > 0) {
+        // A copy, so a small remainder does not pin the whole chunk it came in.
+        this.parts.push(Buffer.from(chunk.subarray(start, end)));
+        this.size += piece;
+      }
+      if (nl === -1) return;
+      this.endLine();
+      start = nl + 1;
+    }
+  }
+
+  /** End of the stream: a last line without a newline still counts (it is often truncated). */
+  end(): void {
+    if (this.discarding || this.size > 0) this.endLine();
+  }
+
+  /** Forget a partial line (after a reconnect the rest of it will never come). */
+  reset(): void {
+    this.parts = [];
+    this.size = 0;
+    this.discarding = false;
+    this.discarded = 0;
+  }
+
+  private endLine(): void {
+    this.lineNo += 1;
+    if (this.discarding) {
+      const bytes = this.discarded;
+      this.discarding = false;
+      this.discarded = 0;
+      this.on.overlong(this.lineNo, bytes);
+      return;
+    }
+    const buf = this.parts.length === 1 ? this.parts[0] : Buffer.concat(this.parts, this.size);
+    this.parts = [];
+    this.size = 0;
+    let text = buf.toString('utf8');
+    if (text.endsWith('\r')) text = text.slice(0, -1);
+    this.on.line(text, this.lineNo);
+  }
+}
+
+/** Exponential backoff from `initialMs`, doubling, capped at `maxMs`. */
+export class Backoff {
+  private n = 0;
+
+  constructor(
+    private readonly initialMs: number,
+    private readonly maxMs: number,
+  ) {}
+
+  /** The wait before the next attempt; each call doubles the following one. */
+  next(): number {
+    const ms = Math.min(this.maxMs, this.initialMs * 2 ** Math.min(this.n, 30));
+    this.n += 1;
+    return ms;
+  }
+
+  /** Failures in a row since the last reset. */
+  get failures(): number {
+    return this.n;
+  }
+
+  get atMax(): boolean {
+    return this.initialMs * 2 ** Math.min(this.n, 30) >= this.maxMs;
+  }
+
+  reset(): void {
+    this.n = 0;
+  }
+}
+
+/** Readings and rejects of one source, counted where they happen. */
+export class SourceStats {
+  readings = 0;
+  rejected = 0;
+  lastReadingMs: number | undefined;
+
+  constructor(private readonly ctx: SourceContext) {}
+
+  /** Validate, count and hand over; a refused reading is counted as rejected (`where`: e.g. "line 7"). */
+  emit(r: Reading, where?: string): boolean {
+    const problem = readingProblem(r);
+    if (problem) {
+      this.reject(where ? `${where}: ${problem}` : problem);
+      return false;
+    }
+    this.readings += 1;
+    this.lastReadingMs = r.timeMs;
+    this.ctx.emit(r);
+    return true;
+  }
+
+  reject(reason: string): void {
+    this.rejected += 1;
+    this.ctx.reject(reason);
+  }
+
+  health(healthy: boolean, detail: string | undefined, counters: Record<string, number>): SourceHealth & { counters: Record<string, number> } {
+    return { healthy, readings: this.readings, rejected: this.rejected, lastReadingMs: this.lastReadingMs, detail, counters: { ...counters } };
+  }
+}
+
+/** A short, printable excerpt of bad input for a log line (control bytes escaped). */
+export function preview(text: string, max = 60): string {
+  const cut = text.length > max ? `${text.slice(0, max)}...` : text;
+  return JSON.stringify(cut);
+}
+
+/**
+ * How a source logs failed attempts to reach its peer. The first failure is info (gpsd is
+ * often started after us at boot), repeated ones debug, one warning once the backoff is at
+ * its cap (it is really gone), and a note when it comes back: a peer that stays away for a
+ * week produces three log lines, not ten thousand.
+ */
+export class AttemptLog {
+  private warned = false;
+
+  constructor(
+    private readonly log: Logger,
+    private readonly what: string,
+  ) {}
+
+  failed(err: string, failures: number, retryMs: number, atMax: boolean): void {
+    const fields = { err, failures, retryInMs: retryMs };
+    if (failures === 1) this.log.info(fields, `${this.what} not available yet; retrying`);
+    else if (atMax && !this.warned) {
+      this.warned = true;
+      this.log.warn(fields, `${this.what} still not available after ${failures} attempts; retrying every ${Math.round(retryMs / 1000)} s`);
+    } else this.log.debug(fields, `${this.what} not available; retrying`);
+  }
+
+  succeeded(failures: number): void {
+    if (failures > 0 || this.warned) this.log.info({ failures }, `${this.what} available again`);
+    else this.log.debug(`${this.what} available`);
+    this.warned = false;
+  }
+}
+
+/** `setTimeout` that does not keep the process alive on its own. */
+export function timer(fn: () => void, ms: number): NodeJS.Timeout {
+  const t = setTimeout(fn, ms);
+  t.unref();
+  return t;
+}

@@ -1,0 +1,161 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { execSourceSchema } from '../../src/config/schema.js';
+import { ExecSource, parseExecLine } from '../../src/sources/exec.js';
+import { tempDir, waitFor } from '../helpers.js';
+import { activeResources, alive, FIXTURES, recorder, sleep } from './support.js';
+
+const cfg = (extra: Record<string, unknown>) => execSourceSchema.parse({ type: 'exec', restart_initial_s: 0.05, restart_max_s: 0.4, ...extra });
+const node = (script: string) => [process.execPath, '-e', script];
+
+const cleanup: Array<() => Promise<void> | void> = [];
+afterEach(async () => {
+  while (cleanup.length) await cleanup.pop()!();
+});
+
+describe('exec line contract', () => {
+  it('maps the camelCase line to a reading, converting Fahrenheit and stamping lines without time', () => {
+    expect(parseExecLine('{"resourceId":"T1","time":"2026-01-15T14:05:03.120-06:00","latitude":41.5,"longitude":-87.5,"speed":3,"heading":90,"odometer":12.5}', 0)).toEqual({
+      ok: true,
+      reading: { resourceId: 'T1', timeMs: Date.parse('2026-01-15T20:05:03.120Z'), lat: 41.5, lon: -87.5, speed: 3, heading: 90, odometer: 12.5, temperatureC: undefined },
+    });
+    expect(parseExecLine('{"resourceId":"T1","temperature":32,"temperatureUnit":"F"}', 1234)).toMatchObject({ ok: true, reading: { timeMs: 1234, temperatureC: 0 } });
+    expect(parseExecLine('{"resourceId":"T1","temperature":-18}', 1)).toMatchObject({ ok: true, reading: { temperatureC: -18 } });
+    expect(parseExecLine('{"resourceId":"T1","temperature":5,"temperatureUnit":"K"}', 1)).toMatchObject({ ok: false, reason: expect.stringMatching(/^temperatureUnit: /) });
+  });
+});
+
+describe('exec source', () => {
+  it('reads good lines, skips every kind of bad line by number, logs stderr, and stops its command', async () => {
+    const rec = recorder();
+    const src = new ExecSource(cfg({ command: [process.execPath, join(FIXTURES, 'exec', 'reefer.mjs')] }), rec.ctx);
+    cleanup.push(() => src.stop());
+    const t0 = Date.now();
+    await src.start();
+    await waitFor(() => rec.readings.length === 3, 10_000, 'three good readings');
+    const pid = src.pid!;
+    expect(rec.readings[0]).toEqual({ resourceId: 'TRAILER-7', timeMs: Date.parse('2026-01-15T20:05:03.120Z'), lat: 41.8781, lon: -87.6298, speed: 12.5, heading: 270 });
+    expect(rec.readings[1]).toMatchObject({ resourceId: 'TRAILER-7', temperatureC: -18 }); // -0.4 F
+    expect(rec.readings[1].timeMs).toBeGreaterThanOrEqual(t0); // receive time
+    expect(rec.readings[2]).toEqual({ resourceId: 'TRAILER-7', timeMs: Date.parse('2026-01-15T20:05:04Z'), temperatureC: -18.2, odometer: 120345.6 });
+    expect(rec.rejects).toEqual([
+      'line 3: not JSON: "\\u0000\ufffd\ufffd\\u001b"', // control bytes escaped, invalid UTF-8 replaced
+      'line 4: latitude: Invalid input: expected number, received string',
+      'line 5: latitude: Too big: expected number to be <=90',
+      expect.stringMatching(/^line 6: not JSON: /),
+      'line 7: 10485796 bytes, longer than max_line_bytes (65536); skipped',
+      'line 8: Unrecognized keys: "lat", "lon"',
+      'line 9: time: expected an ISO 8601 time with Z or an offset, e.g. 2026-01-15T14:05:03Z',
+      'line 10: position: latitude and longitude must come together',
+      'line 11: Invalid input: expected object, received array',
+    ]);
+    await waitFor(() => rec.logs.some((l) => l.stderr === 'controller: CAN timeout, retrying'), 5000, 'stderr in the log');
+    expect(rec.logs.find((l) => l.stderr === `adapter pid ${pid} starting`)).toMatchObject({ level: 40, msg: 'command stderr' });
+    expect(src.health()).toMatchObject({ healthy: true, readings: 3, rejected: 9, detail: `running, pid ${pid}; 8 bad lines, 1 too long` });
+
+    await src.stop();
+    expect(alive(pid)).toBe(false);
+    expect(src.health()).toMatchObject({ healthy: false, detail: expect.stringMatching(/^stopped/) });
+  });
+
+  it('restarts a command that exits, with growing capped backoff, and says so only a few times', async () => {
+    const rec = recorder();
+    const src = new ExecSource(cfg({ command: node('process.stderr.write("no controller\\n"); process.exit(3)') }), rec.ctx);
+    cleanup.push(() => src.stop());
+    await src.start();
+    await waitFor(() => src.health().counters.starts >= 6, 10_000, 'six starts');
+    await src.stop();
+    const ended = rec.logs.filter((l) => l.msg === 'command ended; restarting');
+    // Growing, then capped; each restart really waited at least that long.
+    expect(ended.slice(0, 5).map((l) => l.restartInMs)).toEqual([50, 100, 200, 400, 400]);
+    const starts = rec.logs.filter((l) => l.msg === 'command started').map((l) => l.time as number);
+    for (let i = 1; i < Math.min(starts.length, 6); i++) expect(starts[i] - starts[i - 1]).toBeGreaterThanOrEqual((ended[i - 1].restartInMs as number) - 5);
+    expect(ended[0]).toMatchObject({ level: 40, reason: 'exited with code 3', restartInMs: 50 });
+    expect(ended.filter((l) => l.level === 40)).toHaveLength(3);
+    expect(ended.slice(3).every((l) => l.level === 20)).toBe(true);
+    expect(rec.logs.filter((l) => l.stderr === 'no controller').length).toBeGreaterThanOrEqual(5);
+    expect(src.health().counters.exits).toBeGreaterThanOrEqual(5);
+  });
+
+  it('a command that cannot start is retried, not fatal', async () => {
+    const rec = recorder();
+    const src = new ExecSource(cfg({ command: ['/nonexistent/reefer-reader', '--port', '/dev/ttyS0'] }), rec.ctx);
+    cleanup.push(() => src.stop());
+    await src.start();
+    await waitFor(() => src.health().counters.starts >= 3, 5000, 'three attempts');
+    expect(src.health()).toMatchObject({ healthy: false, detail: expect.stringContaining('not running: could not start: ENOENT') });
+    expect(rec.logs.filter((l) => l.level >= 50)).toEqual([]);
+  });
+
+  it('kills the whole process group on stop: a shell pipeline, a background helper, a child ignoring SIGTERM', async () => {
+    const t = tempDir();
+    cleanup.push(t.cleanup);
+    const pidFile = join(t.dir, 'helper.pid');
+    const stubborn = `process.on("SIGTERM", () => {}); console.log(JSON.stringify({ resourceId: "T1", temperature: 4 })); setInterval(() => {}, 1000)`;
+    const rec = recorder();
+    const src = new ExecSource(
+      cfg({
+        command: `${process.execPath} -e 'setInterval(() => {}, 1000)' & echo $! > "$PID_FILE"; ${process.execPath} -e '${stubborn}' | cat`,
+        env: { PID_FILE: pidFile },
+        stop_timeout_s: 0.3,
+      }),
+      rec.ctx,
+    );
+    cleanup.push(() => src.stop());
+    await src.start();
+    await waitFor(() => rec.readings.length === 1, 5000, 'a reading through the pipeline');
+    const shell = src.pid!;
+    const helper = Number(readFileSync(pidFile, 'utf8'));
+    expect(alive(helper)).toBe(true);
+    const t0 = Date.now();
+    await src.stop();
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(250); // waited for SIGTERM, then SIGKILL
+    await waitFor(() => !alive(helper) && !alive(shell), 2000, 'every process of the group gone');
+  });
+
+  it('restarts when the main process exits even if a helper holds stdout, and kills the helper', async () => {
+    const t = tempDir();
+    cleanup.push(t.cleanup);
+    const pidFile = join(t.dir, 'helper.pid');
+    const rec = recorder();
+    const src = new ExecSource(
+      cfg({ command: `${process.execPath} -e 'setInterval(() => {}, 1000)' & echo $! > "$PID_FILE"; exit 0`, env: { PID_FILE: pidFile }, stop_timeout_s: 1 }),
+      rec.ctx,
+    );
+    cleanup.push(() => src.stop());
+    await src.start();
+    await waitFor(() => src.health().counters.starts >= 2, 5000, 'a restart');
+    await src.stop();
+    await waitFor(() => !alive(Number(readFileSync(pidFile, 'utf8'))), 2000, 'the helper gone');
+  });
+
+  it("gives the command the config's env but never the subscription key", async () => {
+    process.env.TELEMATICS_AGENT_SUBSCRIPTION_KEY = 'secret-key-0123456789';
+    cleanup.push(() => void delete process.env.TELEMATICS_AGENT_SUBSCRIPTION_KEY);
+    const rec = recorder();
+    const script = 'console.log(JSON.stringify({ resourceId: (process.env.TELEMATICS_AGENT_SUBSCRIPTION_KEY ?? "no-key") + "@" + process.env.REEFER_PORT, temperature: 1 })); setInterval(() => {}, 1000)';
+    const src = new ExecSource(cfg({ command: node(script), env: { REEFER_PORT: '/dev/ttyS1' } }), rec.ctx);
+    cleanup.push(() => src.stop());
+    await src.start();
+    await waitFor(() => rec.readings.length === 1, 5000, 'a reading');
+    expect(rec.readings[0].resourceId).toBe('no-key@/dev/ttyS1');
+  });
+
+  it('marks a command that prints nothing unhealthy after the no-data timeout, and leaves nothing behind on stop', async () => {
+    const before = activeResources();
+    const rec = recorder();
+    const src = new ExecSource(cfg({ command: node('setInterval(() => {}, 1000)'), no_data_timeout_s: 0.2 }), rec.ctx);
+    await src.start();
+    await waitFor(() => !src.health().healthy, 3000, 'silence noticed');
+    expect(src.health().detail).toMatch(/^pid \d+: no output for 0\.2 s/);
+    const pid = src.pid!;
+    await src.stop();
+    expect(alive(pid)).toBe(false);
+    await sleep(50);
+    const after = activeResources();
+    expect(after.ProcessWrap ?? 0).toBeLessThanOrEqual(before.ProcessWrap ?? 0);
+    expect(after.Timeout ?? 0).toBeLessThanOrEqual(before.Timeout ?? 0);
+    expect(after.PipeWrap ?? 0).toBeLessThanOrEqual(before.PipeWrap ?? 0);
+  });
+});

@@ -1,0 +1,111 @@
+/**
+ * Shared pieces of the source tests: a context that records what a source emits, rejects
+ * and logs; free ports; a pseudo-terminal playing an NMEA log; a real gpsd on it; and
+ * stopping every process we start by its PID.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { createLogger } from '../../src/log.js';
+import type { Reading, SourceContext } from '../../src/sources/types.js';
+import { ROOT, waitFor } from '../helpers.js';
+
+export const FIXTURES = join(ROOT, 'test', 'fixtures');
+export const NMEA_LOG = join(FIXTURES, 'nmea', 'i65-drive.nmea');
+
+export interface Recorder {
+  ctx: SourceContext;
+  readings: Reading[];
+  rejects: string[];
+  logs: Array<{ level: number; msg: string } & Record<string, unknown>>;
+}
+
+/** A SourceContext that keeps everything for assertions (logs as parsed pino lines, debug and up). */
+export function recorder(): Recorder {
+  const readings: Reading[] = [];
+  const rejects: string[] = [];
+  const logs: Recorder['logs'] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      for (const line of chunk.toString().split('\n')) if (line.trim()) logs.push(JSON.parse(line));
+      cb();
+    },
+  });
+  const log = createLogger({ level: 'debug', destination: sink });
+  return { ctx: { emit: (r) => readings.push(r), reject: (reason) => rejects.push(reason), log }, readings, rejects, logs };
+}
+
+/** A TCP port nobody listens on right now (another gpsd may hold 2947). */
+export async function freePort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const port = (srv.address() as { port: number }).port;
+  await new Promise((r) => srv.close(r));
+  return port;
+}
+
+/** Stop a process we started: SIGTERM by PID, SIGKILL after a second, wait for the exit. */
+export async function stopProcess(p: ChildProcess | undefined): Promise<void> {
+  if (!p || p.pid === undefined || p.exitCode !== null || p.signalCode !== null) return;
+  const exited = new Promise<void>((r) => p.once('exit', () => r()));
+  process.kill(p.pid, 'SIGTERM');
+  const t = setTimeout(() => {
+    if (p.exitCode === null && p.signalCode === null) process.kill(p.pid!, 'SIGKILL');
+  }, 1000);
+  await exited;
+  clearTimeout(t);
+}
+
+/** True while a process with this PID exists (and is not a zombie we could reap). */
+export function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    // A zombie (exited, parent not yet reaped) still answers kill 0.
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.split(') ')[1]?.[0] !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+export interface Pty {
+  path: string;
+  proc: ChildProcess;
+  /** Start playing the log (the helper waits for this, so a test can connect first). */
+  go(): void;
+}
+
+/** A pseudo-terminal that plays an NMEA log line by line, like a receiver on a serial port. */
+export async function startPty(log: string, secondsPerLine: number, opts: { loop?: boolean } = {}): Promise<Pty> {
+  const proc = spawn('python3', [join(FIXTURES, 'pty-feed.py'), log, String(secondsPerLine), opts.loop ? 'loop' : 'once'], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
+  let out = '';
+  proc.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  const path = await waitFor(() => (out.includes('\n') ? out.split('\n')[0].trim() : undefined), 5000, 'the pty helper to print its device');
+  return { path, proc, go: () => proc.stdin!.write('go\n') };
+}
+
+/** A real gpsd in the foreground on `port`, reading `device`, polling it without a client (-n). */
+export function startGpsd(device: string, port: number): { proc: ChildProcess; output: () => string } {
+  const proc = spawn('gpsd', ['-N', '-n', '-b', '-S', String(port), device], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  proc.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  proc.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+  return { proc, output: () => out };
+}
+
+/** Timers, sockets, pipes and child processes the event loop holds (for "stop leaves nothing"). */
+export function activeResources(): Record<string, number> {
+  const counts: Record<string, number> = {};
+  for (const r of process.getActiveResourcesInfo()) counts[r] = (counts[r] ?? 0) + 1;
+  return counts;
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
