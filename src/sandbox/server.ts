@@ -74,6 +74,12 @@ export interface SandboxOptions {
   onRequest?: (e: SandboxEvent) => void;
   /** Largest body accepted, bytes. */
   maxBodyBytes?: number;
+  /**
+   * Keep every accepted body in `milestones` and `traces` (default true). False: only count
+   * (stats, duplicates by Idempotency-Key and by traceId still detected), so a benchmark can
+   * send millions of points without the sandbox holding them all.
+   */
+  keepBodies?: boolean;
 }
 
 export interface SandboxEvent {
@@ -304,16 +310,13 @@ export class Sandbox {
     const duplicate = idem !== undefined && this.seenKeys.has(idem);
     if (idem) this.seenKeys.add(idem);
     if (duplicate) this.stats.duplicateRequests += 1;
-    const headers = Object.fromEntries(
-      Object.entries(req.headers)
-        .filter(([k]) => k !== 'ocp-apim-subscription-key')
-        .map(([k, v]) => [k, Array.isArray(v) ? v.join(', ') : String(v)]),
-    );
-    const record = { at: Date.now(), idempotencyKey: idem, body, headers };
-    if (kind === 'milestone') this.milestones.push(record as Received<MilestoneBody>);
-    else {
+    const keep = this.opts.keepBodies !== false;
+    const record = keep || this.opts.recordFile ? { at: Date.now(), idempotencyKey: idem, body, headers: this.recordedHeaders(req) } : undefined;
+    if (kind === 'milestone') {
+      if (keep) this.milestones.push(record as Received<MilestoneBody>);
+    } else {
       const tb = body as TraceBody;
-      this.traces.push(record as Received<TraceBody>);
+      if (keep) this.traces.push(record as Received<TraceBody>);
       this.stats.tracePoints += tb.traces.length;
       for (const t of tb.traces) {
         const ref = t.references?.find((r) => r.name === 'traceId')?.value;
@@ -333,6 +336,15 @@ export class Sandbox {
     }
     emit({ status: 200, idempotencyKey: idem, duplicate, body });
     return this.json(res, 200, { status: 'accepted', duplicate });
+  }
+
+  /** The request's headers as recorded, without the key. */
+  private recordedHeaders(req: IncomingMessage): Record<string, string> {
+    return Object.fromEntries(
+      Object.entries(req.headers)
+        .filter(([k]) => k !== 'ocp-apim-subscription-key')
+        .map(([k, v]) => [k, Array.isArray(v) ? v.join(', ') : String(v)]),
+    );
   }
 
   private async control(path: string, req: IncomingMessage, res: ServerResponse): Promise<void> {

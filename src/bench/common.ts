@@ -1,0 +1,156 @@
+/**
+ * Shared by the bench (parent) and its child-process workers: synthetic readings, a backlog
+ * written straight into a buffer file, the settings the drain runs with, and /proc readers.
+ * Nothing here is used by the agent itself.
+ */
+import { closeSync, fsyncSync, openSync, readdirSync, readFileSync } from 'node:fs';
+import { openDatabase } from '../buffer/db.js';
+import type { Reading } from '../sources/types.js';
+
+export const BENCH_KEY = 'bench-key-0123456789abcdef';
+export const BENCH_SCAC = 'BNCH';
+export const BENCH_DEVICE = 'bench-device';
+/** The chunk size the drain uses (delivery.max_traces_per_request). */
+export const CHUNK = 500;
+
+export const resourceOf = (i: number) => `TRUCK-${String(i).padStart(4, '0')}`;
+export const loadOf = (i: number) => `BENCH-L${String(i).padStart(4, '0')}`;
+
+/**
+ * Reading `i` of a truck: 1 Hz, moving east at about 20 m/s from a start point spread over
+ * the continental US (so trace points cross time zones and towns the way real ones do),
+ * with a reefer temperature on every reading.
+ */
+export function syntheticReading(truck: number, i: number, timeMs: number): Reading {
+  const lat0 = 31 + ((truck * 7) % 15);
+  const lon0 = -118 + ((truck * 13) % 38);
+  return {
+    resourceId: resourceOf(truck),
+    timeMs,
+    lat: lat0 + Math.sin(i / 600) * 0.05,
+    lon: lon0 + (i % 200_000) * 0.00022,
+    speed: 20 + (i % 7) * 0.5,
+    heading: 90,
+    odometer: 120_000 + i * 0.02,
+    temperatureC: -18 + ((i * 37) % 100) / 100,
+  };
+}
+
+export interface Backlog {
+  loads: number;
+  perLoad: number;
+}
+
+/**
+ * Write a backlog of `loads` x `perLoad` readings (each load on its own truck, 1 Hz, ending
+ * now) into a fresh buffer file with the agent's schema, as if the truck had been offline.
+ * Straight SQL in one transaction: this is set-up, not what is measured.
+ */
+export function writeBacklog(path: string, b: Backlog, nowMs = Date.now()): void {
+  const db = openDatabase(path);
+  const insertLoad = db.prepare(
+    "INSERT INTO loads (load_number, resource_id, resource_type, stops, started_ms) VALUES (?, ?, 'Truck', '[]', ?)",
+  );
+  const insert = db.prepare(
+    'INSERT INTO readings (resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+  );
+  const startMs = nowMs - b.perLoad * 1000;
+  db.transaction(() => {
+    for (let l = 0; l < b.loads; l++) insertLoad.run(loadOf(l), resourceOf(l), startMs - 1000);
+    // Interleaved as a depot gateway would write them: one reading of every truck per second.
+    for (let i = 0; i < b.perLoad; i++) {
+      for (let l = 0; l < b.loads; l++) {
+        const r = syntheticReading(l, i, startMs + i * 1000);
+        insert.run(r.resourceId, loadOf(l), r.timeMs, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temperatureC, 'bench');
+      }
+    }
+  })();
+  db.pragma('wal_checkpoint(TRUNCATE)');
+  db.close();
+  // On the disk before the measurement starts, so its write-back does not compete with it.
+  const fd = openSync(path, 'r+');
+  fsyncSync(fd);
+  closeSync(fd);
+}
+
+/** The config object (snake_case, before parsing) the drain worker runs the Agent with. */
+export function drainConfigInput(url: string, dbPath: string): Record<string, unknown> {
+  return {
+    device_id: BENCH_DEVICE,
+    api: { base_url: url, scac: BENCH_SCAC, timeout_s: 60 },
+    buffer: { path: dbPath },
+    // Far away: the bench triggers the push itself.
+    schedule: { traces: '0 0 1 1 *', splay_s: 0 },
+    sampling: { interval_s: 0 },
+    delivery: { max_traces_per_request: CHUNK, drain_interval_ms: 0, retry_initial_s: 0.2, retry_max_s: 1 },
+    milestones: { detect: false },
+    log: { level: 'warn' },
+  };
+}
+
+// ---- /proc ----------------------------------------------------------------------------------
+
+/**
+ * VmRSS and VmHWM (peak) of a process, and RSS split into anonymous memory (the process's own:
+ * heap, stacks, malloc) and file-backed pages (mostly the node binary's code and ICU data,
+ * shared and reclaimable), bytes; undefined once the process is gone.
+ */
+export function memoryOf(pid: number): { rss: number; hwm: number; anon: number; file: number } | undefined {
+  try {
+    const text = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const kb = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? NaN) * 1024;
+    return { rss: kb('VmRSS'), hwm: kb('VmHWM'), anon: kb('RssAnon'), file: kb('RssFile') + kb('RssShmem') };
+  } catch {
+    return undefined;
+  }
+}
+
+/** Clock ticks per second of /proc/PID/stat (USER_HZ; 100 on every Linux we ship to). */
+export const CLK_TCK = 100;
+
+/** utime + stime of a process (all its threads), seconds, from /proc/PID/stat. */
+export function cpuSecondsOf(pid: number): number {
+  const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+  const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
+  // fields[0] is field 3 (state); utime is field 14, stime field 15.
+  return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
+}
+
+/** CPU time of all live threads of a process, seconds, with nanosecond resolution (schedstat). */
+export function schedSecondsOf(pid: number): number {
+  let ns = 0;
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+    } catch {
+      // The thread ended between the listing and the read.
+    }
+  }
+  return ns / 1e9;
+}
+
+/** Bytes a process caused to be written to the block layer (write_bytes of /proc/PID/io). */
+export function writeBytesOf(pid: number): { writeBytes: number; wchar: number } {
+  const text = readFileSync(`/proc/${pid}/io`, 'utf8');
+  const get = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(text)?.[1] ?? NaN);
+  return { writeBytes: get('write_bytes') - get('cancelled_write_bytes'), wchar: get('wchar') };
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+// ---- messages between the bench and its workers ------------------------------------------
+
+export type WorkerCommand =
+  | { cmd: 'drain'; dbPath: string; url: string }
+  | { cmd: 'go' }
+  | { cmd: 'stop' }
+  | { cmd: 'ceiling'; dbPath: string; url: string; requests: number; distinct: number }
+  | { cmd: 'peer'; dbPath: string; url: string; requests: number };
+
+export type WorkerEvent =
+  | { ev: 'started' }
+  | { ev: 'drained'; ms: number; left: number; requests: number; points: number }
+  | { ev: 'stopped' }
+  | { ev: 'posted'; ms: number; requests: number; points: number; bytes: number; failed: number }
+  | { ev: 'error'; message: string };

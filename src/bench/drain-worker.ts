@@ -1,0 +1,139 @@
+/**
+ * Child process of the bench, so that what is measured (RSS, CPU) is this process alone while
+ * the sandbox runs in the parent. Driven over the IPC channel (see WorkerCommand):
+ *
+ * - `drain`: the real Agent (no sources) on a buffer file holding a backlog; on `go` it pushes
+ *   traces until the buffer is empty, then waits for `stop`.
+ * - `ceiling`: a plain undici client posting pre-built trace bodies (the same ones the agent
+ *   builds from the same buffer) one after another: what the sandbox can take.
+ * - `peer`: one reading per request, posted one after another: the per-request time of a
+ *   tracker that sends every reading on its own.
+ */
+import { Agent as HttpAgent, request } from 'undici';
+import { Agent } from '../agent.js';
+import { Store } from '../buffer/store.js';
+import { configSchema, type Config } from '../config/schema.js';
+import { buildTraceChunk, nextStopResolver, type TraceBuildOptions } from '../delivery/traces.js';
+import { createLogger } from '../log.js';
+import { BENCH_DEVICE, BENCH_KEY, BENCH_SCAC, drainConfigInput, type WorkerCommand, type WorkerEvent } from './common.js';
+
+const send = (e: WorkerEvent) => process.send?.(e);
+
+let onCommand: (c: WorkerCommand) => void = () => undefined;
+process.on('message', (c: WorkerCommand) => onCommand(c));
+const next = (cmd: WorkerCommand['cmd']) =>
+  new Promise<WorkerCommand>((resolve) => {
+    onCommand = (c) => {
+      if (c.cmd === cmd) resolve(c);
+    };
+  });
+
+async function drain(c: Extract<WorkerCommand, { cmd: 'drain' }>): Promise<void> {
+  const config = configSchema.parse(drainConfigInput(c.url, c.dbPath));
+  const log = createLogger({ level: 'warn' });
+  const agent = new Agent({ file: '(bench)', config, deviceId: BENCH_DEVICE, warnings: [] }, { key: BENCH_KEY, origin: 'bench' }, log, {
+    sources: () => [],
+  });
+  const go = next('go');
+  await agent.start();
+  send({ ev: 'started' });
+  await go;
+  const stop = next('stop');
+  const t0 = performance.now();
+  // One push drains everything (chunk after chunk, drain_interval_ms apart); a failed request
+  // would leave a rest behind after its backoff, so push again until nothing is left.
+  let left = 1;
+  for (let round = 0; round < 20 && left > 0; round++) {
+    await agent.pushTracesNow();
+    left = agent.store.loadsWithReadings().length;
+  }
+  const ms = performance.now() - t0;
+  const { traceRequests, tracePoints } = agent.sender.status.sent;
+  send({ ev: 'drained', ms, left: left > 0 ? agent.store.counts().readings : 0, requests: traceRequests, points: tracePoints });
+  await stop;
+  await agent.stop();
+  send({ ev: 'stopped' });
+}
+
+function traceOptions(config: Config, maxPoints: number): TraceBuildOptions {
+  return {
+    samplingMs: config.sampling.interval_s * 1000,
+    maxPoints,
+    dateForm: config.api.date_time_format,
+    deviceId: BENCH_DEVICE,
+    temperatureMaxAgeMs: config.sampling.temperature_max_age_s * 1000,
+    temperatureUnit: config.api.temperature_unit,
+    extraFields: config.api.extra_fields,
+  };
+}
+
+/** The first `count` request bodies the agent would send for this buffer, serialised. */
+function buildBodies(dbPath: string, config: Config, count: number, maxPoints: number): Array<{ body: string; key: string; points: number }> {
+  const store = Store.open(dbPath);
+  const out: Array<{ body: string; key: string; points: number }> = [];
+  try {
+    for (const load of store.listLoads()) {
+      const stopAt = nextStopResolver(load, [], config.codes.departure);
+      let afterId = 0;
+      while (out.length < count) {
+        const chunk = buildTraceChunk(load, store.iterateReadings(load.loadNumber, afterId), stopAt, traceOptions(config, maxPoints));
+        if (!chunk?.body) break;
+        out.push({ body: JSON.stringify(chunk.body), key: chunk.idempotencyKey, points: chunk.points });
+        afterId = chunk.lastId;
+      }
+      if (out.length >= count) break;
+    }
+  } finally {
+    store.close();
+  }
+  return out;
+}
+
+/** Post `requests` bodies one after another (cycling through the distinct ones, each with its own key). */
+async function post(c: Extract<WorkerCommand, { cmd: 'ceiling' | 'peer' }>, distinct: number, maxPoints: number): Promise<void> {
+  const config = configSchema.parse(drainConfigInput(c.url, c.dbPath));
+  const bodies = buildBodies(c.dbPath, config, distinct, maxPoints);
+  if (bodies.length === 0) throw new Error(`no readings in ${c.dbPath}`);
+  const dispatcher = new HttpAgent({ keepAliveTimeout: 30_000 });
+  const url = new URL(config.api.trace_path, c.url);
+  const headers = {
+    'Ocp-Apim-Subscription-Key': BENCH_KEY,
+    carrierSCAC: BENCH_SCAC,
+    Accept: 'application/json',
+    'Content-Type': 'application/json',
+  };
+  let points = 0;
+  let bytes = 0;
+  let failed = 0;
+  const t0 = performance.now();
+  for (let i = 0; i < c.requests; i++) {
+    const b = bodies[i % bodies.length];
+    const res = await request(url, {
+      method: 'POST',
+      headers: { ...headers, 'Idempotency-Key': `${b.key}-${Math.floor(i / bodies.length)}` },
+      body: b.body,
+      dispatcher,
+    });
+    await res.body.text();
+    if (res.statusCode !== 200) failed += 1;
+    points += b.points;
+    bytes += b.body.length;
+  }
+  const ms = performance.now() - t0;
+  await dispatcher.close();
+  send({ ev: 'posted', ms, requests: c.requests, points, bytes, failed });
+}
+
+onCommand = (c) => {
+  const run =
+    c.cmd === 'drain'
+      ? drain(c)
+      : c.cmd === 'ceiling'
+        ? post(c, c.distinct, 500)
+        : c.cmd === 'peer'
+          ? post(c, c.requests, 1)
+          : Promise.reject(new Error(`unexpected command ${c.cmd}`));
+  run
+    .catch((err) => send({ ev: 'error', message: (err as Error).stack ?? String(err) }))
+    .finally(() => process.disconnect?.());
+};

@@ -1,0 +1,36 @@
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ROOT, cleanEnv } from './helpers.js';
+
+// The bench asserts no timings; this only checks that `--quick --json` runs end to end and
+// reports every figure (built by pretest into dist/).
+describe('npm run bench (quick)', () => {
+  it('prints every figure as a finite positive number, and a PASS/MISS row per target', async () => {
+    const child = spawn(process.execPath, [join(ROOT, 'dist', 'bench', 'bench.js'), '--quick', '--json'], {
+      cwd: ROOT,
+      env: cleanEnv(),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 55_000);
+    const code = await new Promise<number | null>((r) => child.on('close', (c) => r(c)));
+    clearTimeout(timer);
+    expect(code, stderr).toBe(0);
+
+    const report = JSON.parse(stdout) as { quick: boolean; figures: Record<string, unknown>; rows: Array<{ id: string; pass: boolean | null }> };
+    expect(report.quick).toBe(true);
+    const figures = Object.entries(report.figures);
+    expect(figures.length).toBeGreaterThan(20);
+    for (const [name, value] of figures) {
+      expect(typeof value, name).toBe('number');
+      expect(Number.isFinite(value) && (value as number) > 0, `${name} = ${String(value)}`).toBe(true);
+    }
+    for (const id of ['1', '2a', '2b', '2c', '3a', '3b', '3c', '4']) {
+      expect(typeof report.rows.find((r) => r.id === id)?.pass, `row ${id}`).toBe('boolean');
+    }
+  }, 60_000);
+});
