@@ -125,3 +125,23 @@ describe('file ownership', () => {
     expect(statSync(join(dir, 'buffer.db'))).toMatchObject({ uid: 4242, gid: 4243 });
   });
 });
+
+describe('milestone durability', () => {
+  it('commits a milestone with synchronous = FULL and gives the connection its level back', async () => {
+    const { recordMilestone } = await import('../src/milestones/record.js');
+    const { configSchema } = await import('../src/config/schema.js');
+    const store = Store.open(path, { synchronous: 'NORMAL' });
+    store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: 1 });
+    const seen: number[] = [];
+    // Observe the level in force while the milestone row is written.
+    const insert = store.insertMilestone.bind(store);
+    store.insertMilestone = (...args) => {
+      seen.push(store.db.pragma('synchronous', { simple: true }) as number);
+      return insert(...args);
+    };
+    recordMilestone(store, configSchema.parse({ api: { scac: 'ABCD' } }), { loadNumber: 'L1', code: 'X3' });
+    expect(seen).toEqual([2]); // FULL
+    expect(store.db.pragma('synchronous', { simple: true })).toBe(1); // NORMAL again
+    store.close();
+  });
+});

@@ -82,15 +82,26 @@ export function recordMilestone(store: Store, config: Config, input: MilestoneIn
 
   const parsed = milestoneBodySchema.safeParse(body);
   if (!parsed.success) throw new MilestoneError(formatIssues(parsed.error).join('; '));
-  const row = withRoom(store, log, () => store.db
-    .transaction(() => {
-      const r = store.insertMilestone(load.loadNumber, parsed.data as MilestoneBody, nowMs, ref);
-      if (input.stop !== undefined && config.codes.departure.includes(code)) {
-        const next = load.stops.map((s) => s.sequence).find((s) => s > input.stop!);
-        store.setNextStop(load.loadNumber, next ?? null);
-      }
-      return r;
-    })
-    .immediate());
-  return { row, warnings };
+  // A milestone is committed with synchronous = FULL, whatever the buffer's level: with NORMAL
+  // a power cut can roll back the last commits, and a milestone is an event someone will ask
+  // about. Readings keep the cheaper level (there are many of them and they are sampled anyway).
+  const previous = store.db.pragma('synchronous', { simple: true }) as number;
+  store.db.pragma('synchronous = FULL');
+  try {
+    const row = withRoom(store, log, () =>
+      store.db
+        .transaction(() => {
+          const r = store.insertMilestone(load.loadNumber, parsed.data as MilestoneBody, nowMs, ref);
+          if (input.stop !== undefined && config.codes.departure.includes(code)) {
+            const next = load.stops.map((s) => s.sequence).find((s) => s > input.stop!);
+            store.setNextStop(load.loadNumber, next ?? null);
+          }
+          return r;
+        })
+        .immediate(),
+    );
+    return { row, warnings };
+  } finally {
+    store.db.pragma(`synchronous = ${previous}`);
+  }
 }
