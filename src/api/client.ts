@@ -22,7 +22,7 @@ export type PostOutcome =
 
 export class ApiClient {
   private readonly dispatcher: Agent;
-  private opts: ApiClientOptions;
+  private readonly opts: ApiClientOptions;
 
   constructor(opts: ApiClientOptions) {
     this.opts = opts;
@@ -31,11 +31,6 @@ export class ApiClient {
       connect: { timeout: Math.min(opts.timeoutMs, 30_000) },
       // No redirect interceptor is installed: undici's request() does not follow 3xx by itself.
     });
-  }
-
-  /** Replace the key (rotation on SIGHUP) without dropping the connection pool. */
-  setSubscriptionKey(key: string): void {
-    this.opts = { ...this.opts, subscriptionKey: key };
   }
 
   get extraFields(): Record<string, string | number | boolean> {

@@ -78,10 +78,6 @@ export class Ingest {
     this.flush();
   }
 
-  get queued(): number {
-    return this.queue.length;
-  }
-
   /** Commit everything queued now. On failure the batch stays queued for the next try. */
   flush(): number {
     if (this.queue.length === 0) return 0;

@@ -49,16 +49,6 @@ export function systemZone(): string {
   return (systemZoneCache ??= Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC');
 }
 
-/** True when Intl knows the zone name (for config validation). */
-export function isValidZone(zone: string): boolean {
-  try {
-    new Intl.DateTimeFormat('en-US', { timeZone: zone });
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 /**
  * The `time` object for an event at `date` in `zone`.
  * - `local`: `2026-11-22T14:05:03.123-06:00` (milliseconds and offset; `+00:00` at UTC+0)

@@ -123,7 +123,8 @@ interface RawStopState {
   delay_reported_s: number | null;
 }
 
-function loadStates(store: Store, loadNumber: string): Map<number, StopState> {
+/** The saved state of each stop of a load (absent: never seen, i.e. outside). */
+export function stopStates(store: Store, loadNumber: string): Map<number, StopState> {
   const rows = store.db.prepare('SELECT * FROM stop_state WHERE load_number = ?').all(loadNumber) as RawStopState[];
   return new Map(
     rows.map((r) => [
@@ -152,10 +153,6 @@ function saveState(store: Store, loadNumber: string, seq: number, s: StopState):
          arrived_ms = excluded.arrived_ms, departed_ms = excluded.departed_ms, delay_reported_s = excluded.delay_reported_s`,
     )
     .run(loadNumber, seq, s.state, s.firstInsideMs, s.lastInsideMs, s.insideFixes, s.outsideFixes, s.arrivedMs, s.departedMs, s.delayReportedS);
-}
-
-export function stopStates(store: Store, loadNumber: string): Map<number, StopState> {
-  return loadStates(store, loadNumber);
 }
 
 /** Average speed (m/s) over recent fixes, or undefined with less than a minute of data. */
@@ -209,7 +206,7 @@ export class MilestoneDetector {
     const config = this.config();
     const m = config.milestones;
     const params: FenceParams = { radiusM: m.radius_m, exitRadiusFactor: m.exit_radius_factor, dwellS: m.dwell_s, minFixes: m.min_fixes };
-    const states = loadStates(this.store, load.loadNumber);
+    const states = stopStates(this.store, load.loadNumber);
     const dirty = new Set<number>();
     let recorded = 0;
     const window = this.recent.get(resourceId) ?? [];

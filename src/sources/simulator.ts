@@ -199,10 +199,6 @@ export class SimulatorSource implements Source {
     this.listeners.push(fn);
   }
 
-  get simulatedTimeMs(): number {
-    return this.model.timeMs;
-  }
-
   get finished(): boolean {
     return this.model.finished;
   }
