@@ -91,7 +91,7 @@ export class Agent {
   async start(): Promise<void> {
     const { config, deviceId } = this.loaded;
     addSecret(this.key.key);
-    this.store = Store.open(config.buffer.path, { synchronous: config.buffer.synchronous });
+    this.store = Store.open(config.buffer.path, { synchronous: config.buffer.synchronous, cacheKb: config.buffer.cache_kb });
     this.ingest = new Ingest(
       this.store,
       {

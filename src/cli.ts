@@ -33,7 +33,7 @@ function load(configPath: string | undefined): LoadedConfig {
 }
 
 function withStore<T>(loaded: LoadedConfig, fn: (store: Store) => T): T {
-  const store = Store.open(loaded.config.buffer.path, { synchronous: loaded.config.buffer.synchronous });
+  const store = Store.open(loaded.config.buffer.path, { synchronous: loaded.config.buffer.synchronous, cacheKb: loaded.config.buffer.cache_kb });
   try {
     return fn(store);
   } finally {

@@ -38,6 +38,29 @@ describe('buffer file', () => {
     store.close();
   });
 
+  it('moves a version 3 file to acknowledgement by cursor: its waiting readings stay waiting, the resource index goes', () => {
+    const db = new Database(path);
+    migrate(db, 3);
+    db.prepare("INSERT INTO loads (load_number, resource_id, resource_type, started_ms) VALUES ('L1', 'T1', 'Truck', 1)").run();
+    const insert = db.prepare("INSERT INTO readings (resource_id, load_number, time_ms, lat, lon) VALUES ('T1', 'L1', ?, 41, -87)");
+    for (let i = 0; i < 3; i++) insert.run(1_700_000_000_000 + i);
+    db.close();
+    const store = Store.open(path);
+    expect(store.db.pragma('user_version', { simple: true })).toBe(4);
+    expect(store.getLoad('L1')?.ackedId).toBe(0);
+    expect([...store.iterateReadings('L1')]).toHaveLength(3);
+    const indexes = store.db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'readings'").pluck().all();
+    expect(indexes).not.toContain('readings_by_resource');
+    expect(indexes).toContain('readings_by_load');
+    store.close();
+  });
+
+  it('sets the page cache from buffer.cache_kb', () => {
+    const store = Store.open(path, { cacheKb: 1024 });
+    expect(store.db.pragma('cache_size', { simple: true })).toBe(-1024);
+    store.close();
+  });
+
   it('refuses a file written by a newer agent instead of damaging it', () => {
     const db = new Database(path);
     db.pragma(`user_version = ${SCHEMA_VERSION + 1}`);
@@ -68,6 +91,93 @@ describe('readings', () => {
     store.ackReadings('L1', ids[2], 123);
     expect([...store.iterateReadings('L1')].map((r) => r.id)).toEqual(ids.slice(3));
     expect(store.getLoad('L1')?.lastSampleMs).toBe(123);
+    store.close();
+  });
+
+  it('hides acknowledged readings at once and purges them later, keeping parked and unassigned rows', () => {
+    const store = Store.open(path);
+    store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
+    store.startLoad({ loadNumber: 'L2', resourceId: 'TRUCK-2', resourceType: 'Truck', stops: [], nowMs: 1 });
+    // Interleaved, as a depot writes them; one reading of a resource without a load kept too.
+    for (let i = 0; i < 10; i++) store.insertReadings([reading(i, 'TRUCK-1'), reading(i, 'TRUCK-2')]);
+    store.insertReadings([reading(99, 'NOBODY')], true);
+    const l1 = [...store.iterateReadings('L1')].map((r) => r.id);
+    const l2 = [...store.iterateReadings('L2')].map((r) => r.id);
+    store.parkReading(l1[1], 'L1', 400, 'refused', {}, 1);
+    store.ackReadings('L1', l1[5], null);
+    store.ackReadings('L2', l2[9], null);
+    // Hidden from every query at once...
+    expect([...store.iterateReadings('L1')].map((r) => r.id)).toEqual(l1.slice(6));
+    expect(store.loadsWithReadings()).toEqual(['L1']);
+    expect(store.counts().readings).toBe(4);
+    expect(store.backlogOf('L2').newest).toBeUndefined();
+    const rows = () => store.db.prepare('SELECT count(*) FROM readings').pluck().get() as number;
+    expect(rows()).toBe(21);
+    // ...and deleted by the purge: 5 of L1 (the parked one stays), all 10 of L2.
+    expect(store.purgeAcked()).toEqual({ deleted: 15, done: true });
+    expect(rows()).toBe(6);
+    expect(store.counts()).toMatchObject({ readings: 4, unassignedReadings: 1, deadLetters: 1 });
+    store.close();
+  });
+
+  it('purges in slices that resume where they stopped, and after a reopen finds what a crash left', () => {
+    const store = Store.open(path);
+    store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
+    store.insertReadings(Array.from({ length: 100 }, (_, i) => reading(i)));
+    const ids = [...store.iterateReadings('L1')].map((r) => r.id);
+    store.ackReadings('L1', ids[79], null);
+    const slices: number[] = [];
+    for (let done = false; !done; ) {
+      const r = store.purgeAcked(30);
+      slices.push(r.deleted);
+      done = r.done;
+    }
+    expect(slices).toEqual([30, 30, 20]);
+    store.ackReadings('L1', ids[89], null);
+    store.close(); // as if the process died before its next purge
+
+    const again = Store.open(path);
+    expect([...again.iterateReadings('L1')].map((r) => r.id)).toEqual(ids.slice(90));
+    expect(again.purgeAcked()).toEqual({ deleted: 10, done: true });
+    expect(again.db.prepare('SELECT count(*) FROM readings').pluck().get()).toBe(10);
+    again.close();
+  });
+
+  it('orders loads by their oldest waiting reading', () => {
+    const store = Store.open(path);
+    for (const [l, r] of [['A', 'T-A'], ['B', 'T-B'], ['C', 'T-C']]) store.startLoad({ loadNumber: l, resourceId: r, resourceType: 'Truck', stops: [], nowMs: 1 });
+    store.insertReadings([reading(1, 'T-C'), reading(1, 'T-A'), reading(1, 'T-B'), reading(2, 'T-C'), reading(2, 'T-A')]);
+    expect(store.loadsWithReadings()).toEqual(['C', 'A', 'B']);
+    const c = [...store.iterateReadings('C')].map((r) => r.id);
+    store.ackReadings('C', c[0], null);
+    expect(store.loadsWithReadings()).toEqual(['A', 'B', 'C']);
+    store.close();
+  });
+
+  it('streams a long backlog page by page, and allows writes while the iterator is open', () => {
+    const store = Store.open(path);
+    store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
+    store.insertReadings(Array.from({ length: 1000 }, (_, i) => reading(i)));
+    let n = 0;
+    let last = 0;
+    for (const r of store.iterateReadings('L1')) {
+      expect(r.id).toBeGreaterThan(last);
+      last = r.id;
+      n += 1;
+      if (n === 300) store.ackReadings('L1', 0, n); // a write in the middle of the stream
+    }
+    expect(n).toBe(1000);
+    store.close();
+  });
+
+  it('finds the last position of a resource through its load, or among recent unassigned rows', () => {
+    const store = Store.open(path);
+    store.insertReadings([reading(1, 'LOOSE'), { resourceId: 'LOOSE', timeMs: 1_700_000_009_000, temperatureC: 3 }], true);
+    expect(store.latestPosition('LOOSE')?.time_ms).toBe(reading(1).timeMs);
+    store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
+    store.insertReadings([reading(5), reading(6), { resourceId: 'TRUCK-1', timeMs: 1_700_000_010_000, temperatureC: 3 }]);
+    expect(store.latestPosition('TRUCK-1')?.time_ms).toBe(reading(6).timeMs);
+    expect(store.latestPosition('NEVER')).toBeUndefined();
     store.close();
   });
 

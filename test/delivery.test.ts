@@ -84,6 +84,29 @@ describe('sender against the sandbox', () => {
     expect(sandbox.stats.duplicateTracePoints).toBe(0);
   });
 
+  it('drains a depot backlog one chunk per load in turn, oldest first, then deletes what was delivered', async () => {
+    await setup();
+    config.delivery.max_traces_per_request = 10;
+    store.startLoad({ loadNumber: 'L2', resourceId: 'T2', resourceType: 'Truck', stops: [], nowMs: Date.now() });
+    const t0 = Date.UTC(2026, 5, 1, 12);
+    // 25 readings of each truck, interleaved (L1's first reading is the oldest). Each backlog
+    // is longer than a chunk, so each load's newest position goes first.
+    for (let i = 0; i < 25; i++) {
+      store.insertReadings([
+        { resourceId: 'T1', timeMs: t0 + i * 1000, lat: 41.8, lon: -87.6 },
+        { resourceId: 'T2', timeMs: t0 + i * 1000, lat: 40.1, lon: -88.2 },
+      ]);
+    }
+    sender.start();
+    sender.requestTracePush();
+    await waitFor(() => store.counts().readings === 0, 5000, 'the backlog drained');
+    await sender.idle();
+    expect(sandbox.traces.map((t) => `${t.body.loadNumber}:${t.body.traces.length}`)).toEqual(['L1:1', 'L2:1', 'L1:10', 'L2:10', 'L1:10', 'L2:10', 'L1:4', 'L2:4']);
+    expect(sandbox.stats.duplicateTracePoints).toBe(0);
+    // Delivered rows are purged after the push, not just hidden.
+    expect(store.db.prepare('SELECT count(*) FROM readings').pluck().get()).toBe(0);
+  });
+
   it('keeps everything on 5xx and on a dead network, and delivers once the service is back', async () => {
     await setup();
     addReadings(10);

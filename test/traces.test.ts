@@ -15,6 +15,7 @@ const load: LoadRow = {
   endedMs: null,
   nextStop: 1,
   lastSampleMs: null,
+  ackedId: 0,
 };
 const T0 = Date.UTC(2026, 0, 15, 18, 0, 0); // 12:00 CST in Chicago
 const opts: TraceBuildOptions = {

@@ -150,7 +150,7 @@ export type WorkerCommand =
 
 export type WorkerEvent =
   | { ev: 'started' }
-  | { ev: 'drained'; ms: number; left: number; requests: number; points: number }
+  | { ev: 'drained'; ms: number; purgeMs: number; left: number; requests: number; points: number }
   | { ev: 'stopped' }
   | { ev: 'posted'; ms: number; requests: number; points: number; bytes: number; failed: number }
   | { ev: 'error'; message: string };

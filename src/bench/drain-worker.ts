@@ -48,8 +48,11 @@ async function drain(c: Extract<WorkerCommand, { cmd: 'drain' }>): Promise<void>
     left = agent.store.loadsWithReadings().length;
   }
   const ms = performance.now() - t0;
+  // Delivered rows are deleted after the push, in slices, off the delivery path: timed apart.
+  await agent.sender.idle();
+  const purgeMs = performance.now() - t0 - ms;
   const { traceRequests, tracePoints } = agent.sender.status.sent;
-  send({ ev: 'drained', ms, left: left > 0 ? agent.store.counts().readings : 0, requests: traceRequests, points: tracePoints });
+  send({ ev: 'drained', ms, purgeMs, left: left > 0 ? agent.store.counts().readings : 0, requests: traceRequests, points: tracePoints });
   await stop;
   await agent.stop();
   send({ ev: 'stopped' });

@@ -23,6 +23,8 @@ export function isDiskFull(err: unknown): boolean {
 
 /** Apply the age and size limits now. Returns how many readings were dropped for each. */
 export function enforceBounds(store: Store, bounds: Bounds, log: Logger, nowMs = Date.now()): { age: number; size: number } {
+  // Delivered rows waiting for their purge are not readings to drop: they go first, uncounted.
+  store.purgeAcked();
   const age = store.dropReadingsOlderThan(nowMs - bounds.maxAgeMs);
   store.bump(COUNTER_DROPPED_AGE, age);
   if (age > 0) log.warn({ dropped: age, maxAgeDays: bounds.maxAgeMs / 86_400_000 }, 'readings older than buffer.max_age_days dropped');
@@ -48,6 +50,13 @@ export function withRoom<T>(store: Store, log: Logger, write: () => T, makeRoom 
     return write();
   } catch (err) {
     if (!isDiskFull(err)) throw err;
+    // Delivered rows first (a DELETE frees pages even on a full disk: the WAL reuses its frames).
+    try {
+      if (store.purgeAcked().deleted > 0) return write();
+    } catch (again) {
+      // Still full (or the purge itself did not fit): drop the oldest waiting readings.
+      if (!isDiskFull(again)) throw again;
+    }
     const dropped = store.dropOldestReadings(makeRoom);
     try {
       store.bump(COUNTER_DROPPED_DISK_FULL, dropped);

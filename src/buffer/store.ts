@@ -4,6 +4,11 @@
  *
  * Rule: nothing is deleted that the service did not acknowledge. Readings leave only via
  * `ackReadings` (after a 2xx), milestones are marked sent only via `markMilestoneSent`.
+ *
+ * Acknowledging moves a cursor (`loads.acked_id`); every query for waiting readings skips
+ * what is at or below it, and `purgeAcked` deletes those rows later, many chunks at a time.
+ * The cursor is one small write per chunk; deleting each chunk's rows at once rewrote about
+ * a page per reading when many loads' readings share the pages.
  */
 import { randomUUID } from 'node:crypto';
 import type { Statement } from 'better-sqlite3';
@@ -20,6 +25,8 @@ export interface LoadRow {
   endedMs: number | null;
   nextStop: number | null;
   lastSampleMs: number | null;
+  /** Readings of this load with an id up to this one are delivered (or sampled away). */
+  ackedId: number;
 }
 
 export interface StoredReading {
@@ -82,6 +89,7 @@ interface RawLoad {
   ended_ms: number | null;
   next_stop: number | null;
   last_sample_ms: number | null;
+  acked_id: number;
 }
 
 interface RawMilestone {
@@ -104,6 +112,7 @@ const toLoad = (r: RawLoad): LoadRow => ({
   endedMs: r.ended_ms,
   nextStop: r.next_stop,
   lastSampleMs: r.last_sample_ms,
+  ackedId: r.acked_id,
 });
 
 const toMilestone = (r: RawMilestone): MilestoneRow => ({
@@ -117,25 +126,50 @@ const toMilestone = (r: RawMilestone): MilestoneRow => ({
   sentMs: r.sent_ms,
 });
 
+/** How far back latestPosition looks for a resource without an active load. */
+const LATEST_SCAN = 100_000;
+
+/** Rows fetched at a time when streaming a load's readings: bounded memory, few native calls. */
+const PAGE_ROWS = 256;
+
+type RawReading = [number, string, string | null, number, number | null, number | null, number | null, number | null, number | null, number | null];
+
+/** Waiting readings of a load: not parked, not retried, and above its acknowledgement cursor. */
+const WAITING = 'r.state = 0 AND r.id > l.acked_id';
+
 export class Store {
   readonly db: DB;
-  private readonly insertWithLoad: Statement;
-  private readonly insertAny: Statement;
+  private readonly insertRow: Statement;
+  private readonly activeLoadNumber: Statement;
   private readonly readingsOfLoad: Statement;
+  private readonly ackStmt: Statement;
+  private readonly purgeRange: Statement;
+  /** No acknowledged row is left at or below this id (0 after opening: a crash may have left some anywhere). */
+  private purgeFloor = 0;
+  /** The purge pass in progress: where it has got to, where it ends, and the floor it leaves behind. */
+  private purgePass: { at: number; top: number; floor: number } | null = null;
 
   constructor(db: DB) {
     this.db = db;
-    const cols = 'resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c, source';
-    const activeLoad = '(SELECT load_number FROM loads WHERE resource_id = @resourceId AND ended_ms IS NULL)';
-    const values = `@resourceId, ${activeLoad}, @timeMs, @lat, @lon, @speed, @heading, @odometer, @temperatureC, @source`;
-    // The active load is looked up inside the insert, so a load started by the CLI a moment
-    // ago applies to the very next batch without the daemon having to notice first.
-    this.insertWithLoad = db.prepare(
-      `INSERT INTO readings (${cols}) SELECT ${values} WHERE EXISTS ${activeLoad.replace('SELECT load_number', 'SELECT 1')}`,
+    this.insertRow = db.prepare(
+      'INSERT INTO readings (resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
     );
-    this.insertAny = db.prepare(`INSERT INTO readings (${cols}) VALUES (${values})`);
-    this.readingsOfLoad = db.prepare(
-      'SELECT id, resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c FROM readings WHERE load_number = ? AND id > ? AND state = 0 ORDER BY id',
+    this.activeLoadNumber = db.prepare('SELECT load_number FROM loads WHERE resource_id = ? AND ended_ms IS NULL').pluck();
+    // Arrays, not objects: better-sqlite3 builds a row object in C++ at about twice the cost.
+    this.readingsOfLoad = db
+      .prepare(
+        `SELECT r.id, r.resource_id, r.load_number, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c
+           FROM loads l JOIN readings r ON r.load_number = l.load_number
+          WHERE l.load_number = ? AND r.id > ? AND ${WAITING} ORDER BY r.id LIMIT ${PAGE_ROWS}`,
+      )
+      .raw();
+    this.ackStmt = db.prepare(
+      'UPDATE loads SET acked_id = max(acked_id, ?), last_sample_ms = CASE WHEN ? IS NULL THEN last_sample_ms ELSE max(coalesce(last_sample_ms, 0), ?) END WHERE load_number = ?',
+    );
+    // In id order (neighbouring rows, neighbouring pages), each row against its own load's cursor.
+    this.purgeRange = db.prepare(
+      `DELETE FROM readings WHERE id > ? AND id <= ? AND state = 0
+          AND id <= (SELECT l.acked_id FROM loads l WHERE l.load_number = readings.load_number)`,
     );
   }
 
@@ -154,59 +188,127 @@ export class Store {
    * unless `keepWithoutLoad`, readings of resources with no active load are not stored.
    */
   insertReadings(batch: ReadonlyArray<Reading & { source?: string }>, keepWithoutLoad = false): number {
-    const stmt = keepWithoutLoad ? this.insertAny : this.insertWithLoad;
     let kept = 0;
-    this.db.transaction(() => {
-      for (const r of batch) {
-        const info = stmt.run({
-          resourceId: r.resourceId,
-          timeMs: Math.round(r.timeMs),
-          lat: r.lat ?? null,
-          lon: r.lon ?? null,
-          speed: r.speed ?? null,
-          heading: r.heading ?? null,
-          odometer: r.odometer ?? null,
-          temperatureC: r.temperatureC ?? null,
-          source: r.source ?? null,
-        });
-        kept += info.changes;
-      }
-    })();
+    // IMMEDIATE: the write lock is taken before the load is read, so a load the CLI starts or
+    // ends concurrently is seen either wholly before or wholly after this batch.
+    this.db
+      .transaction(() => {
+        // The active load is looked up in the batch's own transaction, once per resource, so a
+        // load started by the CLI a moment ago applies to the very next batch.
+        const loads = new Map<string, string | null>();
+        for (const r of batch) {
+          let load = loads.get(r.resourceId);
+          if (load === undefined) {
+            load = (this.activeLoadNumber.get(r.resourceId) as string | undefined) ?? null;
+            loads.set(r.resourceId, load);
+          }
+          if (load === null && !keepWithoutLoad) continue;
+          this.insertRow.run(
+            r.resourceId,
+            load,
+            Math.round(r.timeMs),
+            r.lat ?? null,
+            r.lon ?? null,
+            r.speed ?? null,
+            r.heading ?? null,
+            r.odometer ?? null,
+            r.temperatureC ?? null,
+            r.source ?? null,
+          );
+          kept += 1;
+        }
+      })
+      .immediate();
     return kept;
   }
 
-  /** Readings of a load after `afterId`, oldest first, streamed (never the whole backlog in memory). */
-  iterateReadings(loadNumber: string, afterId = 0): IterableIterator<StoredReading> {
-    return this.readingsOfLoad.iterate(loadNumber, afterId) as IterableIterator<StoredReading>;
-  }
-
-  /** The service took the readings of this load up to `upToId`: drop them and remember the sampling point. */
-  ackReadings(loadNumber: string, upToId: number, lastSampleMs: number | null): void {
-    this.db.transaction(() => {
-      this.db.prepare('DELETE FROM readings WHERE load_number = ? AND id <= ? AND state = 0').run(loadNumber, upToId);
-      if (lastSampleMs !== null) {
-        this.db
-          .prepare('UPDATE loads SET last_sample_ms = max(coalesce(last_sample_ms, 0), ?) WHERE load_number = ?')
-          .run(lastSampleMs, loadNumber);
+  /**
+   * Waiting readings of a load after `afterId`, oldest first, streamed a page at a time (never
+   * the whole backlog in memory). No statement stays open between pages, so the caller may
+   * write to the buffer while it holds the iterator.
+   */
+  *iterateReadings(loadNumber: string, afterId = 0): IterableIterator<StoredReading> {
+    let after = afterId;
+    for (;;) {
+      const rows = this.readingsOfLoad.all(loadNumber, after) as RawReading[];
+      for (const r of rows) {
+        yield { id: r[0], resource_id: r[1], load_number: r[2], time_ms: r[3], lat: r[4], lon: r[5], speed: r[6], heading: r[7], odometer: r[8], temp_c: r[9] };
       }
-    })();
+      if (rows.length < PAGE_ROWS) return;
+      after = rows[rows.length - 1][0];
+    }
   }
 
+  /**
+   * The service took the readings of this load up to `upToId`: move the load's cursor past
+   * them and remember the sampling point, in one small write. The rows go at the next purge.
+   */
+  ackReadings(loadNumber: string, upToId: number, lastSampleMs: number | null): void {
+    this.ackStmt.run(upToId, lastSampleMs, lastSampleMs, loadNumber);
+  }
+
+  /**
+   * Delete acknowledged rows (at or below their load's cursor; parked, retried and unassigned
+   * rows stay), walking the ids in order so each page is rewritten about once for all the
+   * rows it held. `budget` bounds how many ids one call covers (one transaction), so the
+   * daemon can purge a million rows in slices between other work; without it, the pass runs
+   * to the end (the limits call it that way, so delivered rows make room before any reading
+   * is dropped). `done` is true when the pass has reached the highest acknowledged id.
+   */
+  purgeAcked(budget = Number.POSITIVE_INFINITY): { deleted: number; done: boolean } {
+    if (!this.purgePass) {
+      const top = (this.db.prepare('SELECT coalesce(max(acked_id), 0) FROM loads').pluck().get() as number) ?? 0;
+      if (top <= this.purgeFloor) return { deleted: 0, done: true };
+      // Rows below the oldest waiting one cannot be acknowledged later: after this pass, none
+      // of them is left, and the next pass starts there.
+      const waiting = this.db
+        .prepare(`SELECT min((SELECT min(r.id) FROM readings r WHERE r.load_number = l.load_number AND ${WAITING})) FROM loads l`)
+        .pluck()
+        .get() as number | null;
+      this.purgePass = { at: this.purgeFloor, top, floor: Math.min(top, waiting === null ? top : waiting - 1) };
+    }
+    const pass = this.purgePass;
+    const to = Math.min(pass.top, pass.at + budget);
+    const deleted = this.db.transaction(() => this.purgeRange.run(pass.at, to).changes)();
+    pass.at = to;
+    if (to < pass.top) return { deleted, done: false };
+    this.purgeFloor = Math.max(this.purgeFloor, pass.floor);
+    this.purgePass = null;
+    return { deleted, done: true };
+  }
+
+  /**
+   * The newest position of a resource still in the buffer: through its active load's index,
+   * else (readings kept without a load) among the newest LATEST_SCAN rows, so a resource
+   * that never had a fix does not cost a scan of the whole buffer.
+   */
   latestPosition(resourceId: string): StoredReading | undefined {
+    const cols = 'r.id, r.resource_id, r.load_number, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c';
+    const viaLoad = this.db
+      .prepare(
+        `SELECT ${cols} FROM loads l JOIN readings r ON r.load_number = l.load_number
+          WHERE l.resource_id = ? AND l.ended_ms IS NULL AND r.lat IS NOT NULL ORDER BY r.id DESC LIMIT 1`,
+      )
+      .get(resourceId) as StoredReading | undefined;
+    if (viaLoad) return viaLoad;
     return this.db
       .prepare(
-        'SELECT id, resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c FROM readings WHERE resource_id = ? AND lat IS NOT NULL ORDER BY id DESC LIMIT 1',
+        `SELECT ${cols} FROM readings r WHERE r.id > (SELECT coalesce(max(id), 0) FROM readings) - ${LATEST_SCAN}
+            AND r.resource_id = ? AND r.lat IS NOT NULL ORDER BY r.id DESC LIMIT 1`,
       )
       .get(resourceId) as StoredReading | undefined;
   }
 
-  /** Loads that have readings waiting, active or already ended. */
+  /** Loads that have readings waiting, active or already ended, the one waiting longest first. */
   loadsWithReadings(): string[] {
-    return (
-      this.db
-        .prepare('SELECT DISTINCT load_number FROM readings WHERE load_number IS NOT NULL AND state = 0 ORDER BY load_number')
-        .all() as { load_number: string }[]
-    ).map((r) => r.load_number);
+    return this.db
+      .prepare(
+        `SELECT load_number FROM (
+           SELECT l.load_number, (SELECT min(r.id) FROM readings r WHERE r.load_number = l.load_number AND ${WAITING}) AS first FROM loads l
+         ) WHERE first IS NOT NULL ORDER BY first`,
+      )
+      .pluck()
+      .all() as string[];
   }
 
   // ---- loads ----------------------------------------------------------------------------
@@ -373,11 +475,18 @@ export class Store {
   backlogOf(loadNumber: string): { newest: StoredReading | undefined; oldestMs: number | null } {
     const newest = this.db
       .prepare(
-        'SELECT id, resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c FROM readings WHERE load_number = ? AND state = 0 AND lat IS NOT NULL ORDER BY id DESC LIMIT 1',
+        `SELECT r.id, r.resource_id, r.load_number, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c
+           FROM loads l JOIN readings r ON r.load_number = l.load_number
+          WHERE l.load_number = ? AND ${WAITING} AND r.lat IS NOT NULL ORDER BY r.id DESC LIMIT 1`,
       )
       .get(loadNumber) as StoredReading | undefined;
-    const oldest = this.db.prepare('SELECT min(time_ms) AS t FROM readings WHERE load_number = ? AND state = 0').get(loadNumber) as { t: number | null };
-    return { newest, oldestMs: oldest.t };
+    // The oldest waiting row by id, not min(time_ms): readings are committed in time order,
+    // and this is one index step where min() read every waiting row of the load.
+    const oldest = this.db
+      .prepare(`SELECT r.time_ms FROM loads l JOIN readings r ON r.load_number = l.load_number WHERE l.load_number = ? AND ${WAITING} ORDER BY r.id LIMIT 1`)
+      .pluck()
+      .get(loadNumber) as number | undefined;
+    return { newest, oldestMs: oldest ?? null };
   }
 
   // ---- bounds ---------------------------------------------------------------------------
@@ -441,9 +550,9 @@ export class Store {
     const r = this.db
       .prepare(
         `SELECT
-           (SELECT count(*) FROM readings WHERE load_number IS NOT NULL AND state = 0) AS readings,
+           (SELECT count(*) FROM loads l JOIN readings r ON r.load_number = l.load_number WHERE ${WAITING}) AS readings,
            (SELECT count(*) FROM readings WHERE load_number IS NULL) AS unassigned,
-           (SELECT min(time_ms) FROM readings WHERE load_number IS NOT NULL AND state = 0) AS oldest,
+           (SELECT min(r.time_ms) FROM loads l JOIN readings r ON r.load_number = l.load_number WHERE ${WAITING}) AS oldest,
            (SELECT count(*) FROM milestones WHERE sent_ms IS NULL AND parked_ms IS NULL) AS pending,
            (SELECT count(*) FROM milestones WHERE sent_ms IS NOT NULL) AS sent,
            (SELECT count(*) FROM dead_letters) AS dead,

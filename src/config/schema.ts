@@ -185,6 +185,11 @@ export const configSchema = z.strictObject({
       path: z.string().min(1).default('/var/lib/telematics-agent/buffer.db'),
       /** SQLite synchronous level in WAL mode: NORMAL loses at most the last commits on power loss, never corrupts. */
       synchronous: z.enum(['OFF', 'NORMAL', 'FULL']).default('NORMAL'),
+      /**
+       * SQLite page cache, KiB. Reads walk an index in order, so a big cache buys little and
+       * costs RSS on a 512 MB device (better-sqlite3 alone would take 16 MiB).
+       */
+      cache_kb: positiveInt.min(256).max(1_048_576).default(2048),
       /** Readings are committed together every flush_interval_ms or when this many wait. */
       batch_size: positiveInt.max(100_000).default(500),
       flush_interval_ms: positiveInt.max(60_000).default(1000),

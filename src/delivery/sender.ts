@@ -16,11 +16,11 @@
  */
 import type { Logger } from 'pino';
 import type { ApiClient, PostOutcome } from '../api/client.js';
-import type { Trace } from '../api/schemas.js';
+import type { Trace, TraceBody } from '../api/schemas.js';
 import type { LoadRow, Store } from '../buffer/store.js';
 import type { Config } from '../config/schema.js';
 import { backoffMs, classify, describeOutcome, retryAfterMs, type OutcomeClass } from './classify.js';
-import { buildTraceChunk, idempotencyKeyFor, nextStopResolver, traceBody, type TraceBuildOptions } from './traces.js';
+import { buildTraceChunk, idempotencyKeyFor, nextStopResolver, traceBody, type TraceBuildOptions, type TraceChunk } from './traces.js';
 
 export interface SenderStatus {
   lastSuccessMs: number | null;
@@ -53,6 +53,13 @@ export interface SenderDeps {
 /** The floor under a jittered delay, so a zero draw cannot turn into a tight loop. */
 const MIN_DELAY_MS = 250;
 
+/**
+ * Delivered readings are deleted after a push, off the delivery path, this many ids per
+ * transaction (a few ms each), yielding between slices so sources and milestones never wait
+ * behind a million-row delete.
+ */
+const PURGE_SLICE = 20_000;
+
 type Step = 'sent' | 'empty' | 'failed';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -65,6 +72,9 @@ export class Sender {
   private tracesDue = false;
   /** Loads whose newest position already went out first in the current push. */
   private newestFirstDone = new Set<string>();
+  /** Readings were acknowledged that are not purged yet. */
+  private purgePending = false;
+  private purging: Promise<void> | undefined;
   private stopping = false;
   private abort = new AbortController();
   private readonly now: () => number;
@@ -113,6 +123,8 @@ export class Sender {
     this.stopping = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
+    // A purge slice is short and stops at the next slice once stopping is set.
+    await this.purging;
     const running = this.running;
     if (!running) return;
     let timer: NodeJS.Timeout | undefined;
@@ -162,8 +174,44 @@ export class Sender {
       } finally {
         this.running = undefined;
       }
+      if (this.purgePending) this.purgeDelivered();
     })();
     return this.running;
+  }
+
+  /**
+   * Delete what the service acknowledged, a slice at a time, while delivery is idle. A cycle
+   * that starts meanwhile takes over; the purge resumes where it stopped when that ends. What
+   * is not yet purged is already invisible to every query, so stopping half-way loses nothing.
+   */
+  private purgeDelivered(): void {
+    if (this.purging) return;
+    const run = async () => {
+      try {
+        this.purgePending = false;
+        for (;;) {
+          if (this.stopping || this.running) {
+            this.purgePending = true; // the next cycle's end resumes it
+            return;
+          }
+          if (this.deps.store.purgeAcked(PURGE_SLICE).done) return;
+          await new Promise<void>((r) => setImmediate(r));
+        }
+      } catch (err) {
+        this.deps.log.warn({ err: (err as Error).message }, 'could not delete delivered readings; will try after the next push');
+      }
+    };
+    // Cleared by identity, after the fact: a purge that finishes without a single await must
+    // not leave a settled promise behind that idle() would wait on forever.
+    const purging = run().finally(() => {
+      if (this.purging === purging) this.purging = undefined;
+    });
+    this.purging = purging;
+  }
+
+  /** Resolves when no purge slice is pending (tests, the bench, shutdown). */
+  async idle(): Promise<void> {
+    while (this.running || this.purging) await (this.running ?? this.purging);
   }
 
   /** True while a backoff is in force. */
@@ -176,30 +224,114 @@ export class Sender {
     if (!(await this.sendMilestones())) return;
     if ((await this.sendRetriedReadings()) === 'failed') return;
     if (!this.tracesDue) return;
-    const { store } = this.deps;
-    let first = true;
-    for (const loadNumber of store.loadsWithReadings()) {
-      if (!this.newestFirstDone.has(loadNumber)) {
-        this.newestFirstDone.add(loadNumber);
-        if ((await this.sendNewestFirst(loadNumber)) === 'failed') {
-          this.newestFirstDone.delete(loadNumber);
-          return;
-        }
-      }
-      for (;;) {
-        if (this.stopping) return;
-        // Milestones jump the queue: one recorded during a long drain goes out next.
-        if (store.hasPendingMilestones() && !(await this.sendMilestones())) return;
-        // A backlog drains at a steady pace, not as fast as the service will take it.
-        if (!first && this.deps.config.delivery.drain_interval_ms > 0) await sleep(this.deps.config.delivery.drain_interval_ms);
-        first = false;
-        const step = await this.sendNextTraceChunk(loadNumber);
-        if (step === 'failed') return;
-        if (step === 'empty') break;
-      }
-    }
+    if ((await this.drainTraces()) === 'failed') return;
     this.tracesDue = false;
     this.status.lastTracePushMs = this.now();
+  }
+
+  /**
+   * Send every waiting reading, one chunk per load in turn, the load waiting longest first:
+   * a depot's backlog drains oldest first across the fleet, no load waits behind another's
+   * week of data, and the rows acknowledged together are neighbours on disk, so the purge
+   * rewrites each page about once instead of once per chunk.
+   *
+   * The next chunk is built (and delivered rows purged) while a request is on the wire:
+   * building is CPU, sending is mostly waiting. A chunk is acknowledged before the next is
+   * sent, so a crash can repeat at most one request, with the same Idempotency-Key.
+   */
+  private async drainTraces(): Promise<Step> {
+    const { store } = this.deps;
+    let queue = store.loadsWithReadings();
+    for (const loadNumber of queue) {
+      if (this.newestFirstDone.has(loadNumber)) continue;
+      this.newestFirstDone.add(loadNumber);
+      if ((await this.sendNewestFirst(loadNumber)) === 'failed') {
+        this.newestFirstDone.delete(loadNumber);
+        return 'failed';
+      }
+    }
+    queue = store.loadsWithReadings();
+    // Per drain: the load and its stop resolver, and where the next chunk of each load starts
+    // (ahead of the buffer's cursor while a chunk is in flight).
+    const loads = new Map<string, { load: LoadRow; stopAt: (timeMs: number) => number | undefined } | null>();
+    const cursors = new Map<string, { afterId: number; lastSampleMs: number | null }>();
+    let builtSinceRefill = false;
+    const build = (): { load: LoadRow; chunk: TraceChunk } | undefined => {
+      for (;;) {
+        if (queue.length === 0) {
+          // Readings committed during the drain go in this push too; a pass that finds
+          // nothing to send ends it.
+          if (!builtSinceRefill) return undefined;
+          builtSinceRefill = false;
+          queue = store.loadsWithReadings();
+          continue;
+        }
+        const loadNumber = queue.shift()!;
+        let entry = loads.get(loadNumber);
+        if (entry === undefined) {
+          const load = store.getLoad(loadNumber);
+          entry = load ? { load, stopAt: this.stopResolver(load) } : null;
+          loads.set(loadNumber, entry);
+        }
+        if (!entry) continue;
+        const from = cursors.get(loadNumber);
+        const load = from ? { ...entry.load, lastSampleMs: from.lastSampleMs } : entry.load;
+        const opts = this.traceOptions();
+        const chunk = buildTraceChunk(load, store.iterateReadings(loadNumber, from?.afterId ?? 0), entry.stopAt, opts, load.endedMs !== null);
+        if (!chunk) continue;
+        builtSinceRefill = true;
+        cursors.set(loadNumber, { afterId: chunk.lastId, lastSampleMs: chunk.lastSampleMs });
+        // A full chunk may have more behind it: the load takes its turn again after the others.
+        if (chunk.points >= opts.maxPoints) queue.push(loadNumber);
+        return { load, chunk };
+      }
+    };
+
+    let current = build();
+    let first = true;
+    while (current) {
+      if (this.stopping) return 'failed';
+      if (store.hasPendingMilestones()) {
+        // Milestones jump the queue: one recorded during a long drain goes out next. A
+        // departure changes the stop of later points, so what was built ahead is built again.
+        if (!(await this.sendMilestones())) return 'failed';
+        loads.clear();
+        cursors.clear();
+        queue = store.loadsWithReadings();
+        current = build();
+        continue;
+      }
+      // A backlog drains at a steady pace, not as fast as the service will take it.
+      if (!first && this.deps.config.delivery.drain_interval_ms > 0) await sleep(this.deps.config.delivery.drain_interval_ms);
+      first = false;
+      const { load, chunk } = current;
+      if (!chunk.body) {
+        // Only readings sampling skipped, at the end of an ended load: consumed, nothing to send.
+        this.acknowledge(load.loadNumber, chunk);
+        current = build();
+        continue;
+      }
+      const delivered: number[] = [];
+      const sending = this.deliverTraces(load, chunk.body.traces, chunk.readingIds, delivered, { body: chunk.body, key: chunk.idempotencyKey });
+      // Let the request reach the socket first (node:http writes it on a later tick), or the
+      // work below would run before it and nothing would overlap.
+      await new Promise<void>((r) => setImmediate(r));
+      const next = build();
+      if ((await sending) === 'failed') {
+        // Part of a split chunk got through before the failure: those points must not go twice.
+        store.deleteReadings(delivered);
+        return 'failed';
+      }
+      // Every point is at the service or parked: the chunk, and the readings sampling skipped, are done.
+      this.acknowledge(load.loadNumber, chunk);
+      current = next;
+    }
+    return 'empty';
+  }
+
+  private acknowledge(loadNumber: string, chunk: TraceChunk): void {
+    this.deps.store.ackReadings(loadNumber, chunk.lastId, chunk.lastSampleMs);
+    this.purgePending = true;
   }
 
   /** Send pending milestones in the order they were recorded. False when delivery must pause. */
@@ -300,39 +432,22 @@ export class Sender {
     return 'sent';
   }
 
-  private async sendNextTraceChunk(loadNumber: string): Promise<Step> {
-    const { store } = this.deps;
-    const load = store.getLoad(loadNumber);
-    if (!load) return 'empty';
-    // Built fully before sending: better-sqlite3 cannot write on a connection while a read iterates.
-    const chunk = buildTraceChunk(load, store.iterateReadings(loadNumber), this.stopResolver(load), this.traceOptions(), load.endedMs !== null);
-    if (!chunk) return 'empty';
-    if (!chunk.body) {
-      store.ackReadings(loadNumber, chunk.lastId, chunk.lastSampleMs);
-      return 'sent';
-    }
-    const delivered: number[] = [];
-    const result = await this.deliverTraces(load, chunk.body.traces, chunk.readingIds, delivered);
-    if (result === 'delivered') {
-      // Every point is at the service or parked: the chunk, and the readings sampling skipped, are done.
-      store.ackReadings(loadNumber, chunk.lastId, chunk.lastSampleMs);
-      return 'sent';
-    }
-    // Part of a split chunk got through before the failure: those points must not go twice.
-    store.deleteReadings(delivered);
-    return 'failed';
-  }
-
   /**
    * Deliver these trace points: as one request, or, when the service refuses it or finds it
    * too large, as halves, down to single points that are parked. `delivered` collects the
    * reading ids the service accepted. Resolves 'failed' when delivery must pause.
    */
-  private async deliverTraces(load: LoadRow, traces: Trace[], readingIds: number[], delivered: number[]): Promise<'delivered' | 'failed'> {
+  private async deliverTraces(
+    load: LoadRow,
+    traces: Trace[],
+    readingIds: number[],
+    delivered: number[],
+    built?: { body: TraceBody; key: string },
+  ): Promise<'delivered' | 'failed'> {
     if (this.stopping) return 'failed';
     const { client, store } = this.deps;
-    const body = traceBody(load.loadNumber, traces, this.deps.config.api.extra_fields);
-    const key = idempotencyKeyFor('trace', this.deps.deviceId, load.loadNumber, traces);
+    const body = built?.body ?? traceBody(load.loadNumber, traces, this.deps.config.api.extra_fields);
+    const key = built?.key ?? idempotencyKeyFor('trace', this.deps.deviceId, load.loadNumber, traces);
     const outcome = await this.post(() => client.postTraces(body, key, this.abort.signal));
     const cls = classify(outcome);
     if (cls === 'delivered') {
