@@ -2,9 +2,14 @@
  * The HTTP side of interface E. One POST per call; the caller decides what a status means.
  *
  * Redirects are never followed: the subscription key travels in a header, and a 3xx to
- * another host would hand it over. The key never appears in an error we produce.
+ * another host would hand it over (node:http never follows one by itself). The key never
+ * appears in an error we produce.
+ *
+ * Built on node:http/https rather than an HTTP library: the agent sends one request at a
+ * time, and a library's import alone cost about 10 MB of RSS on a 512 MB device.
  */
-import { Agent, request } from 'undici';
+import type { Agent as HttpAgent, IncomingMessage } from 'node:http';
+import { Agent as PlainAgent, request as plainRequest } from 'node:http';
 
 export interface ApiClientOptions {
   baseUrl: string;
@@ -12,6 +17,7 @@ export interface ApiClientOptions {
   tracePath: string;
   scac: string;
   subscriptionKey: string;
+  /** No byte sent or received for this long (connect, upload, waiting for the answer, body): give up. */
   timeoutMs: number;
   extraFields?: Record<string, string | number | boolean>;
 }
@@ -20,17 +26,17 @@ export type PostOutcome =
   | { kind: 'response'; status: number; body: string; retryAfter?: string; location?: string; durationMs: number }
   | { kind: 'network'; error: string; code?: string; durationMs: number };
 
+/** What is kept of a response body: enough for a dead letter and the log, never a 10 MB page. */
+const MAX_BODY_CHARS = 4000;
+
+type RequestFn = typeof plainRequest;
+
 export class ApiClient {
-  private readonly dispatcher: Agent;
   private readonly opts: ApiClientOptions;
+  private transport: Promise<{ agent: HttpAgent; request: RequestFn }> | undefined;
 
   constructor(opts: ApiClientOptions) {
     this.opts = opts;
-    this.dispatcher = new Agent({
-      keepAliveTimeout: 30_000,
-      connect: { timeout: Math.min(opts.timeoutMs, 30_000) },
-      // No redirect interceptor is installed: undici's request() does not follow 3xx by itself.
-    });
   }
 
   get extraFields(): Record<string, string | number | boolean> {
@@ -56,42 +62,106 @@ export class ApiClient {
     return this.post(this.opts.tracePath, body, idempotencyKey, signal);
   }
 
+  /** The URL a path is posted to: base https://host/api + /rcsc/... -> https://host/api/rcsc/... */
+  urlFor(path: string): URL {
+    const url = new URL(this.opts.baseUrl);
+    url.pathname = `${url.pathname.replace(/\/$/, '')}${path}`;
+    return url;
+  }
+
   /** `body` may be an object or an already serialised JSON string. */
   async post(path: string, body: object | string, idempotencyKey?: string, signal?: AbortSignal): Promise<PostOutcome> {
     const started = performance.now();
-    const url = new URL(path, this.opts.baseUrl.endsWith('/') ? this.opts.baseUrl : `${this.opts.baseUrl}/`);
-    // Join paths the way operators expect: base https://host/api + /rcsc/... -> https://host/api/rcsc/...
-    url.pathname = `${new URL(this.opts.baseUrl).pathname.replace(/\/$/, '')}${path}`;
+    const payload = Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
     try {
-      const res = await request(url, {
-        method: 'POST',
-        headers: this.headers(idempotencyKey),
-        body: typeof body === 'string' ? body : JSON.stringify(body),
-        dispatcher: this.dispatcher,
-        signal,
-        headersTimeout: this.opts.timeoutMs,
-        bodyTimeout: this.opts.timeoutMs,
-      });
-      const text = await res.body.text();
-      const header = (name: string) => {
-        const v = res.headers[name];
-        return Array.isArray(v) ? v[0] : v;
-      };
-      return {
-        kind: 'response',
-        status: res.statusCode,
-        body: text.length > 4000 ? `${text.slice(0, 4000)}...` : text,
-        retryAfter: header('retry-after'),
-        location: header('location'),
-        durationMs: performance.now() - started,
-      };
+      const url = this.urlFor(path);
+      const { agent, request } = await this.connection(url);
+      let outcome: Omit<Extract<PostOutcome, { kind: 'response' }>, 'durationMs'>;
+      try {
+        outcome = await this.send(request, agent, url, payload, idempotencyKey, signal);
+      } catch (err) {
+        // A kept-alive connection the server closed just as we reused it: the request almost
+        // surely never reached the service (and the same Idempotency-Key makes a copy
+        // harmless), so it goes once more at once, on a new connection, not after a backoff.
+        if (!(err as { reusedSocket?: boolean }).reusedSocket || (err as { code?: string }).code !== 'ECONNRESET') throw err;
+        outcome = await this.send(request, agent, url, payload, idempotencyKey, signal);
+      }
+      return { ...outcome, durationMs: performance.now() - started };
     } catch (err) {
       const e = err as Error & { code?: string };
       return { kind: 'network', error: e.message, code: e.code, durationMs: performance.now() - started };
     }
   }
 
+  /** One keep-alive agent per client; TLS is loaded only when the base URL needs it. */
+  private connection(url: URL): Promise<{ agent: HttpAgent; request: RequestFn }> {
+    this.transport ??= (async () => {
+      // Idle connections are closed after 30 s, sooner when the server's Keep-Alive says so.
+      const options = { keepAlive: true, maxSockets: 4, timeout: 30_000 };
+      if (url.protocol === 'https:') {
+        const https = await import('node:https');
+        return { agent: new https.Agent(options), request: https.request as RequestFn };
+      }
+      if (url.protocol !== 'http:') throw new Error(`api.base_url: unsupported protocol ${url.protocol}`);
+      return { agent: new PlainAgent(options), request: plainRequest };
+    })();
+    return this.transport;
+  }
+
+  private send(
+    request: RequestFn,
+    agent: HttpAgent,
+    url: URL,
+    payload: Buffer,
+    idempotencyKey: string | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<Omit<Extract<PostOutcome, { kind: 'response' }>, 'durationMs'>> {
+    return new Promise((resolve, reject) => {
+      const req = request(url, {
+        method: 'POST',
+        agent,
+        signal,
+        headers: { ...this.headers(idempotencyKey), 'Content-Length': String(payload.length) },
+      });
+      const fail = (err: Error & { code?: string; reusedSocket?: boolean }) => {
+        err.reusedSocket = req.reusedSocket;
+        reject(err);
+      };
+      // Inactivity, not the whole exchange: a 2G link may take a minute to upload a chunk
+      // while bytes keep moving; a silent peer is given up after timeoutMs.
+      req.setTimeout(this.opts.timeoutMs, () => {
+        req.destroy(Object.assign(new Error(`no answer within ${this.opts.timeoutMs} ms`), { code: 'ETIMEDOUT' }));
+      });
+      req.on('error', fail);
+      req.on('response', (res: IncomingMessage) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          // Read to the end (so the connection can be reused) but keep only the start.
+          if (text.length <= MAX_BODY_CHARS) text += chunk;
+        });
+        res.on('error', fail);
+        res.on('end', () => {
+          const header = (name: string) => {
+            const v = res.headers[name];
+            return Array.isArray(v) ? v[0] : v;
+          };
+          resolve({
+            kind: 'response',
+            status: res.statusCode ?? 0,
+            body: text.length > MAX_BODY_CHARS ? `${text.slice(0, MAX_BODY_CHARS)}...` : text,
+            retryAfter: header('retry-after'),
+            location: header('location'),
+          });
+        });
+      });
+      req.end(payload);
+    });
+  }
+
   async close(): Promise<void> {
-    await this.dispatcher.close();
+    const t = this.transport;
+    this.transport = undefined;
+    if (t) (await t.catch(() => undefined))?.agent.destroy();
   }
 }

@@ -1,0 +1,136 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ApiClient } from '../src/api/client.js';
+
+// The HTTP client against plain node:http servers on port 0 that misbehave on purpose.
+let server: Server | undefined;
+let client: ApiClient | undefined;
+const sockets = new Set<Socket>();
+
+afterEach(async () => {
+  await client?.close();
+  client = undefined;
+  for (const s of sockets) s.destroy();
+  sockets.clear();
+  await new Promise<void>((r) => (server ? server.close(() => r()) : r()));
+  server = undefined;
+});
+
+async function serve(handler: (req: IncomingMessage, res: ServerResponse, nth: number) => void): Promise<string> {
+  let n = 0;
+  server = createServer((req, res) => {
+    n += 1;
+    handler(req, res, n);
+  });
+  server.on('connection', (s) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+  });
+  await new Promise<void>((r) => server!.listen(0, '127.0.0.1', () => r()));
+  return `http://127.0.0.1:${(server!.address() as AddressInfo).port}/base`;
+}
+
+function makeClient(baseUrl: string, timeoutMs = 2000): ApiClient {
+  client = new ApiClient({ baseUrl, milestonePath: '/m', tracePath: '/t', scac: 'SCAC', subscriptionKey: 'secret-key-123', timeoutMs });
+  return client;
+}
+
+const readBody = (req: IncomingMessage) =>
+  new Promise<string>((r) => {
+    let b = '';
+    req.on('data', (d: Buffer) => (b += d.toString()));
+    req.on('end', () => r(b));
+  });
+
+describe('ApiClient', () => {
+  it('posts JSON to base path + path with the interface E headers and reads the answer', async () => {
+    const seen: Array<{ url?: string; headers: IncomingMessage['headers']; body: string }> = [];
+    const url = await serve(async (req, res) => {
+      seen.push({ url: req.url, headers: req.headers, body: await readBody(req) });
+      res.writeHead(429, { 'Retry-After': '7', 'Content-Type': 'application/json' }).end('{"error":"slow down"}');
+    });
+    const out = await makeClient(url).postTraces({ loadNumber: 'L1' }, 'key-1');
+    expect(out).toMatchObject({ kind: 'response', status: 429, body: '{"error":"slow down"}', retryAfter: '7' });
+    expect(seen[0].url).toBe('/base/t');
+    expect(seen[0].headers).toMatchObject({
+      'ocp-apim-subscription-key': 'secret-key-123',
+      carrierscac: 'SCAC',
+      'idempotency-key': 'key-1',
+      'content-type': 'application/json',
+      'content-length': String(Buffer.byteLength('{"loadNumber":"L1"}')),
+    });
+    expect(JSON.parse(seen[0].body)).toEqual({ loadNumber: 'L1' });
+  });
+
+  it('never follows a redirect, and reports where it pointed', async () => {
+    let hits = 0;
+    const url = await serve((_req, res) => {
+      hits += 1;
+      res.writeHead(307, { Location: 'http://elsewhere.invalid/steal' }).end();
+    });
+    const out = await makeClient(url).postMilestone({}, 'k');
+    expect(out).toMatchObject({ kind: 'response', status: 307, location: 'http://elsewhere.invalid/steal' });
+    expect(hits).toBe(1);
+  });
+
+  it('gives up on a silent server after timeoutMs, as a network error', async () => {
+    const url = await serve(() => {
+      // Never answers.
+    });
+    const t0 = Date.now();
+    const out = await makeClient(url, 300).postTraces({}, 'k');
+    expect(out).toMatchObject({ kind: 'network', code: 'ETIMEDOUT' });
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(250);
+    expect(Date.now() - t0).toBeLessThan(2000);
+  });
+
+  it('keeps only the start of a huge answer, and reads it to the end', async () => {
+    const url = await serve((_req, res) => {
+      res.writeHead(400, { 'Content-Type': 'text/plain' });
+      res.end('x'.repeat(10 * 1024 * 1024));
+    });
+    const out = await makeClient(url).postTraces({}, 'k');
+    expect(out.kind).toBe('response');
+    if (out.kind === 'response') {
+      expect(out.status).toBe(400);
+      expect(out.body.length).toBeLessThanOrEqual(4003);
+      expect(out.body.endsWith('...')).toBe(true);
+    }
+  });
+
+  it('sends again at once on a new connection when a kept-alive one was closed under the request', async () => {
+    const url = await serve((req, res, nth) => {
+      // The second request arrives on the connection the first left open: drop it without an
+      // answer, as a server does whose idle timeout fired just then.
+      if (nth === 2) {
+        req.socket.destroy();
+        return;
+      }
+      void readBody(req).then(() => res.writeHead(200).end('{}'));
+    });
+    const c = makeClient(url);
+    expect(await c.postTraces({ n: 1 }, 'a')).toMatchObject({ kind: 'response', status: 200 });
+    expect(await c.postTraces({ n: 2 }, 'b')).toMatchObject({ kind: 'response', status: 200 });
+  });
+
+  it('does not send twice when a fresh connection fails, and never puts the key in the error', async () => {
+    let hits = 0;
+    const url = await serve((req) => {
+      hits += 1;
+      req.socket.destroy();
+    });
+    const out = await makeClient(url).postTraces({}, 'k');
+    expect(out.kind).toBe('network');
+    expect(hits).toBe(1);
+    expect(JSON.stringify(out)).not.toContain('secret-key-123');
+  });
+
+  it('reports a refused connection as a network error', async () => {
+    const url = await serve(() => undefined);
+    await new Promise<void>((r) => server!.close(() => r()));
+    server = undefined;
+    const out = await makeClient(url).postTraces({}, 'k');
+    expect(out).toMatchObject({ kind: 'network', code: 'ECONNREFUSED' });
+  });
+});
