@@ -188,17 +188,20 @@ describe('readings', () => {
     expect(ingest.push({ resourceId: 'TRUCK-1', timeMs: 1, lat: 200, lon: 0 })).toBe('latitude: out of range (200)');
     expect(ingest.push({ resourceId: 'TRUCK-1', timeMs: 1, lat: Number.NaN, lon: 0 })).toBe('latitude: out of range (NaN)');
     expect(ingest.push({ resourceId: 'TRUCK-1', timeMs: 1 })).toBe('reading has neither a position nor a temperature');
-    ingest.push(reading(1));
-    ingest.push(reading(2));
+    const mine = reading(1);
+    ingest.push(mine, 'gps');
+    ingest.push(reading(2), 'reefer');
     expect(store.counts().readings).toBe(0); // not yet a full batch
     ingest.push(reading(3));
     expect(store.counts().readings).toBe(3); // committed as one batch
-    ingest.push(reading(4));
+    ingest.push(reading(4), 'gps');
     ingest.stop(); // flushes what waits
     expect(ingest.stats).toMatchObject({ accepted: 4, committed: 4, rejected: 3 });
+    expect(mine).toEqual(reading(1)); // the caller's object is not tagged or changed
     store.close();
     const again = Store.open(path);
     expect(again.counts().readings).toBe(4);
+    expect(again.db.prepare('SELECT source FROM readings ORDER BY id').pluck().all()).toEqual(['gps', 'reefer', null, 'gps']);
     again.close();
   });
 });

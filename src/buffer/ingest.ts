@@ -29,13 +29,16 @@ export interface IngestStats {
   lastError?: string;
 }
 
-type Queued = Reading & { source?: string };
-
 export class Ingest {
-  private queue: Queued[] = [];
+  private queue: Reading[] = [];
+  /**
+   * The source of each queued reading, side by side with `queue`: copying each reading into
+   * a new object to tag it (`{ ...reading, source }`) halved the ingest rate.
+   */
+  private sources: Array<string | undefined> = [];
   private timer: NodeJS.Timeout | undefined;
   readonly stats: IngestStats = { accepted: 0, committed: 0, discardedNoLoad: 0, rejected: 0, droppedQueueFull: 0, commitErrors: 0 };
-  private readonly listeners: Array<(batch: ReadonlyArray<Queued>) => void> = [];
+  private readonly listeners: Array<(batch: ReadonlyArray<Reading>) => void> = [];
 
   constructor(
     private readonly store: Store,
@@ -44,7 +47,7 @@ export class Ingest {
   ) {}
 
   /** Called after every successful commit with the readings that were in it. */
-  onCommit(fn: (batch: ReadonlyArray<Queued>) => void): void {
+  onCommit(fn: (batch: ReadonlyArray<Reading>) => void): void {
     this.listeners.push(fn);
   }
 
@@ -56,11 +59,13 @@ export class Ingest {
       return problem;
     }
     this.stats.accepted += 1;
-    this.queue.push(source === undefined ? reading : { ...reading, source });
+    this.queue.push(reading);
+    this.sources.push(source);
     const cap = this.opts.maxQueued ?? this.opts.batchSize * 100;
     if (this.queue.length > cap) {
       const drop = this.queue.length - cap;
       this.queue.splice(0, drop);
+      this.sources.splice(0, drop);
       this.stats.droppedQueueFull += drop;
     }
     if (this.queue.length >= this.opts.batchSize) this.flush();
@@ -82,9 +87,11 @@ export class Ingest {
   flush(): number {
     if (this.queue.length === 0) return 0;
     const batch = this.queue;
+    const sources = this.sources;
     this.queue = [];
+    this.sources = [];
     try {
-      const kept = withRoom(this.store, this.log, () => this.store.insertReadings(batch, this.opts.keepWithoutLoad), Math.max(1000, batch.length * 10));
+      const kept = withRoom(this.store, this.log, () => this.store.insertReadings(batch, this.opts.keepWithoutLoad, sources), Math.max(1000, batch.length * 10));
       this.stats.committed += kept;
       this.stats.discardedNoLoad += batch.length - kept;
       this.stats.lastCommitMs = Date.now();
@@ -96,6 +103,7 @@ export class Ingest {
       this.stats.commitErrors += 1;
       this.stats.lastError = (err as Error).message;
       this.queue = batch.concat(this.queue);
+      this.sources = sources.concat(this.sources);
       this.log.error({ err: (err as Error).message, code: (err as { code?: string }).code, queued: this.queue.length }, 'could not commit readings; keeping them in memory');
       return 0;
     }

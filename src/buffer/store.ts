@@ -187,7 +187,12 @@ export class Store {
    * Commit a batch of validated readings in one transaction. Returns how many were kept:
    * unless `keepWithoutLoad`, readings of resources with no active load are not stored.
    */
-  insertReadings(batch: ReadonlyArray<Reading & { source?: string }>, keepWithoutLoad = false): number {
+  insertReadings(
+    batch: ReadonlyArray<Reading & { source?: string }>,
+    keepWithoutLoad = false,
+    /** The source of each reading (by index), when the readings do not carry it themselves. */
+    sources?: ReadonlyArray<string | undefined>,
+  ): number {
     let kept = 0;
     // IMMEDIATE: the write lock is taken before the load is read, so a load the CLI starts or
     // ends concurrently is seen either wholly before or wholly after this batch.
@@ -196,7 +201,8 @@ export class Store {
         // The active load is looked up in the batch's own transaction, once per resource, so a
         // load started by the CLI a moment ago applies to the very next batch.
         const loads = new Map<string, string | null>();
-        for (const r of batch) {
+        for (let i = 0; i < batch.length; i++) {
+          const r = batch[i];
           let load = loads.get(r.resourceId);
           if (load === undefined) {
             load = (this.activeLoadNumber.get(r.resourceId) as string | undefined) ?? null;
@@ -213,7 +219,7 @@ export class Store {
             r.heading ?? null,
             r.odometer ?? null,
             r.temperatureC ?? null,
-            r.source ?? null,
+            sources?.[i] ?? r.source ?? null,
           );
           kept += 1;
         }
