@@ -107,7 +107,7 @@ export class Agent {
     this.client = this.makeClient();
     this.sender = new Sender({ store: this.store, client: this.client, config, deviceId, log: this.log.child({ component: 'sender' }) });
 
-    this.sources = this.makeSources();
+    this.sources = await this.makeSources();
     this.ingest.start();
     await this.startSources();
     this.startSchedule();
@@ -151,19 +151,20 @@ export class Agent {
     });
   }
 
-  private makeSources(): Source[] {
+  private async makeSources(): Promise<Source[]> {
     const { config } = this.loaded;
     if (this.opts.sources) return this.opts.sources({ emit: (r, s) => this.ingest.push(r, s), log: this.log });
     const guard = { maxFutureS: config.sources_time.max_future_s, maxPastDays: config.sources_time.max_past_days };
     if (systemClockUnset(Date.now())) this.log.warn('system clock is before 2025 (no RTC or NTP yet): only readings with their own good time are kept');
     this.timeCounts = new Map();
-    return config.sources.map((cfg, i) => {
+    const made: Source[] = [];
+    for (const [i, cfg] of config.sources.entries()) {
       // The source's own name (e.g. simulator:TRUCK-1) once it exists; the same in logs and status.
       let name = sourceName(cfg, i);
       const log = this.log.child({ component: 'source', source: name });
       let rejectedLogged = 0;
       const counts = { timeRejected: 0 };
-      const source = createSource(cfg, {
+      const source = await createSource(cfg, {
         log,
         emit: (r) => {
           // The simulator's clock runs ahead of real time on purpose (time_scale): not judged.
@@ -185,8 +186,9 @@ export class Agent {
       name = source.name;
       log.setBindings({ source: name });
       this.timeCounts.set(source, counts);
-      return source;
-    });
+      made.push(source);
+    }
+    return made;
   }
 
   private async startSources(): Promise<void> {
@@ -260,7 +262,7 @@ export class Agent {
     await this.stopSchedule();
     this.startSchedule();
     await this.stopSources();
-    this.sources = this.makeSources();
+    this.sources = await this.makeSources();
     await this.startSources();
     void old.close();
     this.writeState(true);

@@ -99,6 +99,18 @@ describe('systemd unit: systemd-analyze', () => {
 });
 
 describe('systemd unit: what the agent relies on', () => {
+  it('gives node heap limits for a small device, in a form node accepts from NODE_OPTIONS', () => {
+    const env = unit.get('Environment') ?? [];
+    const options = env.map((e) => /^"?NODE_OPTIONS=([^"]*)"?$/.exec(e)?.[1]).find((o) => o !== undefined);
+    expect(options).toBe('--max-semi-space-size=2 --max-old-space-size=96');
+    // Node refuses to start at all on a flag it does not allow in NODE_OPTIONS.
+    const r = run(process.execPath, ['-e', 'process.stdout.write(String(require("v8").getHeapStatistics().heap_size_limit))'], { env: { NODE_OPTIONS: options } });
+    expect(r.status, r.stderr).toBe(0);
+    const limitMb = Number(r.stdout) / 1024 / 1024;
+    expect(limitMb).toBeGreaterThanOrEqual(96);
+    expect(limitMb).toBeLessThan(110);
+  });
+
   it('starts the installed binary with the default config path, as a static user', () => {
     expect(one('Type')).toBe('exec');
     expect(one('ExecStart')).toBe(`${EXEC_BIN} run --config /etc/telematics-agent/agent.toml`);

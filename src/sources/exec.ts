@@ -263,13 +263,17 @@ export class ExecSource implements Source {
 
 /**
  * The agent's environment without what is not the command's business: the subscription key
- * (an adapter that logs its environment must not leak it) and systemd's notify socket (a
- * child that speaks sd_notify would speak for the agent). `env` from the config comes last.
+ * (an adapter that logs its environment must not leak it), systemd's notify socket (a
+ * child that speaks sd_notify would speak for the agent) and the agent's NODE_OPTIONS.
+ * `env` from the config comes last.
  */
 function commandEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
   const env = { ...process.env };
   delete env[KEY_ENV];
   delete env.NOTIFY_SOCKET;
+  // The agent's own heap limits (set by its unit) are not the adapter's: a Node.js adapter
+  // gets Node's defaults unless the source's env says otherwise.
+  delete env.NODE_OPTIONS;
   return { ...env, ...extra };
 }
 

@@ -2,28 +2,26 @@
  * Builds the configured sources. Each `[[sources]]` entry picks its implementation by `type`.
  */
 import type { SourceConfig } from '../config/schema.js';
-import { ExecSource } from './exec.js';
-import { GpsdSource } from './gpsd.js';
-import { ModuleSource } from './module.js';
-import { NmeaSource } from './nmea.js';
-import { OnewireSource } from './onewire.js';
-import { SimulatorSource } from './simulator.js';
 import type { Source, SourceContext } from './types.js';
 
-export function createSource(cfg: SourceConfig, ctx: SourceContext): Source {
+/**
+ * Each implementation is loaded when a source of its type is configured: a truck with only
+ * the gpsd source does not carry the NMEA, 1-Wire, exec and plug-in code in its memory.
+ */
+export async function createSource(cfg: SourceConfig, ctx: SourceContext): Promise<Source> {
   switch (cfg.type) {
     case 'simulator':
-      return new SimulatorSource(cfg, ctx);
+      return new (await import('./simulator.js')).SimulatorSource(cfg, ctx);
     case 'gpsd':
-      return new GpsdSource(cfg, ctx);
+      return new (await import('./gpsd.js')).GpsdSource(cfg, ctx);
     case 'nmea':
-      return new NmeaSource(cfg, ctx);
+      return new (await import('./nmea.js')).NmeaSource(cfg, ctx);
     case 'onewire':
-      return new OnewireSource(cfg, ctx);
+      return new (await import('./onewire.js')).OnewireSource(cfg, ctx);
     case 'exec':
-      return new ExecSource(cfg, ctx);
+      return new (await import('./exec.js')).ExecSource(cfg, ctx);
     case 'module':
-      return new ModuleSource(cfg, ctx);
+      return new (await import('./module.js')).ModuleSource(cfg, ctx);
   }
 }
 

@@ -130,16 +130,19 @@ describe('exec source', () => {
     await waitFor(() => !alive(Number(readFileSync(pidFile, 'utf8'))), 2000, 'the helper gone');
   });
 
-  it("gives the command the config's env but never the subscription key", async () => {
+  it("gives the command the config's env but never the subscription key nor the agent's heap limits", async () => {
     process.env.TELEMATICS_AGENT_SUBSCRIPTION_KEY = 'secret-key-0123456789';
+    process.env.NODE_OPTIONS = '--max-old-space-size=96';
     cleanup.push(() => void delete process.env.TELEMATICS_AGENT_SUBSCRIPTION_KEY);
+    cleanup.push(() => void delete process.env.NODE_OPTIONS);
     const rec = recorder();
-    const script = 'console.log(JSON.stringify({ resourceId: (process.env.TELEMATICS_AGENT_SUBSCRIPTION_KEY ?? "no-key") + "@" + process.env.REEFER_PORT, temperature: 1 })); setInterval(() => {}, 1000)';
+    const script =
+      'console.log(JSON.stringify({ resourceId: (process.env.TELEMATICS_AGENT_SUBSCRIPTION_KEY ?? "no-key") + "@" + process.env.REEFER_PORT + "@" + (process.env.NODE_OPTIONS ?? "no-options"), temperature: 1 })); setInterval(() => {}, 1000)';
     const src = new ExecSource(cfg({ command: node(script), env: { REEFER_PORT: '/dev/ttyS1' } }), rec.ctx);
     cleanup.push(() => src.stop());
     await src.start();
     await waitFor(() => rec.readings.length === 1, 5000, 'a reading');
-    expect(rec.readings[0].resourceId).toBe('no-key@/dev/ttyS1');
+    expect(rec.readings[0].resourceId).toBe('no-key@/dev/ttyS1@no-options');
   });
 
   it('marks a command that prints nothing unhealthy after the no-data timeout, and leaves nothing behind on stop', async () => {

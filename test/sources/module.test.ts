@@ -43,7 +43,7 @@ describe('module source', () => {
     (cfg as { options: Record<string, unknown> }).options.interval_s = 0.05;
 
     const rec = recorder();
-    const src = createSource(cfg, rec.ctx);
+    const src = await createSource(cfg, rec.ctx);
     cleanup.push(() => src.stop());
     const t0 = Date.now();
     await src.start();
