@@ -137,6 +137,17 @@ export function writeBytesOf(pid: number): { writeBytes: number; wchar: number }
   return { writeBytes: get('write_bytes') - get('cancelled_write_bytes'), wchar: get('wchar') };
 }
 
+/**
+ * The NODE_OPTIONS the systemd unit runs the agent with (its heap limits): the bench measures
+ * the agent as it is shipped, and cannot drift from the unit.
+ */
+export function unitNodeOptions(): string {
+  const unit = readFileSync(new URL('../../systemd/telematics-agent.service', import.meta.url), 'utf8');
+  const m = /^Environment="?NODE_OPTIONS=([^"\n]*)"?$/m.exec(unit);
+  if (!m) throw new Error('systemd/telematics-agent.service sets no NODE_OPTIONS');
+  return m[1].trim();
+}
+
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 // ---- messages between the bench and its workers ------------------------------------------

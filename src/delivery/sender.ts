@@ -188,6 +188,8 @@ export class Sender {
     if (this.purging) return;
     const run = async () => {
       try {
+        // After the cycle has settled: whoever awaited the push is told before this starts.
+        await new Promise<void>((r) => setImmediate(r));
         this.purgePending = false;
         for (;;) {
           if (this.stopping || this.running) {
