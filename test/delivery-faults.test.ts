@@ -211,6 +211,17 @@ describe('bounds', () => {
     expect(store.counters()[COUNTER_DROPPED_SIZE]).toBe(dropped.size);
   });
 
+  it('delivered rows waiting for their purge make room before any reading is dropped', () => {
+    addReadings(20_000);
+    const ids = [...store.iterateReadings('L1')].map((r) => r.id);
+    store.ackReadings('L1', ids[11_999], null);
+    const before = store.usedBytes();
+    const dropped = enforceBounds(store, { maxSizeBytes: before * 0.6, maxAgeMs: 365 * 86_400_000 }, silent, T0);
+    expect(dropped).toEqual({ age: 0, size: 0 });
+    expect(store.counts().readings).toBe(8000);
+    expect(store.counters()[COUNTER_DROPPED_SIZE]).toBeUndefined();
+  });
+
   it('the age limit drops old readings only', () => {
     addReadings(100);
     const dropped = enforceBounds(store, { maxSizeBytes: 1e12, maxAgeMs: 50_000 }, silent, T0 + 100_000);

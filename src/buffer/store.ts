@@ -132,7 +132,8 @@ const LATEST_SCAN = 100_000;
 /** Rows fetched at a time when streaming a load's readings: bounded memory, few native calls. */
 const PAGE_ROWS = 256;
 
-type RawReading = [number, string, string | null, number, number | null, number | null, number | null, number | null, number | null, number | null];
+/** id, time_ms, lat, lon, speed, heading, odometer, temp_c */
+type RawReading = [number, number, number | null, number | null, number | null, number | null, number | null, number | null];
 
 /** Waiting readings of a load: not parked, not retried, and above its acknowledgement cursor. */
 const WAITING = 'r.state = 0 AND r.id > l.acked_id';
@@ -156,9 +157,10 @@ export class Store {
     );
     this.activeLoadNumber = db.prepare('SELECT load_number FROM loads WHERE resource_id = ? AND ended_ms IS NULL').pluck();
     // Arrays, not objects: better-sqlite3 builds a row object in C++ at about twice the cost.
+    // The resource and load are the same on every row of a load: not read (two strings a row).
     this.readingsOfLoad = db
       .prepare(
-        `SELECT r.id, r.resource_id, r.load_number, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c
+        `SELECT r.id, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c
            FROM loads l JOIN readings r ON r.load_number = l.load_number
           WHERE l.load_number = ? AND r.id > ? AND ${WAITING} ORDER BY r.id LIMIT ${PAGE_ROWS}`,
       )
@@ -234,11 +236,13 @@ export class Store {
    * write to the buffer while it holds the iterator.
    */
   *iterateReadings(loadNumber: string, afterId = 0): IterableIterator<StoredReading> {
+    const resourceId = this.getLoad(loadNumber)?.resourceId;
+    if (resourceId === undefined) return;
     let after = afterId;
     for (;;) {
       const rows = this.readingsOfLoad.all(loadNumber, after) as RawReading[];
       for (const r of rows) {
-        yield { id: r[0], resource_id: r[1], load_number: r[2], time_ms: r[3], lat: r[4], lon: r[5], speed: r[6], heading: r[7], odometer: r[8], temp_c: r[9] };
+        yield { id: r[0], resource_id: resourceId, load_number: loadNumber, time_ms: r[1], lat: r[2], lon: r[3], speed: r[4], heading: r[5], odometer: r[6], temp_c: r[7] };
       }
       if (rows.length < PAGE_ROWS) return;
       after = rows[rows.length - 1][0];
@@ -512,8 +516,18 @@ export class Store {
       .run(count).changes;
   }
 
+  /**
+   * Drop waiting readings older than the cutoff, looking only below the oldest young one:
+   * readings arrive in about time order (the sources' time guard refuses stale ones), so the
+   * old ones are at the front, and this runs every minute without reading a week's backlog.
+   */
   dropReadingsOlderThan(cutoffMs: number): number {
-    return this.db.prepare('DELETE FROM readings WHERE state = 0 AND time_ms < ?').run(cutoffMs).changes;
+    return this.db
+      .prepare(
+        `DELETE FROM readings WHERE state = 0 AND time_ms < @cutoff
+            AND id < coalesce((SELECT id FROM readings WHERE time_ms >= @cutoff ORDER BY id LIMIT 1), (SELECT max(id) FROM readings) + 1)`,
+      )
+      .run({ cutoff: cutoffMs }).changes;
   }
 
   bump(counter: string, by: number): void {
