@@ -58,7 +58,8 @@ export class ApiClient {
     return this.post(this.opts.milestonePath, body, idempotencyKey, signal);
   }
 
-  postTraces(body: object, idempotencyKey: string, signal?: AbortSignal): Promise<PostOutcome> {
+  /** `body` may be an object or an already serialised JSON string. */
+  postTraces(body: object | string, idempotencyKey: string, signal?: AbortSignal): Promise<PostOutcome> {
     return this.post(this.opts.tracePath, body, idempotencyKey, signal);
   }
 
@@ -72,7 +73,7 @@ export class ApiClient {
   /** `body` may be an object or an already serialised JSON string. */
   async post(path: string, body: object | string, idempotencyKey?: string, signal?: AbortSignal): Promise<PostOutcome> {
     const started = performance.now();
-    const payload = Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
+    const payload = typeof body === 'string' ? body : JSON.stringify(body);
     try {
       const url = this.urlFor(path);
       const { agent, request } = await this.connection(url);
@@ -112,7 +113,7 @@ export class ApiClient {
     request: RequestFn,
     agent: HttpAgent,
     url: URL,
-    payload: Buffer,
+    payload: string,
     idempotencyKey: string | undefined,
     signal: AbortSignal | undefined,
   ): Promise<Omit<Extract<PostOutcome, { kind: 'response' }>, 'durationMs'>> {
@@ -121,7 +122,7 @@ export class ApiClient {
         method: 'POST',
         agent,
         signal,
-        headers: { ...this.headers(idempotencyKey), 'Content-Length': String(payload.length) },
+        headers: { ...this.headers(idempotencyKey), 'Content-Length': String(Buffer.byteLength(payload)) },
       });
       const fail = (err: Error & { code?: string; reusedSocket?: boolean }) => {
         err.reusedSocket = req.reusedSocket;

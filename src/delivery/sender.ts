@@ -16,8 +16,8 @@
  */
 import type { Logger } from 'pino';
 import type { ApiClient, PostOutcome } from '../api/client.js';
-import type { Trace, TraceBody } from '../api/schemas.js';
-import type { LoadRow, Store } from '../buffer/store.js';
+import type { Trace } from '../api/schemas.js';
+import type { LoadRow, Store, StoredReading } from '../buffer/store.js';
 import type { Config } from '../config/schema.js';
 import { backoffMs, classify, describeOutcome, retryAfterMs, type OutcomeClass } from './classify.js';
 import { buildTraceChunk, idempotencyKeyFor, nextStopResolver, traceBody, type TraceBuildOptions, type TraceChunk } from './traces.js';
@@ -61,6 +61,28 @@ const MIN_DELAY_MS = 250;
 const PURGE_SLICE = 20_000;
 
 type Step = 'sent' | 'empty' | 'failed';
+
+/** A trace chunk built ahead of sending. */
+interface Prepared {
+  load: LoadRow;
+  /** The request body, serialised; null when the chunk only consumes readings sampling skipped. */
+  json: string | null;
+  key: string;
+  points: number;
+  readingIds: number[];
+  lastId: number;
+  lastSampleMs: number | null;
+  /** The chunk's trace objects again, for splitting a refused request. */
+  rebuild: () => TraceChunk | undefined;
+}
+
+/** The readings up to `lastId`, and none after (newer ones may have been committed since). */
+function* upToId(readings: Iterable<StoredReading>, lastId: number): Generator<StoredReading> {
+  for (const r of readings) {
+    if (r.id > lastId) return;
+    yield r;
+  }
+}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -258,7 +280,7 @@ export class Sender {
     const loads = new Map<string, { load: LoadRow; stopAt: (timeMs: number) => number | undefined } | null>();
     const cursors = new Map<string, { afterId: number; lastSampleMs: number | null }>();
     let builtSinceRefill = false;
-    const build = (): { load: LoadRow; chunk: TraceChunk } | undefined => {
+    const build = (): Prepared | undefined => {
       for (;;) {
         if (queue.length === 0) {
           // Readings committed during the drain go in this push too; a pass that finds
@@ -276,16 +298,31 @@ export class Sender {
           loads.set(loadNumber, entry);
         }
         if (!entry) continue;
-        const from = cursors.get(loadNumber);
-        const load = from ? { ...entry.load, lastSampleMs: from.lastSampleMs } : entry.load;
+        const from = cursors.get(loadNumber) ?? { afterId: 0, lastSampleMs: entry.load.lastSampleMs };
+        const load = { ...entry.load, lastSampleMs: from.lastSampleMs };
+        const { stopAt } = entry;
         const opts = this.traceOptions();
-        const chunk = buildTraceChunk(load, store.iterateReadings(loadNumber, from?.afterId ?? 0), entry.stopAt, opts, load.endedMs !== null);
+        const final = load.endedMs !== null;
+        const chunk = buildTraceChunk(load, store.iterateReadings(loadNumber, from.afterId), stopAt, opts, final);
         if (!chunk) continue;
         builtSinceRefill = true;
         cursors.set(loadNumber, { afterId: chunk.lastId, lastSampleMs: chunk.lastSampleMs });
         // A full chunk may have more behind it: the load takes its turn again after the others.
         if (chunk.points >= opts.maxPoints) queue.push(loadNumber);
-        return { load, chunk };
+        const upTo = chunk.lastId;
+        return {
+          load,
+          // Serialised now: 500 trace objects kept alive across a request would outlive V8's
+          // young generation and be promoted, which made the drain mostly garbage collection.
+          json: chunk.body ? JSON.stringify(chunk.body) : null,
+          key: chunk.idempotencyKey,
+          points: chunk.points,
+          readingIds: chunk.readingIds,
+          lastId: chunk.lastId,
+          lastSampleMs: chunk.lastSampleMs,
+          // The same readings, sampled the same way, give the same points.
+          rebuild: () => buildTraceChunk(load, upToId(store.iterateReadings(loadNumber, from.afterId), upTo), stopAt, { ...opts, maxPoints: chunk.points }, true),
+        };
       }
     };
 
@@ -306,15 +343,15 @@ export class Sender {
       // A backlog drains at a steady pace, not as fast as the service will take it.
       if (!first && this.deps.config.delivery.drain_interval_ms > 0) await sleep(this.deps.config.delivery.drain_interval_ms);
       first = false;
-      const { load, chunk } = current;
-      if (!chunk.body) {
+      const prepared = current;
+      if (prepared.json === null) {
         // Only readings sampling skipped, at the end of an ended load: consumed, nothing to send.
-        this.acknowledge(load.loadNumber, chunk);
+        this.acknowledge(prepared);
         current = build();
         continue;
       }
       const delivered: number[] = [];
-      const sending = this.deliverTraces(load, chunk.body.traces, chunk.readingIds, delivered, { body: chunk.body, key: chunk.idempotencyKey });
+      const sending = this.deliverPrepared(prepared, delivered);
       // Let the request reach the socket first (node:http writes it on a later tick), or the
       // work below would run before it and nothing would overlap.
       await new Promise<void>((r) => setImmediate(r));
@@ -325,14 +362,14 @@ export class Sender {
         return 'failed';
       }
       // Every point is at the service or parked: the chunk, and the readings sampling skipped, are done.
-      this.acknowledge(load.loadNumber, chunk);
+      this.acknowledge(prepared);
       current = next;
     }
     return 'empty';
   }
 
-  private acknowledge(loadNumber: string, chunk: TraceChunk): void {
-    this.deps.store.ackReadings(loadNumber, chunk.lastId, chunk.lastSampleMs);
+  private acknowledge(p: Prepared): void {
+    this.deps.store.ackReadings(p.load.loadNumber, p.lastId, p.lastSampleMs);
     this.purgePending = true;
   }
 
@@ -439,46 +476,69 @@ export class Sender {
    * too large, as halves, down to single points that are parked. `delivered` collects the
    * reading ids the service accepted. Resolves 'failed' when delivery must pause.
    */
-  private async deliverTraces(
+  private async deliverTraces(load: LoadRow, traces: Trace[], readingIds: number[], delivered: number[]): Promise<'delivered' | 'failed'> {
+    if (this.stopping) return 'failed';
+    const body = traceBody(load.loadNumber, traces, this.deps.config.api.extra_fields);
+    const key = idempotencyKeyFor('trace', this.deps.deviceId, load.loadNumber, traces);
+    const outcome = await this.post(() => this.deps.client.postTraces(body, key, this.abort.signal));
+    const cls = classify(outcome);
+    if (cls === 'delivered') return this.delivered(load, readingIds, delivered);
+    if (cls === 'refused' || cls === 'too-large') return this.split(load, traces, readingIds, delivered, cls, outcome);
+    this.fail(cls, describeOutcome(outcome), outcome, { load: load.loadNumber, points: traces.length });
+    return 'failed';
+  }
+
+  /** A chunk built ahead, sent as serialised; its trace objects are built again only if it must be split. */
+  private async deliverPrepared(p: Prepared, delivered: number[]): Promise<'delivered' | 'failed'> {
+    if (this.stopping || p.json === null) return 'failed';
+    const json = p.json;
+    const outcome = await this.post(() => this.deps.client.postTraces(json, p.key, this.abort.signal));
+    const cls = classify(outcome);
+    if (cls === 'delivered') return this.delivered(p.load, p.readingIds, delivered);
+    if (cls === 'refused' || cls === 'too-large') {
+      const again = p.rebuild();
+      // Every reading of the chunk went meanwhile (a limit dropped them): nothing left to split.
+      if (!again?.body) return 'delivered';
+      return this.split(p.load, again.body.traces, again.readingIds, delivered, cls, outcome);
+    }
+    this.fail(cls, describeOutcome(outcome), outcome, { load: p.load.loadNumber, points: p.points });
+    return 'failed';
+  }
+
+  private delivered(load: LoadRow, readingIds: number[], delivered: number[]): 'delivered' {
+    delivered.push(...readingIds);
+    this.status.sent.traceRequests += 1;
+    this.status.sent.tracePoints += readingIds.length;
+    this.deps.log.debug({ load: load.loadNumber, points: readingIds.length }, 'trace request delivered');
+    return 'delivered';
+  }
+
+  /** The service refused these points or found them too many: park a single point, else send halves. */
+  private async split(
     load: LoadRow,
     traces: Trace[],
     readingIds: number[],
     delivered: number[],
-    built?: { body: TraceBody; key: string },
+    cls: 'refused' | 'too-large',
+    outcome: PostOutcome,
   ): Promise<'delivered' | 'failed'> {
-    if (this.stopping) return 'failed';
-    const { client, store } = this.deps;
-    const body = built?.body ?? traceBody(load.loadNumber, traces, this.deps.config.api.extra_fields);
-    const key = built?.key ?? idempotencyKeyFor('trace', this.deps.deviceId, load.loadNumber, traces);
-    const outcome = await this.post(() => client.postTraces(body, key, this.abort.signal));
-    const cls = classify(outcome);
-    if (cls === 'delivered') {
-      delivered.push(...readingIds);
-      this.status.sent.traceRequests += 1;
-      this.status.sent.tracePoints += traces.length;
-      this.deps.log.debug({ load: load.loadNumber, points: traces.length }, 'trace request delivered');
+    const why = describeOutcome(outcome);
+    if (traces.length === 1) {
+      const body = traceBody(load.loadNumber, traces, this.deps.config.api.extra_fields);
+      this.deps.store.parkReading(readingIds[0], load.loadNumber, outcome.kind === 'response' ? outcome.status : null, why, body, this.now());
+      this.status.deadLettered.tracePoints += 1;
+      this.deps.log.error({ load: load.loadNumber, reading: readingIds[0] }, `trace point refused and parked in the dead-letter table: ${why}`);
       return 'delivered';
     }
-    if (cls === 'refused' || cls === 'too-large') {
-      const why = describeOutcome(outcome);
-      if (traces.length === 1) {
-        store.parkReading(readingIds[0], load.loadNumber, outcome.kind === 'response' ? outcome.status : null, why, body, this.now());
-        this.status.deadLettered.tracePoints += 1;
-        this.deps.log.error({ load: load.loadNumber, reading: readingIds[0] }, `trace point refused and parked in the dead-letter table: ${why}`);
-        return 'delivered';
-      }
-      if (cls === 'too-large') {
-        this.status.chunkLimit = Math.max(1, Math.floor(traces.length / 2));
-        this.deps.log.warn({ load: load.loadNumber, chunkLimit: this.status.chunkLimit }, 'service says the request is too large; sending smaller chunks');
-      } else {
-        this.deps.log.warn({ load: load.loadNumber, points: traces.length }, `trace request refused, splitting it to find the refused points: ${why}`);
-      }
-      const half = Math.ceil(traces.length / 2);
-      if ((await this.deliverTraces(load, traces.slice(0, half), readingIds.slice(0, half), delivered)) === 'failed') return 'failed';
-      return this.deliverTraces(load, traces.slice(half), readingIds.slice(half), delivered);
+    if (cls === 'too-large') {
+      this.status.chunkLimit = Math.max(1, Math.floor(traces.length / 2));
+      this.deps.log.warn({ load: load.loadNumber, chunkLimit: this.status.chunkLimit }, 'service says the request is too large; sending smaller chunks');
+    } else {
+      this.deps.log.warn({ load: load.loadNumber, points: traces.length }, `trace request refused, splitting it to find the refused points: ${why}`);
     }
-    this.fail(cls, describeOutcome(outcome), outcome, { load: load.loadNumber, points: traces.length });
-    return 'failed';
+    const half = Math.ceil(traces.length / 2);
+    if ((await this.deliverTraces(load, traces.slice(0, half), readingIds.slice(0, half), delivered)) === 'failed') return 'failed';
+    return this.deliverTraces(load, traces.slice(half), readingIds.slice(half), delivered);
   }
 
   private async post(send: () => Promise<PostOutcome>): Promise<PostOutcome> {
