@@ -102,7 +102,7 @@ describe('systemd unit: what the agent relies on', () => {
   it('gives node heap limits for a small device, in a form node accepts from NODE_OPTIONS', () => {
     const env = unit.get('Environment') ?? [];
     const options = env.map((e) => /^"?NODE_OPTIONS=([^"]*)"?$/.exec(e)?.[1]).find((o) => o !== undefined);
-    expect(options).toBe('--max-semi-space-size=2 --max-old-space-size=96');
+    expect(options).toBe('--max-semi-space-size=4 --max-old-space-size=96');
     // Node refuses to start at all on a flag it does not allow in NODE_OPTIONS.
     const r = run(process.execPath, ['-e', 'process.stdout.write(String(require("v8").getHeapStatistics().heap_size_limit))'], { env: { NODE_OPTIONS: options } });
     expect(r.status, r.stderr).toBe(0);
