@@ -190,18 +190,20 @@ describe('readings', () => {
     expect(ingest.push({ resourceId: 'TRUCK-1', timeMs: 1 })).toBe('reading has neither a position nor a temperature');
     const mine = reading(1);
     ingest.push(mine, 'gps');
+    expect(store.counts().readings).toBe(1); // the first reading goes at once
     ingest.push(reading(2), 'reefer');
-    expect(store.counts().readings).toBe(0); // not yet a full batch
     ingest.push(reading(3));
-    expect(store.counts().readings).toBe(3); // committed as one batch
+    expect(store.counts().readings).toBe(1); // not yet a full batch
     ingest.push(reading(4), 'gps');
+    expect(store.counts().readings).toBe(4); // committed as one batch
+    ingest.push(reading(5));
     ingest.stop(); // flushes what waits
-    expect(ingest.stats).toMatchObject({ accepted: 4, committed: 4, rejected: 3 });
+    expect(ingest.stats).toMatchObject({ accepted: 5, committed: 5, rejected: 3 });
     expect(mine).toEqual(reading(1)); // the caller's object is not tagged or changed
     store.close();
     const again = Store.open(path);
-    expect(again.counts().readings).toBe(4);
-    expect(again.db.prepare('SELECT source FROM readings ORDER BY id').pluck().all()).toEqual(['gps', 'reefer', null, 'gps']);
+    expect(again.counts().readings).toBe(5);
+    expect(again.db.prepare('SELECT source FROM readings ORDER BY id').pluck().all()).toEqual(['gps', 'reefer', null, 'gps', null]);
     again.close();
   });
 });

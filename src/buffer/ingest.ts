@@ -38,6 +38,7 @@ export class Ingest {
   private sources: Array<string | undefined> = [];
   private timer: NodeJS.Timeout | undefined;
   readonly stats: IngestStats = { accepted: 0, committed: 0, discardedNoLoad: 0, rejected: 0, droppedQueueFull: 0, commitErrors: 0 };
+  private firstFlushed = false;
   private readonly listeners: Array<(batch: ReadonlyArray<Reading>) => void> = [];
 
   constructor(
@@ -68,7 +69,12 @@ export class Ingest {
       this.sources.splice(0, drop);
       this.stats.droppedQueueFull += drop;
     }
-    if (this.queue.length >= this.opts.batchSize) this.flush();
+    // The first reading is committed at once: `status` right after a start (or an install)
+    // shows that readings arrive, without waiting a whole flush interval.
+    if (this.queue.length >= this.opts.batchSize || !this.firstFlushed) {
+      this.firstFlushed = true;
+      this.flush();
+    }
     return undefined;
   }
 
