@@ -79,6 +79,7 @@ const SIZES = QUICK
   ? { ingest: 20_000, rounds: 3, large: { loads: 200, perLoad: 100 }, small: { loads: 20, perLoad: 100 }, week: 20_000, cellular: 10_000, peerRequests: 10, idleS: 5, settleMs: 500 }
   : { ingest: 200_000, rounds: 3, large: { loads: 200, perLoad: 5000 }, small: { loads: 200, perLoad: 500 }, week: 604_800, cellular: 604_800, peerRequests: 40, idleS: 60, settleMs: 2000 };
 const LATENCY_MS = 150;
+const BUFFER_DEFAULTS = configSchema.parse({ api: { scac: BENCH_SCAC } }).buffer;
 /** The agent's processes (drain worker, daemon) run with the unit's heap flags; reference clients with Node's defaults. */
 const AGENT_NODE_OPTIONS = unitNodeOptions();
 const PEER_RETRY_S = 30;
@@ -211,7 +212,7 @@ function agentInsert(path: string, readings: Reading[], batchSize: number, flush
 }
 
 function benchIngest(dir: string) {
-  const defaults = configSchema.parse({ api: { scac: BENCH_SCAC } }).buffer;
+  const defaults = BUFFER_DEFAULTS;
   const readings = ingestReadings(SIZES.ingest);
   const raw: number[] = [];
   const ours: number[] = [];
@@ -346,8 +347,8 @@ function daemonFiles(dir: string, url: string, synchronous: 'NORMAL' | 'FULL'): 
   writeFileSync(keyFile, `${BENCH_KEY}\n`, { mode: 0o600 });
   const db = join(dir, 'buffer.db');
   const config = join(dir, 'agent.toml');
-  // Defaults everywhere except what the bench must set: flush_interval_ms 1000, WAL, the
-  // schedule (every 15 minutes), sampling 60 s.
+  // Defaults for everything measured (flush interval, schedule every 15 minutes, sampling
+  // 60 s); set are only the address, key, buffer, the sync level under test and the source.
   writeFileSync(
     config,
     `device_id = "bench-idle-${synchronous.toLowerCase()}"
@@ -771,7 +772,7 @@ async function main(): Promise<void> {
       'WAL with synchronous=NORMAL: a commit is safe from a crash of the process (kill -9) at once, and never corrupts the file; ' +
       'a power loss can roll back the commits not yet synced to the disk: the WAL is synced only at a checkpoint (every 1000 pages), ' +
       'so in practice what the kernel had not yet written back (up to ~30 s: vm.dirty_expire_centisecs), plus the readings still ' +
-      `queued in memory (up to flush_interval_ms = 1000 ms). Rolled-back acknowledgements make already delivered chunks go again with the same Idempotency-Key.`;
+      `queued in memory (up to flush_interval_ms = ${BUFFER_DEFAULTS.flush_interval_ms} ms). Rolled-back acknowledgements make already delivered chunks go again with the same Idempotency-Key.`;
 
     if (JSON_OUT) {
       process.stdout.write(`${JSON.stringify({ quick: QUICK, machine: m, nodeOptions: AGENT_NODE_OPTIONS, sizes: SIZES, figures, rows, syncNote }, null, 2)}\n`);
@@ -793,7 +794,7 @@ async function main(): Promise<void> {
         `peer model: ${fmt(SIZES.cellular)} readings x ${round(peerPerRequestMs)} ms per single-reading request (measured, ${peer.requests} requests over the ${LATENCY_MS} ms link),`,
         `  sequential, no failures; each failure would add the fixed ${PEER_RETRY_S} s retry (1% failed = +${fmt((SIZES.cellular * 0.01 * PEER_RETRY_S) / 3600)} h).`,
         `memory: RSS from /proc/PID/status of the worker; idle = ${SIZES.settleMs} ms after start, peak sampled every 50 ms (${drain.samples} samples), after = ${SIZES.settleMs} ms after the drain.`,
-        `idle/flash/startup: \`telematics-agent run\` with defaults (WAL, synchronous NORMAL, flush_interval_ms 1000, traces every 15 min) and one simulator at 1 Hz, a load with 2 stops active;`,
+        `idle/flash/startup: \`telematics-agent run\` with defaults (WAL, synchronous NORMAL, flush_interval_ms ${BUFFER_DEFAULTS.flush_interval_ms}, traces every 15 min) and one simulator at 1 Hz, a load with 2 stops active;`,
         `  CPU = run time of every thread from /proc/PID/task/*/schedstat (ns); bytes = write_bytes from /proc/PID/io (page cache pages dirtied, i.e. what reaches the disk).`,
         `sync level: ${syncNote}`,
         '',

@@ -9,7 +9,6 @@
  * - `peer`: one reading per request, posted one after another: the per-request time of a
  *   tracker that sends every reading on its own.
  */
-import { Agent as HttpAgent, request } from 'undici';
 import { Agent } from '../agent.js';
 import { Store } from '../buffer/store.js';
 import { configSchema, type Config } from '../config/schema.js';
@@ -97,6 +96,9 @@ async function post(c: Extract<WorkerCommand, { cmd: 'ceiling' | 'peer' }>, dist
   const config = configSchema.parse(drainConfigInput(c.url, c.dbPath));
   const bodies = buildBodies(c.dbPath, config, distinct, maxPoints);
   if (bodies.length === 0) throw new Error(`no readings in ${c.dbPath}`);
+  // Imported here, not at the top: a drain worker must hold the agent's modules only, or its
+  // RSS would count the reference client's too.
+  const { Agent: HttpAgent, request } = await import('undici');
   const dispatcher = new HttpAgent({ keepAliveTimeout: 30_000 });
   const url = new URL(config.api.trace_path, c.url);
   const headers = {
