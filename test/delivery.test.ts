@@ -107,6 +107,35 @@ describe('sender against the sandbox', () => {
     expect(store.db.prepare('SELECT count(*) FROM readings').pluck().get()).toBe(0);
   });
 
+  it('ends a push even while every load keeps adding readings faster than a pass takes', async () => {
+    await setup();
+    config.delivery.max_traces_per_request = 10;
+    const trucks = ['T1', 'T2', 'T3'];
+    for (const [i, t] of trucks.slice(1).entries()) store.startLoad({ loadNumber: `L${i + 2}`, resourceId: t, resourceType: 'Truck', stops: [], nowMs: Date.now() });
+    const t0 = Date.UTC(2026, 5, 1, 12);
+    let n = 0;
+    const add = () => {
+      store.insertReadings(trucks.map((t) => ({ resourceId: t, timeMs: t0 + n * 1000, lat: 41.8, lon: -87.6 })));
+      n += 1;
+    };
+    for (let i = 0; i < 30; i++) add();
+    sandbox.setFaults({ latencyMs: 20 });
+    const feeding = setInterval(() => {
+      for (let i = 0; i < 5; i++) add();
+    }, 5);
+    try {
+      sender.start();
+      sender.requestTracePush();
+      await waitFor(() => sender.status.lastTracePushMs !== null, 5000, 'the push to end');
+    } finally {
+      clearInterval(feeding);
+    }
+    // Everything buffered when the push began went out; what came later waits for the next.
+    const sent = new Set(sandbox.traces.flatMap((t) => t.body.traces.map((p) => `${t.body.loadNumber}:${p.time.dateTime}`)));
+    expect(sent.size).toBeGreaterThanOrEqual(90);
+    expect(store.counts().readings).toBeGreaterThan(0);
+  });
+
   it('keeps everything on 5xx and on a dead network, and delivers once the service is back', async () => {
     await setup();
     addReadings(10);

@@ -77,6 +77,17 @@ describe('trace chunks', () => {
     expect(next.body!.traces[0].references![0].value).toBe('dev-61');
   });
 
+  it('builds exactly the given points again, whatever sampling would pick from what is left', () => {
+    const sent = buildTraceChunk(load, readings(60), noStop, opts)!;
+    const ids = new Set(sent.readingIds);
+    // A limit dropped the first point's reading meanwhile: sampling alone would now pick
+    // readings 2, 8, ... and skip the ones that were sent.
+    const left = readings(60).filter((r) => r.id !== 1);
+    const again = buildTraceChunk(load, left, noStop, { ...opts, pointIds: ids }, true)!;
+    expect(again.readingIds).toEqual(sent.readingIds.filter((id) => id !== 1));
+    expect(again.body!.traces).toEqual(sent.body!.traces.slice(1));
+  });
+
   it('cuts chunks at max_traces_per_request and gives the same chunk the same idempotency key', () => {
     const small = { ...opts, samplingMs: 0, maxPoints: 25 };
     const a = buildTraceChunk(load, readings(100), noStop, small)!;

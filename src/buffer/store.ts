@@ -135,6 +135,9 @@ const PAGE_ROWS = 256;
 /** id, time_ms, lat, lon, speed, heading, odometer, temp_c */
 type RawReading = [number, number, number | null, number | null, number | null, number | null, number | null, number | null];
 
+/** A row of `readings` not yet acknowledged (unassigned rows never are). */
+const NOT_ACKED = 'id > coalesce((SELECT l.acked_id FROM loads l WHERE l.load_number = readings.load_number), 0)';
+
 /** Waiting readings of a load: not parked, not retried, and above its acknowledgement cursor. */
 const WAITING = 'r.state = 0 AND r.id > l.acked_id';
 
@@ -307,6 +310,11 @@ export class Store {
             AND r.resource_id = ? AND r.lat IS NOT NULL ORDER BY r.id DESC LIMIT 1`,
       )
       .get(resourceId) as StoredReading | undefined;
+  }
+
+  /** The id of the newest reading committed (0 when none ever was). */
+  lastReadingId(): number {
+    return this.db.prepare('SELECT coalesce(max(id), 0) FROM readings').pluck().get() as number;
   }
 
   /** Loads that have readings waiting, active or already ended, the one waiting longest first. */
@@ -509,10 +517,13 @@ export class Store {
     return (pages - free) * pageSize;
   }
 
-  /** Drop the oldest waiting readings (never milestones, never dead letters). Returns how many. */
+  /**
+   * Drop the oldest waiting readings (never milestones, never dead letters, never rows already
+   * delivered: those are the purge's, and must not be counted as lost). Returns how many.
+   */
   dropOldestReadings(count: number): number {
     return this.db
-      .prepare('DELETE FROM readings WHERE id IN (SELECT id FROM readings WHERE state = 0 ORDER BY id LIMIT ?)')
+      .prepare(`DELETE FROM readings WHERE id IN (SELECT id FROM readings WHERE state = 0 AND ${NOT_ACKED} ORDER BY id LIMIT ?)`)
       .run(count).changes;
   }
 
@@ -524,8 +535,8 @@ export class Store {
   dropReadingsOlderThan(cutoffMs: number): number {
     return this.db
       .prepare(
-        `DELETE FROM readings WHERE state = 0 AND time_ms < @cutoff
-            AND id < coalesce((SELECT id FROM readings WHERE time_ms >= @cutoff ORDER BY id LIMIT 1), (SELECT max(id) FROM readings) + 1)`,
+        `DELETE FROM readings WHERE state = 0 AND time_ms < @cutoff AND ${NOT_ACKED}
+            AND id < coalesce((SELECT id FROM readings WHERE state = 0 AND time_ms >= @cutoff ORDER BY id LIMIT 1), (SELECT max(id) FROM readings) + 1)`,
       )
       .run({ cutoff: cutoffMs }).changes;
   }

@@ -265,6 +265,9 @@ export class Sender {
    */
   private async drainTraces(): Promise<Step> {
     const { store } = this.deps;
+    // What is buffered when the push starts: readings committed meanwhile wait for the next
+    // push, so a push ends even while many loads keep adding points faster than a pass takes.
+    const lastId = store.lastReadingId();
     let queue = store.loadsWithReadings();
     for (const loadNumber of queue) {
       if (this.newestFirstDone.has(loadNumber)) continue;
@@ -279,18 +282,10 @@ export class Sender {
     // (ahead of the buffer's cursor while a chunk is in flight).
     const loads = new Map<string, { load: LoadRow; stopAt: (timeMs: number) => number | undefined } | null>();
     const cursors = new Map<string, { afterId: number; lastSampleMs: number | null }>();
-    let builtSinceRefill = false;
     const build = (): Prepared | undefined => {
       for (;;) {
-        if (queue.length === 0) {
-          // Readings committed during the drain go in this push too; a pass that finds
-          // nothing to send ends it.
-          if (!builtSinceRefill) return undefined;
-          builtSinceRefill = false;
-          queue = store.loadsWithReadings();
-          continue;
-        }
-        const loadNumber = queue.shift()!;
+        const loadNumber = queue.shift();
+        if (loadNumber === undefined) return undefined;
         let entry = loads.get(loadNumber);
         if (entry === undefined) {
           const load = store.getLoad(loadNumber);
@@ -303,13 +298,13 @@ export class Sender {
         const { stopAt } = entry;
         const opts = this.traceOptions();
         const final = load.endedMs !== null;
-        const chunk = buildTraceChunk(load, store.iterateReadings(loadNumber, from.afterId), stopAt, opts, final);
+        const chunk = buildTraceChunk(load, upToId(store.iterateReadings(loadNumber, from.afterId), lastId), stopAt, opts, final);
         if (!chunk) continue;
-        builtSinceRefill = true;
         cursors.set(loadNumber, { afterId: chunk.lastId, lastSampleMs: chunk.lastSampleMs });
         // A full chunk may have more behind it: the load takes its turn again after the others.
         if (chunk.points >= opts.maxPoints) queue.push(loadNumber);
         const upTo = chunk.lastId;
+        const pointIds = new Set(chunk.readingIds);
         return {
           load,
           // Serialised now: 500 trace objects kept alive across a request would outlive V8's
@@ -320,8 +315,8 @@ export class Sender {
           readingIds: chunk.readingIds,
           lastId: chunk.lastId,
           lastSampleMs: chunk.lastSampleMs,
-          // The same readings, sampled the same way, give the same points.
-          rebuild: () => buildTraceChunk(load, upToId(store.iterateReadings(loadNumber, from.afterId), upTo), stopAt, { ...opts, maxPoints: chunk.points }, true),
+          // Exactly the points that were sent (less any a limit dropped meanwhile).
+          rebuild: () => buildTraceChunk(load, upToId(store.iterateReadings(loadNumber, from.afterId), upTo), stopAt, { ...opts, maxPoints: chunk.points, pointIds }, true),
         };
       }
     };

@@ -20,6 +20,8 @@ export interface TraceBuildOptions {
   temperatureMaxAgeMs: number;
   temperatureUnit: 'C' | 'F';
   extraFields: Record<string, string | number | boolean>;
+  /** Only these readings become points (sampling is not applied): a chunk built again exactly. */
+  pointIds?: ReadonlySet<number>;
 }
 
 export interface TraceChunk {
@@ -80,7 +82,7 @@ export function buildTraceChunk(
     lastSeenId = r.id;
     if (r.temp_c !== null) temp = { c: r.temp_c, timeMs: r.time_ms };
     if (r.lat === null || r.lon === null) continue;
-    if (lastSampleMs !== null && r.time_ms - lastSampleMs < opts.samplingMs) continue;
+    if (opts.pointIds ? !opts.pointIds.has(r.id) : lastSampleMs !== null && r.time_ms - lastSampleMs < opts.samplingMs) continue;
     const trace: Trace = {
       time: eventTime(new Date(r.time_ms), r.lat, r.lon, opts.dateForm),
       resourceId: load.resourceId,
