@@ -66,6 +66,7 @@ export class Agent {
   private lastSenderState = '';
   private timeCounts = new Map<Source, { timeRejected: number }>();
   private lastStateWriteMs = 0;
+  private reloading: Promise<unknown> = Promise.resolve();
 
   constructor(
     private loaded: LoadedConfig,
@@ -247,6 +248,14 @@ export class Agent {
    * cannot change while running.
    */
   async reload(loaded: LoadedConfig, key: KeyLookup): Promise<string[]> {
+    // One at a time: two SIGHUPs in quick succession must not both stop and start sources
+    // across each other's awaits (the first set would be left running).
+    const run = this.reloading.then(() => this.reloadNow(loaded, key));
+    this.reloading = run.catch(() => undefined);
+    return run;
+  }
+
+  private async reloadNow(loaded: LoadedConfig, key: KeyLookup): Promise<string[]> {
     const notes: string[] = [];
     if (loaded.config.buffer.path !== this.loaded.config.buffer.path) {
       notes.push(`buffer.path changed to ${loaded.config.buffer.path}; keeping ${this.loaded.config.buffer.path} until restart`);

@@ -126,6 +126,22 @@ describe('ApiClient', () => {
     expect(JSON.stringify(out)).not.toContain('secret-key-123');
   });
 
+  it('lets a request under way finish when closed (a reload must not cut it off and send it again)', async () => {
+    let hits = 0;
+    const url = await serve((req, res) => {
+      hits += 1;
+      void readBody(req).then(() => setTimeout(() => res.writeHead(200).end('{}'), 200));
+    });
+    const c = makeClient(url);
+    await c.postTraces({ warm: 1 }, 'w'); // a kept-alive connection to reuse
+    const pending = c.postTraces({ n: 1 }, 'k');
+    await new Promise((r) => setTimeout(r, 50));
+    await c.close();
+    expect(await pending).toMatchObject({ kind: 'response', status: 200 });
+    expect(hits).toBe(2);
+    client = undefined;
+  });
+
   it('reports a refused connection as a network error', async () => {
     const url = await serve(() => undefined);
     await new Promise<void>((r) => server!.close(() => r()));

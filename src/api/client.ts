@@ -34,6 +34,9 @@ type RequestFn = typeof plainRequest;
 export class ApiClient {
   private readonly opts: ApiClientOptions;
   private transport: Promise<{ agent: HttpAgent; request: RequestFn }> | undefined;
+  /** Requests under way: close() lets them finish (a reload must not cut one off and send it twice). */
+  private readonly inFlight = new Set<Promise<PostOutcome>>();
+  private closing = false;
 
   constructor(opts: ApiClientOptions) {
     this.opts = opts;
@@ -71,8 +74,16 @@ export class ApiClient {
   }
 
   /** `body` may be an object or an already serialised JSON string. */
-  async post(path: string, body: object | string, idempotencyKey?: string, signal?: AbortSignal): Promise<PostOutcome> {
+  post(path: string, body: object | string, idempotencyKey?: string, signal?: AbortSignal): Promise<PostOutcome> {
+    const p = this.postNow(path, body, idempotencyKey, signal);
+    this.inFlight.add(p);
+    void p.finally(() => this.inFlight.delete(p));
+    return p;
+  }
+
+  private async postNow(path: string, body: object | string, idempotencyKey?: string, signal?: AbortSignal): Promise<PostOutcome> {
     const started = performance.now();
+    if (this.closing) return { kind: 'network', error: 'client closed', code: 'ECLOSED', durationMs: 0 };
     const payload = typeof body === 'string' ? body : JSON.stringify(body);
     try {
       const url = this.urlFor(path);
@@ -81,10 +92,11 @@ export class ApiClient {
       try {
         outcome = await this.send(request, agent, url, payload, idempotencyKey, signal);
       } catch (err) {
-        // A kept-alive connection the server closed just as we reused it: the request almost
-        // surely never reached the service (and the same Idempotency-Key makes a copy
-        // harmless), so it goes once more at once, on a new connection, not after a backoff.
-        if (!(err as { reusedSocket?: boolean }).reusedSocket || (err as { code?: string }).code !== 'ECONNRESET') throw err;
+        // A kept-alive connection the server closed as we reused it: usually its idle timeout
+        // fired just then and the request never arrived, so it goes once more at once, on a
+        // new connection, not after a backoff. If the server did read it, the same
+        // Idempotency-Key makes the copy harmless.
+        if (this.closing || !(err as { reusedSocket?: boolean }).reusedSocket || (err as { code?: string }).code !== 'ECONNRESET') throw err;
         outcome = await this.send(request, agent, url, payload, idempotencyKey, signal);
       }
       return { ...outcome, durationMs: performance.now() - started };
@@ -122,16 +134,18 @@ export class ApiClient {
         method: 'POST',
         agent,
         signal,
+        // Inactivity, not the whole exchange, from the name lookup and connect on: a 2G link
+        // may take a minute to upload a chunk while bytes keep moving; a silent peer is
+        // given up after timeoutMs.
+        timeout: this.opts.timeoutMs,
         headers: { ...this.headers(idempotencyKey), 'Content-Length': String(Buffer.byteLength(payload)) },
       });
       const fail = (err: Error & { code?: string; reusedSocket?: boolean }) => {
         err.reusedSocket = req.reusedSocket;
         reject(err);
       };
-      // Inactivity, not the whole exchange: a 2G link may take a minute to upload a chunk
-      // while bytes keep moving; a silent peer is given up after timeoutMs.
-      req.setTimeout(this.opts.timeoutMs, () => {
-        req.destroy(Object.assign(new Error(`no answer within ${this.opts.timeoutMs} ms`), { code: 'ETIMEDOUT' }));
+      req.on('timeout', () => {
+        req.destroy(Object.assign(new Error(`no traffic for ${this.opts.timeoutMs} ms`), { code: 'ETIMEDOUT' }));
       });
       req.on('error', fail);
       req.on('response', (res: IncomingMessage) => {
@@ -160,7 +174,10 @@ export class ApiClient {
     });
   }
 
+  /** Let requests under way finish (each bounded by timeoutMs), then close the connections. */
   async close(): Promise<void> {
+    this.closing = true;
+    await Promise.allSettled([...this.inFlight]);
     const t = this.transport;
     this.transport = undefined;
     if (t) (await t.catch(() => undefined))?.agent.destroy();
