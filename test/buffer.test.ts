@@ -208,6 +208,24 @@ describe('readings', () => {
   });
 });
 
+describe('ingest listeners', () => {
+  it('a listener that throws does not put a committed batch back in the queue', () => {
+    const store = Store.open(path);
+    store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
+    const ingest = new Ingest(store, { batchSize: 2, flushIntervalMs: 1000, keepWithoutLoad: false }, silent);
+    ingest.onCommit(() => {
+      throw new Error('detector bug');
+    });
+    ingest.push(reading(1));
+    ingest.push(reading(2));
+    ingest.push(reading(3));
+    ingest.stop();
+    expect(store.counts().readings).toBe(3);
+    expect(ingest.stats).toMatchObject({ committed: 3, commitErrors: 0 });
+    store.close();
+  });
+});
+
 describe('loads', () => {
   it('allows one active load per resource and explains refusals', () => {
     const store = Store.open(path);

@@ -222,6 +222,20 @@ describe('bounds', () => {
     expect(store.counters()[COUNTER_DROPPED_SIZE]).toBeUndefined();
   });
 
+  it('limits never count delivered rows as dropped, and a refused point with a wrong clock does not stop the age limit', () => {
+    addReadings(100);
+    const ids = [...store.iterateReadings('L1')].map((r) => r.id);
+    // A reading stamped in the future, refused by the service and parked, sits at the front.
+    store.insertReadings([{ resourceId: 'T1', timeMs: T0 + 10 * 86_400_000, lat: 41.8, lon: -87.6 }]);
+    store.db.prepare('UPDATE readings SET id = 0 WHERE id = ?').run(ids.length + 1);
+    store.parkReading(0, 'L1', 400, 'refused', {}, T0);
+    store.ackReadings('L1', ids[29], null);
+    const dropped = enforceBounds(store, { maxSizeBytes: 1e12, maxAgeMs: 50_000 }, silent, T0 + 100_000);
+    expect(dropped.age).toBe(20); // readings 31-50 of 100: not the 30 delivered, not the parked one
+    expect(store.counts().readings).toBe(50);
+    expect(store.counts().deadLetters).toBe(1);
+  });
+
   it('the age limit drops old readings only', () => {
     addReadings(100);
     const dropped = enforceBounds(store, { maxSizeBytes: 1e12, maxAgeMs: 50_000 }, silent, T0 + 100_000);

@@ -23,12 +23,14 @@ export function isDiskFull(err: unknown): boolean {
 
 /** Apply the age and size limits now. Returns how many readings were dropped for each. */
 export function enforceBounds(store: Store, bounds: Bounds, log: Logger, nowMs = Date.now()): { age: number; size: number } {
-  // Delivered rows waiting for their purge are not readings to drop: they go first, uncounted.
-  store.purgeAcked();
   const age = store.dropReadingsOlderThan(nowMs - bounds.maxAgeMs);
   store.bump(COUNTER_DROPPED_AGE, age);
   if (age > 0) log.warn({ dropped: age, maxAgeDays: bounds.maxAgeMs / 86_400_000 }, 'readings older than buffer.max_age_days dropped');
   let size = 0;
+  // Delivered rows waiting for their purge make room first, uncounted. Only when room is
+  // needed: a whole pass at once can take seconds with a big backlog on an SD card (the
+  // sender purges in slices after each push).
+  if (store.usedBytes() > bounds.maxSizeBytes) store.purgeAcked();
   // Bounded: at most 200 rounds of 1000 rows per call; the next call continues.
   for (let i = 0; i < 200 && store.usedBytes() > bounds.maxSizeBytes; i++) {
     const n = store.dropOldestReadings(1000);

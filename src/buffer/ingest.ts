@@ -96,13 +96,9 @@ export class Ingest {
     const sources = this.sources;
     this.queue = [];
     this.sources = [];
+    let kept: number;
     try {
-      const kept = withRoom(this.store, this.log, () => this.store.insertReadings(batch, this.opts.keepWithoutLoad, sources), Math.max(1000, batch.length * 10));
-      this.stats.committed += kept;
-      this.stats.discardedNoLoad += batch.length - kept;
-      this.stats.lastCommitMs = Date.now();
-      for (const fn of this.listeners) fn(batch);
-      return kept;
+      kept = withRoom(this.store, this.log, () => this.store.insertReadings(batch, this.opts.keepWithoutLoad, sources), Math.max(1000, batch.length * 10));
     } catch (err) {
       // SQLITE_BUSY, a disk still full after making room, I/O errors: keep the readings in
       // memory (bounded by maxQueued) and try again at the next flush.
@@ -113,5 +109,18 @@ export class Ingest {
       this.log.error({ err: (err as Error).message, code: (err as { code?: string }).code, queued: this.queue.length }, 'could not commit readings; keeping them in memory');
       return 0;
     }
+    this.stats.committed += kept;
+    this.stats.discardedNoLoad += batch.length - kept;
+    this.stats.lastCommitMs = Date.now();
+    // Outside the commit's error handling: a listener that throws must not put a batch that
+    // is already committed back in the queue (it would be stored twice).
+    for (const fn of this.listeners) {
+      try {
+        fn(batch);
+      } catch (err) {
+        this.log.error({ err: (err as Error).message }, 'processing committed readings failed');
+      }
+    }
+    return kept;
   }
 }
