@@ -29,6 +29,7 @@ import { openDatabase } from '../buffer/db.js';
 import { Ingest } from '../buffer/ingest.js';
 import { Store } from '../buffer/store.js';
 import { configSchema } from '../config/schema.js';
+import { PURGE_SLICE } from '../delivery/sender.js';
 import { Sandbox } from '../sandbox/server.js';
 import type { Reading } from '../sources/types.js';
 import {
@@ -212,7 +213,6 @@ function agentInsert(path: string, readings: Reading[], batchSize: number, flush
 }
 
 function benchIngest(dir: string) {
-  const defaults = BUFFER_DEFAULTS;
   const readings = ingestReadings(SIZES.ingest);
   const raw: number[] = [];
   const ours: number[] = [];
@@ -224,11 +224,11 @@ function benchIngest(dir: string) {
   // Alternating rounds, each on a fresh file; the best of each side is compared.
   for (let i = 0; i < SIZES.rounds; i++) {
     raw.push(rawInsert(fresh('ingest-raw.db'), readings));
-    ours.push(agentInsert(fresh('ingest-agent.db'), readings, defaults.batch_size, defaults.flush_interval_ms));
+    ours.push(agentInsert(fresh('ingest-agent.db'), readings, BUFFER_DEFAULTS.batch_size, BUFFER_DEFAULTS.flush_interval_ms));
   }
   const rawPerS = readings.length / (Math.min(...raw) / 1000);
   const oursPerS = readings.length / (Math.min(...ours) / 1000);
-  return { readings: readings.length, batchSize: defaults.batch_size, rawPerS, oursPerS, ratio: oursPerS / rawPerS };
+  return { readings: readings.length, batchSize: BUFFER_DEFAULTS.batch_size, rawPerS, oursPerS, ratio: oursPerS / rawPerS };
 }
 
 // ---- 2./3. drain and memory -------------------------------------------------------------------
@@ -639,7 +639,7 @@ async function main(): Promise<void> {
       },
       {
         id: '2d',
-        measure: `purge of the ${label(large)} delivered rows after the drain (slices of 20k ids between other work)`,
+        measure: `purge of the ${label(large)} delivered rows after the drain (slices of ${fmt(PURGE_SLICE)} ids between other work)`,
         value: `${round(drain.purgeMs / 1000, 1)} s (${round((drain.purgeMs * 1000) / large, 2)} µs/row)`,
         reference: '',
         ratio: '',

@@ -141,10 +141,17 @@ const NOT_ACKED = 'id > coalesce((SELECT l.acked_id FROM loads l WHERE l.load_nu
 /** Waiting readings of a load: not parked, not retried, and above its acknowledgement cursor. */
 const WAITING = 'r.state = 0 AND r.id > l.acked_id';
 
+/** The id of a load's oldest waiting reading (NULL when none waits), for a query over `loads l`. */
+const FIRST_WAITING = `(SELECT min(r.id) FROM readings r WHERE r.load_number = l.load_number AND ${WAITING})`;
+
+/** The columns of a StoredReading, from `readings r`. */
+const READING_COLS = 'r.id, r.resource_id, r.load_number, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c';
+
 export class Store {
   readonly db: DB;
   private readonly insertRow: Statement;
   private readonly activeLoadNumber: Statement;
+  private readonly resourceOfLoad: Statement;
   private readonly readingsOfLoad: Statement;
   private readonly ackStmt: Statement;
   private readonly purgeRange: Statement;
@@ -159,6 +166,7 @@ export class Store {
       'INSERT INTO readings (resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
     );
     this.activeLoadNumber = db.prepare('SELECT load_number FROM loads WHERE resource_id = ? AND ended_ms IS NULL').pluck();
+    this.resourceOfLoad = db.prepare('SELECT resource_id FROM loads WHERE load_number = ?').pluck();
     // Arrays, not objects: better-sqlite3 builds a row object in C++ at about twice the cost.
     // The resource and load are the same on every row of a load: not read (two strings a row).
     this.readingsOfLoad = db
@@ -239,7 +247,7 @@ export class Store {
    * write to the buffer while it holds the iterator.
    */
   *iterateReadings(loadNumber: string, afterId = 0): IterableIterator<StoredReading> {
-    const resourceId = this.getLoad(loadNumber)?.resourceId;
+    const resourceId = this.resourceOfLoad.get(loadNumber) as string | undefined;
     if (resourceId === undefined) return;
     let after = afterId;
     for (;;) {
@@ -270,12 +278,12 @@ export class Store {
    */
   purgeAcked(budget = Number.POSITIVE_INFINITY): { deleted: number; done: boolean } {
     if (!this.purgePass) {
-      const top = (this.db.prepare('SELECT coalesce(max(acked_id), 0) FROM loads').pluck().get() as number) ?? 0;
+      const top = this.db.prepare('SELECT coalesce(max(acked_id), 0) FROM loads').pluck().get() as number;
       if (top <= this.purgeFloor) return { deleted: 0, done: true };
       // Rows below the oldest waiting one cannot be acknowledged later: after this pass, none
       // of them is left, and the next pass starts there.
       const waiting = this.db
-        .prepare(`SELECT min((SELECT min(r.id) FROM readings r WHERE r.load_number = l.load_number AND ${WAITING})) FROM loads l`)
+        .prepare(`SELECT min(${FIRST_WAITING}) FROM loads l`)
         .pluck()
         .get() as number | null;
       this.purgePass = { at: this.purgeFloor, top, floor: Math.min(top, waiting === null ? top : waiting - 1) };
@@ -296,17 +304,16 @@ export class Store {
    * that never had a fix does not cost a scan of the whole buffer.
    */
   latestPosition(resourceId: string): StoredReading | undefined {
-    const cols = 'r.id, r.resource_id, r.load_number, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c';
     const viaLoad = this.db
       .prepare(
-        `SELECT ${cols} FROM loads l JOIN readings r ON r.load_number = l.load_number
+        `SELECT ${READING_COLS} FROM loads l JOIN readings r ON r.load_number = l.load_number
           WHERE l.resource_id = ? AND l.ended_ms IS NULL AND r.lat IS NOT NULL ORDER BY r.id DESC LIMIT 1`,
       )
       .get(resourceId) as StoredReading | undefined;
     if (viaLoad) return viaLoad;
     return this.db
       .prepare(
-        `SELECT ${cols} FROM readings r WHERE r.id > (SELECT coalesce(max(id), 0) FROM readings) - ${LATEST_SCAN}
+        `SELECT ${READING_COLS} FROM readings r WHERE r.id > (SELECT coalesce(max(id), 0) FROM readings) - ${LATEST_SCAN}
             AND r.resource_id = ? AND r.lat IS NOT NULL ORDER BY r.id DESC LIMIT 1`,
       )
       .get(resourceId) as StoredReading | undefined;
@@ -321,9 +328,7 @@ export class Store {
   loadsWithReadings(): string[] {
     return this.db
       .prepare(
-        `SELECT load_number FROM (
-           SELECT l.load_number, (SELECT min(r.id) FROM readings r WHERE r.load_number = l.load_number AND ${WAITING}) AS first FROM loads l
-         ) WHERE first IS NOT NULL ORDER BY first`,
+        `SELECT load_number FROM (SELECT l.load_number, ${FIRST_WAITING} AS first FROM loads l) WHERE first IS NOT NULL ORDER BY first`,
       )
       .pluck()
       .all() as string[];
@@ -493,8 +498,7 @@ export class Store {
   backlogOf(loadNumber: string): { newest: StoredReading | undefined; oldestMs: number | null } {
     const newest = this.db
       .prepare(
-        `SELECT r.id, r.resource_id, r.load_number, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c
-           FROM loads l JOIN readings r ON r.load_number = l.load_number
+        `SELECT ${READING_COLS} FROM loads l JOIN readings r ON r.load_number = l.load_number
           WHERE l.load_number = ? AND ${WAITING} AND r.lat IS NOT NULL ORDER BY r.id DESC LIMIT 1`,
       )
       .get(loadNumber) as StoredReading | undefined;

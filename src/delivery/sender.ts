@@ -58,7 +58,7 @@ const MIN_DELAY_MS = 250;
  * transaction (a few ms each), yielding between slices so sources and milestones never wait
  * behind a million-row delete.
  */
-const PURGE_SLICE = 20_000;
+export const PURGE_SLICE = 20_000;
 
 type Step = 'sent' | 'empty' | 'failed';
 
@@ -277,7 +277,6 @@ export class Sender {
         return 'failed';
       }
     }
-    queue = store.loadsWithReadings();
     // Per drain: the load and its stop resolver, and where the next chunk of each load starts
     // (ahead of the buffer's cursor while a chunk is in flight).
     const loads = new Map<string, { load: LoadRow; stopAt: (timeMs: number) => number | undefined } | null>();
@@ -346,7 +345,7 @@ export class Sender {
         continue;
       }
       const delivered: number[] = [];
-      const sending = this.deliverPrepared(prepared, delivered);
+      const sending = this.deliverPrepared(prepared, prepared.json, delivered);
       // Let the request reach the socket first (node:http writes it on a later tick), or the
       // work below would run before it and nothing would overlap.
       await new Promise<void>((r) => setImmediate(r));
@@ -471,41 +470,46 @@ export class Sender {
    * too large, as halves, down to single points that are parked. `delivered` collects the
    * reading ids the service accepted. Resolves 'failed' when delivery must pause.
    */
-  private async deliverTraces(load: LoadRow, traces: Trace[], readingIds: number[], delivered: number[]): Promise<'delivered' | 'failed'> {
-    if (this.stopping) return 'failed';
+  private deliverTraces(load: LoadRow, traces: Trace[], readingIds: number[], delivered: number[]): Promise<'delivered' | 'failed'> {
     const body = traceBody(load.loadNumber, traces, this.deps.config.api.extra_fields);
     const key = idempotencyKeyFor('trace', this.deps.deviceId, load.loadNumber, traces);
-    const outcome = await this.post(() => this.deps.client.postTraces(body, key, this.abort.signal));
-    const cls = classify(outcome);
-    if (cls === 'delivered') return this.delivered(load, readingIds, delivered);
-    if (cls === 'refused' || cls === 'too-large') return this.split(load, traces, readingIds, delivered, cls, outcome);
-    this.fail(cls, describeOutcome(outcome), outcome, { load: load.loadNumber, points: traces.length });
-    return 'failed';
+    return this.postTraces(load, body, key, readingIds, delivered, () => ({ traces, readingIds }));
   }
 
   /** A chunk built ahead, sent as serialised; its trace objects are built again only if it must be split. */
-  private async deliverPrepared(p: Prepared, delivered: number[]): Promise<'delivered' | 'failed'> {
-    if (this.stopping || p.json === null) return 'failed';
-    const json = p.json;
-    const outcome = await this.post(() => this.deps.client.postTraces(json, p.key, this.abort.signal));
-    const cls = classify(outcome);
-    if (cls === 'delivered') return this.delivered(p.load, p.readingIds, delivered);
-    if (cls === 'refused' || cls === 'too-large') {
+  private deliverPrepared(p: Prepared, json: string, delivered: number[]): Promise<'delivered' | 'failed'> {
+    return this.postTraces(p.load, json, p.key, p.readingIds, delivered, () => {
       const again = p.rebuild();
       // Every reading of the chunk went meanwhile (a limit dropped them): nothing left to split.
-      if (!again?.body) return 'delivered';
-      return this.split(p.load, again.body.traces, again.readingIds, delivered, cls, outcome);
-    }
-    this.fail(cls, describeOutcome(outcome), outcome, { load: p.load.loadNumber, points: p.points });
-    return 'failed';
+      return again?.body ? { traces: again.body.traces, readingIds: again.readingIds } : undefined;
+    });
   }
 
-  private delivered(load: LoadRow, readingIds: number[], delivered: number[]): 'delivered' {
-    delivered.push(...readingIds);
-    this.status.sent.traceRequests += 1;
-    this.status.sent.tracePoints += readingIds.length;
-    this.deps.log.debug({ load: load.loadNumber, points: readingIds.length }, 'trace request delivered');
-    return 'delivered';
+  /** One trace request; on a refusal the points from `toSplit` are sent as halves (see split). */
+  private async postTraces(
+    load: LoadRow,
+    body: object | string,
+    key: string,
+    readingIds: number[],
+    delivered: number[],
+    toSplit: () => { traces: Trace[]; readingIds: number[] } | undefined,
+  ): Promise<'delivered' | 'failed'> {
+    if (this.stopping) return 'failed';
+    const outcome = await this.post(() => this.deps.client.postTraces(body, key, this.abort.signal));
+    const cls = classify(outcome);
+    if (cls === 'delivered') {
+      delivered.push(...readingIds);
+      this.status.sent.traceRequests += 1;
+      this.status.sent.tracePoints += readingIds.length;
+      this.deps.log.debug({ load: load.loadNumber, points: readingIds.length }, 'trace request delivered');
+      return 'delivered';
+    }
+    if (cls === 'refused' || cls === 'too-large') {
+      const points = toSplit();
+      return points ? this.split(load, points.traces, points.readingIds, delivered, cls, outcome) : 'delivered';
+    }
+    this.fail(cls, describeOutcome(outcome), outcome, { load: load.loadNumber, points: readingIds.length });
+    return 'failed';
   }
 
   /** The service refused these points or found them too many: park a single point, else send halves. */
