@@ -3,24 +3,27 @@
  *
  * - The zone is looked up at the event's position (a truck crosses zones), with
  *   `@photostructure/tz-lookup` (a compact embedded map, no network, ~0.1 µs a lookup).
- * - Offsets come from the zone rules at that instant (Intl `longOffset`), so DST
- *   transitions are exact.
+ * - Offsets come from the zone rules at that instant, so DST transitions are exact. The rules
+ *   are read from the system's zoneinfo file (`src/geo/tzif.ts`); `Intl` is the fallback when
+ *   there is none, because its first time-zone lookup maps ~8 MB of ICU data into the process.
+ *   The two agree on every offset of every zone from 1990 to 2045 (test/geo/tzif.test.ts).
  * - `timeZoneOffset` is `UTC-6`, `UTC+1`, `UTC-3:30`: no zero padding, minutes only when
  *   not zero, and plain `UTC` for a zero offset (the form `src/api/schemas.ts` accepts).
- * - `timeZoneCode` is the short name carriers write (`CST`, `CDT`, `NST`, `HST`...). Node's
- *   Intl gives most of them in `en-US`, but not all: `GMT-3:30` for America/St_Johns, `GMT-7`
- *   for Hermosillo/Mazatlan/Whitehorse/Dawson, `HAST`/`HADT` for America/Adak. Those go through
- *   a small table, then a table keyed by offset (North American names; zones outside the
- *   Americas fall back to `UTC+5:30` style, which is at most 9 characters).
+ * - `timeZoneCode` is the short name carriers write (`CST`, `CDT`, `NST`, `HST`...): the zone's
+ *   own designation in North American zones (`CST`), `GMT`/`UTC`, else `UTC+5:30` style (at
+ *   most 9 characters; designations elsewhere are ambiguous: `IST` is India, Ireland and Israel).
+ *   A few zones go through a table: Intl says `GMT-3:30` for America/St_Johns and `HAST` for
+ *   America/Adak; tzdb says `CST` (Cuba) for America/Havana. Then a table keyed by standard
+ *   offset covers North American zones without a usable name (`-05` in America/Bogota).
  *
- * Called per trace point: formatters are cached per zone, and the result of the (relatively
- * expensive) Intl calls is cached per zone and UTC hour, verified at both ends of the hour
- * (an hour holding a transition is never cached), so a backlog of points from the same zone
- * costs a couple of map look-ups each. Measured (Node 20.20, x86-64): `eventTime` ~1 µs per
- * point for a truck's track in time order (zone lookup included), ~19 µs on a cache miss
- * (a new zone or hour: four Intl calls).
+ * Called per trace point: rules are cached per zone, and the result is cached per zone and UTC
+ * hour, verified at both ends of the hour (an hour holding a transition is never cached), so a
+ * backlog of points from the same zone costs a couple of map look-ups each. Measured (Node 20.20,
+ * x86-64): `eventTime` ~1 µs per point for a truck's track in time order (zone lookup included).
  */
+import { readFileSync, readlinkSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { loadZone, type ZoneRules } from './tzif.js';
 
 const require = createRequire(import.meta.url);
 // CJS `module.exports = function tzlookup(lat, lon)`; createRequire keeps this independent
@@ -44,9 +47,40 @@ export function zoneAt(lat: number, lon: number): string {
 }
 
 let systemZoneCache: string | undefined;
-/** The zone of the machine (TZ or /etc/localtime), as Intl resolves it. */
+/**
+ * The zone of the machine: `TZ`, else the `/etc/localtime` link, else `/etc/timezone`, each
+ * only if its zoneinfo file is there; else as `Intl` resolves it (which maps ICU's data).
+ */
 export function systemZone(): string {
-  return (systemZoneCache ??= Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC');
+  return (systemZoneCache ??= systemZoneFromFiles() ?? (Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC'));
+}
+
+/** The machine's zone from `TZ` and the files, or undefined when none names a readable zone. */
+export function systemZoneFromFiles(
+  env: NodeJS.ProcessEnv = process.env,
+  localtime = '/etc/localtime',
+  timezoneFile = '/etc/timezone',
+  dir?: string,
+): string | undefined {
+  const known = (name: string | undefined) => (name && loadZone(name, dir) ? name : undefined);
+  const tz = env.TZ;
+  if (tz !== undefined) {
+    // `TZ=:America/Chicago`, `TZ=America/Chicago`, or a file path; empty means UTC.
+    const name = tz.startsWith(':') ? tz.slice(1) : tz;
+    if (name === '') return 'UTC';
+    return known(/(?:^|\/)zoneinfo\/(.+)$/.exec(name)?.[1] ?? name);
+  }
+  try {
+    const found = known(/(?:^|\/)zoneinfo\/(.+)$/.exec(readlinkSync(localtime))?.[1]);
+    if (found) return found;
+  } catch {
+    // not a link (or not there): try /etc/timezone
+  }
+  try {
+    return known(readFileSync(timezoneFile, 'utf8').trim());
+  } catch {
+    return undefined;
+  }
 }
 
 /**
@@ -93,9 +127,19 @@ interface ZoneInfo {
   code: string;
 }
 
+/**
+ * Where a zone's rules come from: the system's zoneinfo file (TZif) when there is one, else
+ * `Intl`. Both answer the offset at an instant and the zone's own name for it: the TZif
+ * designation (`CST`, `-03`) or Intl's en-US short name (`CST`, `GMT-3`).
+ */
+interface RuleSource {
+  kind: 'tzif' | 'intl';
+  offsetMinutes(ms: number): number;
+  name(ms: number): string;
+}
+
 interface ZoneState {
-  offsetFmt: Intl.DateTimeFormat;
-  nameFmt: Intl.DateTimeFormat;
+  rules: RuleSource;
   /** UTC hour number -> info valid for that whole hour. */
   hours: Map<number, ZoneInfo>;
   /** year -> standard (non-DST) offset in minutes, for the generic naming fallback. */
@@ -106,23 +150,38 @@ const HOUR_MS = 3_600_000;
 const MAX_HOURS_PER_ZONE = 256;
 const zones = new Map<string, ZoneState>();
 
-function zoneState(zone: string): ZoneState {
-  let s = zones.get(zone);
+function tzifSource(rules: ZoneRules): RuleSource {
+  return {
+    kind: 'tzif',
+    offsetMinutes: (ms) => Math.round(rules.at(ms).offsetS / 60),
+    name: (ms) => rules.at(ms).abbr,
+  };
+}
+
+/** Throws RangeError for a zone Intl does not know. */
+export function intlSource(zone: string): RuleSource {
+  const offsetFmt = new Intl.DateTimeFormat('en-US', { timeZone: zone, timeZoneName: 'longOffset' });
+  const nameFmt = new Intl.DateTimeFormat('en-US', { timeZone: zone, timeZoneName: 'short' });
+  return {
+    kind: 'intl',
+    offsetMinutes: (ms) => Math.round(parseGmtOffset(tzPart(offsetFmt, ms)) ?? 0),
+    name: (ms) => tzPart(nameFmt, ms),
+  };
+}
+
+function zoneState(zone: string, source?: RuleSource): ZoneState {
+  let s = source ? undefined : zones.get(zone);
   if (!s) {
-    // Throws RangeError for a zone Intl does not know: a configuration error worth surfacing.
-    s = {
-      offsetFmt: new Intl.DateTimeFormat('en-US', { timeZone: zone, timeZoneName: 'longOffset' }),
-      nameFmt: new Intl.DateTimeFormat('en-US', { timeZone: zone, timeZoneName: 'short' }),
-      hours: new Map(),
-      standard: new Map(),
-    };
-    zones.set(zone, s);
+    // Unknown to both: Intl throws a RangeError, a configuration error worth surfacing.
+    const tzif = source ? undefined : loadZone(zone);
+    s = { rules: source ?? (tzif ? tzifSource(tzif) : intlSource(zone)), hours: new Map(), standard: new Map() };
+    if (!source) zones.set(zone, s);
   }
   return s;
 }
 
-function zoneInfo(zone: string, ms: number): ZoneInfo {
-  const s = zoneState(zone);
+function zoneInfo(zone: string, ms: number, source?: RuleSource): ZoneInfo {
+  const s = zoneState(zone, source);
   const hour = Math.floor(ms / HOUR_MS);
   const cached = s.hours.get(hour);
   if (cached) return cached;
@@ -135,6 +194,24 @@ function zoneInfo(zone: string, ms: number): ZoneInfo {
   }
   // A transition inside this hour: answer exactly, do not cache.
   return computeInfo(zone, s, ms);
+}
+
+/**
+ * `timeZoneCode` and `timeZoneOffset` of `zone` at `ms` from the given rules, uncached: for
+ * checking the zoneinfo reader against Intl.
+ */
+export function zoneFieldsVia(source: RuleSource, zone: string, ms: number): { code: string; offsetText: string; offsetMin: number } {
+  return zoneInfo(zone, ms, source);
+}
+
+/** Offset of `zone` from UTC at `ms`, in minutes (throws a RangeError for an unknown zone). */
+export function zoneOffsetMinutes(zone: string, ms: number): number {
+  return zoneInfo(zone, ms).offsetMin;
+}
+
+/** The rules `formatTime` uses for `zone`: `tzif` when its zoneinfo file was read, else `intl`. */
+export function ruleSourceOf(zone: string): 'tzif' | 'intl' {
+  return zoneState(zone).rules.kind;
 }
 
 function tzPart(fmt: Intl.DateTimeFormat, ms: number): string {
@@ -151,12 +228,8 @@ function parseGmtOffset(text: string): number | undefined {
   return m[1] === '-' ? -min : min;
 }
 
-function offsetMinutesAt(s: ZoneState, ms: number): number {
-  return Math.round(parseGmtOffset(tzPart(s.offsetFmt, ms)) ?? 0);
-}
-
 function computeInfo(zone: string, s: ZoneState, ms: number): ZoneInfo {
-  const offsetMin = offsetMinutesAt(s, ms);
+  const offsetMin = s.rules.offsetMinutes(ms);
   const offsetText = formatOffset(offsetMin);
   return { offsetMin, offsetText, code: zoneCode(zone, s, ms, offsetMin, offsetText) };
 }
@@ -170,7 +243,7 @@ export function formatOffset(offsetMin: number): string {
   return `UTC${offsetMin < 0 ? '-' : '+'}${h}${m ? `:${String(m).padStart(2, '0')}` : ''}`;
 }
 
-/** Zones whose Intl (en-US) short name is not what carriers write: [standard, daylight]. */
+/** Zones whose own short name (Intl en-US or zoneinfo) is not what carriers write: [standard, daylight]. */
 const ZONE_CODES: Record<string, readonly [string, string]> = {
   'America/St_Johns': ['NST', 'NDT'],
   'Canada/Newfoundland': ['NST', 'NDT'],
@@ -183,6 +256,9 @@ const ZONE_CODES: Record<string, readonly [string, string]> = {
   'America/Whitehorse': ['MST', 'MDT'],
   'Canada/Yukon': ['MST', 'MDT'],
   'America/Dawson': ['MST', 'MDT'],
+  // tzdb writes CST/CDT (Cuba Standard Time), which a North American reader takes for UTC-6.
+  'America/Havana': ['EST', 'EDT'],
+  Cuba: ['EST', 'EDT'],
 };
 
 /** North American names by standard offset (minutes): [standard, daylight]. */
@@ -198,14 +274,14 @@ const NA_BY_STANDARD_OFFSET = new Map<number, readonly [string, string]>([
 ]);
 
 /** Prefixes of zone names for which the North American offset table is a fair guess. */
-const NA_PREFIXES = ['America/', 'US/', 'Canada/', 'Mexico/', 'Pacific/Honolulu', 'Pacific/Johnston', 'Etc/'];
+const NA_PREFIXES = ['America/', 'US/', 'Canada/', 'Mexico/', 'Pacific/Honolulu', 'Pacific/Johnston', 'Atlantic/Bermuda', 'Etc/'];
 
 function standardOffset(s: ZoneState, ms: number): number {
   const year = new Date(ms).getUTCFullYear();
   let std = s.standard.get(year);
   if (std === undefined) {
-    const jan = offsetMinutesAt(s, Date.UTC(year, 0, 1));
-    const jul = offsetMinutesAt(s, Date.UTC(year, 6, 1));
+    const jan = s.rules.offsetMinutes(Date.UTC(year, 0, 1));
+    const jul = s.rules.offsetMinutes(Date.UTC(year, 6, 1));
     std = Math.min(jan, jul); // DST always adds time, in either hemisphere
     s.standard.set(year, std);
   }
@@ -213,19 +289,40 @@ function standardOffset(s: ZoneState, ms: number): number {
 }
 
 function zoneCode(zone: string, s: ZoneState, ms: number, offsetMin: number, offsetText: string): string {
-  const intl = tzPart(s.nameFmt, ms);
   const table = ZONE_CODES[zone];
-  if (!table && intl && !/^(GMT|UTC)[+-]/.test(intl) && !/^HA[SD]T$/.test(intl)) {
-    return intl.length <= 10 ? intl : offsetText; // `CST`, `EDT`, `GMT`, `UTC`...
+  if (!table) {
+    const name = s.rules.name(ms);
+    if (s.rules.kind === 'intl' ? intlNameUsable(name) : tzifNameUsable(zone, name)) {
+      return name.length <= 10 ? name : offsetText; // `CST`, `EDT`, `GMT`, `UTC`...
+    }
   }
   const std = standardOffset(s, ms);
   const dst = offsetMin > std;
   if (table) return table[dst ? 1 : 0];
-  if (NA_PREFIXES.some((p) => zone.startsWith(p))) {
+  if (isNorthAmerican(zone)) {
     const names = NA_BY_STANDARD_OFFSET.get(std);
     if (names) return names[dst ? 1 : 0];
   }
   return offsetText; // `UTC+5:30`: at most 9 characters
+}
+
+/** Intl's en-US short names are letters for North American zones and GMT/UTC, else `GMT+1`. */
+function intlNameUsable(name: string): boolean {
+  return name !== '' && !/^(GMT|UTC)[+-]/.test(name) && !/^HA[SD]T$/.test(name);
+}
+
+/**
+ * A zoneinfo designation is used where Intl's en-US name would be: letters, in a North
+ * American zone, or GMT/UTC anywhere. Elsewhere designations are ambiguous (`IST` is India,
+ * Ireland and Israel), so other zones get the offset form, as with Intl.
+ */
+function tzifNameUsable(zone: string, name: string): boolean {
+  if (name === 'GMT' || name === 'UTC') return true;
+  return /^[A-Z]{3,5}$/.test(name) && isNorthAmerican(zone);
+}
+
+function isNorthAmerican(zone: string): boolean {
+  return NA_PREFIXES.some((p) => zone.startsWith(p));
 }
 
 function pad2(n: number): string {
