@@ -4,7 +4,7 @@
  * an agent in-process against a sandbox and stop it deterministically.
  */
 import { createHash } from 'node:crypto';
-import { schedule, type ScheduledTask } from 'node-cron';
+import { Cron, CronSchedule } from './cron.js';
 import type { Logger } from 'pino';
 import { ApiClient } from './api/client.js';
 import { enforceBounds } from './buffer/bounds.js';
@@ -55,7 +55,7 @@ export class Agent {
   sender!: Sender;
   client!: ApiClient;
   sources: Source[] = [];
-  private cron: ScheduledTask | undefined;
+  private cron: CronSchedule | undefined;
   private boundsTimer: NodeJS.Timeout | undefined;
   private splayTimer: NodeJS.Timeout | undefined;
   private stateTimer: NodeJS.Timeout | undefined;
@@ -85,8 +85,8 @@ export class Agent {
 
   /** The push interval of the trace schedule (the gap between its next two runs). */
   pushIntervalMs(): number {
-    const runs = this.cron?.getNextRuns(2);
-    return runs && runs.length === 2 ? runs[1].getTime() - runs[0].getTime() : 15 * 60_000;
+    const runs = this.cron?.nextRuns(2);
+    return runs && runs.length === 2 ? runs[1] - runs[0] : 15 * 60_000;
   }
 
   async start(): Promise<void> {
@@ -216,19 +216,15 @@ export class Agent {
   private startSchedule(): void {
     const { config, deviceId } = this.loaded;
     const splay = splayMs(deviceId, config.schedule.splay_s);
-    this.cron = schedule(
-      config.schedule.traces,
-      () => {
-        clearTimeout(this.splayTimer);
-        this.splayTimer = setTimeout(() => this.sender.requestTracePush(), splay);
-      },
-      { name: 'traces', noOverlap: true },
-    );
+    this.cron = new CronSchedule(Cron.parse(config.schedule.traces), () => {
+      clearTimeout(this.splayTimer);
+      this.splayTimer = setTimeout(() => this.sender.requestTracePush(), splay);
+    });
+    this.cron.start();
   }
 
-  private async stopSchedule(): Promise<void> {
-    await this.cron?.stop();
-    await this.cron?.destroy();
+  private stopSchedule(): void {
+    this.cron?.stop();
     this.cron = undefined;
     clearTimeout(this.splayTimer);
   }
@@ -268,7 +264,7 @@ export class Agent {
     const old = this.client;
     this.client = this.makeClient();
     this.sender.updateConfig(loaded.config, this.client);
-    await this.stopSchedule();
+    this.stopSchedule();
     this.startSchedule();
     await this.stopSources();
     this.sources = await this.makeSources();
@@ -291,7 +287,7 @@ export class Agent {
   }
 
   state(running: boolean): DaemonState {
-    const next = this.cron?.getNextRun();
+    const next = this.cron?.nextRun;
     return {
       pid: process.pid,
       deviceId: this.loaded.deviceId,
@@ -303,7 +299,7 @@ export class Agent {
       sender: this.sender.status,
       ingest: this.ingest.stats,
       sources: this.sources.map((s) => ({ name: s.name, type: s.type, ...s.health(), timeRejected: this.timeCounts.get(s)?.timeRejected ?? 0 })),
-      nextTracePushMs: next ? next.getTime() + splayMs(this.loaded.deviceId, this.config.schedule.splay_s) : null,
+      nextTracePushMs: next !== undefined ? next + splayMs(this.loaded.deviceId, this.config.schedule.splay_s) : null,
     };
   }
 
@@ -318,7 +314,7 @@ export class Agent {
 
   async stop(): Promise<void> {
     await this.health?.stop();
-    await this.stopSchedule();
+    this.stopSchedule();
     clearInterval(this.stateTimer);
     clearInterval(this.boundsTimer);
     await this.stopSources();

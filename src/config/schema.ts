@@ -5,7 +5,7 @@
  * device ends up sending to the wrong place for a month).
  */
 import { z } from 'zod';
-import { validate as validCron } from 'node-cron';
+import { cronProblem } from '../cron.js';
 
 const positiveInt = z.number().int().positive();
 const nonNegative = z.number().finite().nonnegative();
@@ -206,8 +206,14 @@ export const configSchema = z.strictObject({
     .prefault({}),
   schedule: z
     .strictObject({
-      /** Cron expression (5 fields, or 6 with seconds) for trace pushes. */
-      traces: z.string().refine((s) => validCron(s), 'expected a cron expression such as */15 * * * *').default('*/15 * * * *'),
+      /** Cron expression (5 fields, or 6 with seconds) for trace pushes, in the machine's local time. */
+      traces: z
+        .string()
+        .superRefine((s, ctx) => {
+          const problem = cronProblem(s);
+          if (problem) ctx.addIssue({ code: 'custom', message: `expected a cron expression such as */15 * * * * (${problem})` });
+        })
+        .default('*/15 * * * *'),
       /** Each device waits a fixed share of this (derived from device_id) after each tick. */
       splay_s: nonNegative.max(3600).default(120),
     })
