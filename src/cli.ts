@@ -2,7 +2,6 @@
  * The `telematics-agent` command. Every subcommand has --help; exit statuses are in
  * cli/exit.ts and the README. Output meant for scripts is behind --json.
  */
-import { readFileSync } from 'node:fs';
 import { Command, CommanderError, Option } from 'commander';
 import { Agent } from './agent.js';
 import { Store } from './buffer/store.js';
@@ -12,9 +11,10 @@ import { ConfigError, loadConfig, resolveConfigPath, resolveSubscriptionKey, typ
 import { createLogger } from './log.js';
 import { MilestoneError, recordMilestone } from './milestones/record.js';
 import { readStopsFile, StopsFileError } from './milestones/stops.js';
+import { packageVersion } from './paths.js';
 import { LoadError } from './buffer/store.js';
 
-const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+const VERSION = packageVersion();
 
 const out = (s: string): void => {
   process.stdout.write(`${s}\n`);

@@ -1,6 +1,8 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Store } from '../src/buffer/store.js';
-import { agentConfig, runCli, tempDir, writeFile } from './helpers.js';
+import { agentConfig, ROOT, runCli, tempDir, writeFile } from './helpers.js';
 
 let tmp: ReturnType<typeof tempDir>;
 let cfg: string;
@@ -20,6 +22,12 @@ describe('command line contract', () => {
     const r = await runCli([...cmd.filter(Boolean), '--help']);
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(/^Usage: telematics-agent/);
+  });
+
+  it('prints the package version with --version (found from the bundle in dist/pkg/)', async () => {
+    const r = await runCli(['--version']);
+    expect(r.code).toBe(0);
+    expect(r.stdout.trim()).toBe((JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version);
   });
 
   it('rejects an unknown subcommand with exit 64 and says so', async () => {

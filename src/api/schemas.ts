@@ -8,7 +8,7 @@
  * treat the rest as optional; unknown top-level fields pass, because deployments
  * add their own (`api.extra_fields`).
  */
-import { z } from 'zod';
+import * as z from 'zod';
 
 /** ISO 8601 with fractional seconds and a UTC offset, or the UTC `...Z` form some deployments want. */
 const ISO_WITH_OFFSET = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/;

@@ -20,16 +20,16 @@
  */
 import { fork, spawn, type ChildProcess } from 'node:child_process';
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import pino from 'pino';
 import { openDatabase } from '../buffer/db.js';
 import { Ingest } from '../buffer/ingest.js';
 import { Store } from '../buffer/store.js';
 import { configSchema } from '../config/schema.js';
 import { PURGE_SLICE } from '../delivery/sender.js';
+import { packageFile } from '../paths.js';
 import { Sandbox } from '../sandbox/server.js';
 import type { Reading } from '../sources/types.js';
 import {
@@ -51,8 +51,12 @@ import {
   type WorkerEvent,
 } from './common.js';
 
-const WORKER = fileURLToPath(new URL('./drain-worker.js', import.meta.url));
-const BIN = fileURLToPath(new URL('../../bin/telematics-agent.js', import.meta.url));
+/**
+ * The workers run the bundle that ships (dist/pkg/, written by scripts/bundle.mjs), as the bin
+ * does: its memory figures are the shipped code's, not those of tsc's one file per module.
+ */
+const WORKER = packageFile('dist', 'pkg', 'bench', 'drain-worker.js');
+const BIN = packageFile('bin', 'telematics-agent.js');
 const MB = 1024 * 1024;
 
 // ---- options ------------------------------------------------------------------------------
@@ -71,6 +75,10 @@ if (flag('--help') || flag('-h')) {
   --cpu-prof DIR   run the drain workers with --cpu-prof, profiles written to DIR
 `);
   process.exit(0);
+}
+if (!existsSync(WORKER)) {
+  process.stderr.write(`bench: ${WORKER} is missing: run \`npm run build\` (tsc, then the bundle)\n`);
+  process.exit(1);
 }
 const QUICK = flag('--quick');
 const JSON_OUT = flag('--json');

@@ -5,6 +5,7 @@
  */
 import { closeSync, fsyncSync, openSync, readdirSync, readFileSync } from 'node:fs';
 import { openDatabase } from '../buffer/db.js';
+import { packageFile } from '../paths.js';
 import type { Reading } from '../sources/types.js';
 
 export const BENCH_KEY = 'bench-key-0123456789abcdef';
@@ -142,7 +143,7 @@ export function writeBytesOf(pid: number): { writeBytes: number; wchar: number }
  * the agent as it is shipped, and cannot drift from the unit.
  */
 export function unitNodeOptions(): string {
-  const unit = readFileSync(new URL('../../systemd/telematics-agent.service', import.meta.url), 'utf8');
+  const unit = readFileSync(packageFile('systemd', 'telematics-agent.service'), 'utf8');
   const m = /^Environment="?NODE_OPTIONS=([^"\n]*)"?$/m.exec(unit);
   if (!m) throw new Error('systemd/telematics-agent.service sets no NODE_OPTIONS');
   return m[1].trim();

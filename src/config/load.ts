@@ -7,7 +7,7 @@ import { readFileSync, statSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { parse as parseToml, TomlError } from 'smol-toml';
-import type { z } from 'zod';
+import type * as z from 'zod';
 import { configSchema, type Config } from './schema.js';
 
 export const DEFAULT_CONFIG_PATH = '/etc/telematics-agent/agent.toml';

@@ -4,7 +4,7 @@
  * Unknown keys are errors (a misspelt key silently falling back to a default is how a
  * device ends up sending to the wrong place for a month).
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { cronProblem } from '../cron.js';
 
 const positiveInt = z.number().int().positive();

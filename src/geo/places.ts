@@ -40,6 +40,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { endianness } from 'node:os';
+import { packageFile } from '../paths.js';
 
 export interface Place {
   city: string;
@@ -109,7 +110,6 @@ interface Index {
   regions: Array<{ state: string; country: Place['country'] } | undefined>;
 }
 
-const DATA_URL = new URL('../../data/places-na.bin', import.meta.url);
 let index: Index | null | undefined;
 
 /**
@@ -172,11 +172,13 @@ function nearest(ix: Index, lat: number, lon: number): number {
 }
 
 function load(): Index | null {
+  let file = 'data/places-na.bin';
   try {
-    return openIndex(readFileSync(DATA_URL));
+    file = packageFile('data', 'places-na.bin');
+    return openIndex(readFileSync(file));
   } catch (err) {
     process.emitWarning(
-      `gazetteer ${DATA_URL.pathname} not usable (${(err as Error).message}): eventCity/eventState will be left out`,
+      `gazetteer ${file} not usable (${(err as Error).message}): eventCity/eventState will be left out`,
       { code: 'TELEMATICS_AGENT_NO_GAZETTEER' },
     );
     return null;

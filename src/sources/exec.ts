@@ -11,7 +11,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { basename } from 'node:path';
-import { z } from 'zod';
+import * as z from 'zod';
 import { KEY_ENV } from '../config/load.js';
 import type { ExecSourceConfig } from '../config/schema.js';
 import { Backoff, LineSplitter, preview, SourceStats, timer } from './common.js';
