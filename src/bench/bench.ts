@@ -85,8 +85,8 @@ const JSON_OUT = flag('--json');
 const PROF_DIR = option('--cpu-prof');
 
 const SIZES = QUICK
-  ? { ingest: 20_000, rounds: 3, large: { loads: 200, perLoad: 100 }, small: { loads: 20, perLoad: 100 }, week: 20_000, cellular: 10_000, peerRequests: 10, idleS: 5, settleMs: 500 }
-  : { ingest: 200_000, rounds: 3, large: { loads: 200, perLoad: 5000 }, small: { loads: 200, perLoad: 500 }, week: 604_800, cellular: 604_800, peerRequests: 40, idleS: 60, settleMs: 2000 };
+  ? { ingest: 20_000, rounds: 3, large: { loads: 200, perLoad: 100 }, small: { loads: 20, perLoad: 100 }, week: 20_000, cellular: 10_000, peerRequests: 10, idleS: 5, settleMs: 500, idleSettleMs: 3000 }
+  : { ingest: 200_000, rounds: 3, large: { loads: 200, perLoad: 5000 }, small: { loads: 200, perLoad: 500 }, week: 604_800, cellular: 604_800, peerRequests: 40, idleS: 60, settleMs: 2000, idleSettleMs: 15_000 };
 const LATENCY_MS = 150;
 const BUFFER_DEFAULTS = configSchema.parse({ api: { scac: BENCH_SCAC } }).buffer;
 /** The agent's processes (drain worker, daemon) run with the unit's heap flags; reference clients with Node's defaults. */
@@ -249,6 +249,8 @@ interface DrainResult {
   perS: number;
   requests: number;
   idle: { rss: number; anon: number; file: number };
+  /** RSS `settleMs` after start, before V8's memory reducer has shrunk the young generation. */
+  earlyRss: number;
   peakRss: number;
   peakAnon: number;
   hwm: number;
@@ -258,7 +260,8 @@ interface DrainResult {
   writeBytes: number;
 }
 
-async function drainRun(sandbox: Sandbox, dbPath: string, readings: number, latencyMs = 0): Promise<DrainResult> {
+/** `idleSettleMs`: how long after start the idle RSS is taken (the large run's figure 3a). */
+async function drainRun(sandbox: Sandbox, dbPath: string, readings: number, latencyMs = 0, idleSettleMs = SIZES.settleMs): Promise<DrainResult> {
   sandbox.reset();
   if (latencyMs) sandbox.setFaults({ latencyMs });
   const w = new Worker(true);
@@ -266,6 +269,8 @@ async function drainRun(sandbox: Sandbox, dbPath: string, readings: number, late
     w.send({ cmd: 'drain', dbPath, url: sandbox.url });
     await w.next('started', 120_000);
     await sleep(SIZES.settleMs);
+    const early = memoryOf(w.pid)!.rss;
+    await sleep(Math.max(0, idleSettleMs - SIZES.settleMs));
     const idle = memoryOf(w.pid)!;
     let peak = idle.rss;
     let peakAnon = idle.anon;
@@ -301,6 +306,7 @@ async function drainRun(sandbox: Sandbox, dbPath: string, readings: number, late
       perS: readings / (d.ms / 1000),
       requests: d.requests,
       idle: { rss: idle.rss, anon: idle.anon, file: idle.file },
+      earlyRss: early,
       peakRss: peak,
       peakAnon,
       hwm,
@@ -562,7 +568,7 @@ async function main(): Promise<void> {
     progress(`   ceiling: a plain undici client posting ${fmt(requests)} pre-built bodies`);
     const ceilingBefore = await postRun(sandbox, { cmd: 'ceiling', dbPath: largeDb, url: sandbox.url, requests, distinct: Math.min(requests, 100) });
     progress(`   the agent draining ${fmt(large)} readings (child process, RSS sampled every 50 ms)`);
-    const drain = await drainRun(sandbox, largeDb, large);
+    const drain = await drainRun(sandbox, largeDb, large, 0, SIZES.idleSettleMs);
     rmSync(largeDb, { force: true });
 
     progress(`3. memory: the agent draining ${fmt(small)} readings (and the ceiling again, so it brackets the drain)`);
@@ -656,7 +662,7 @@ async function main(): Promise<void> {
       },
       {
         id: '3a',
-        measure: `RSS idle after start (Agent in the worker; anon ${mb(drain.idle.anon)} + file ${mb(drain.idle.file)})`,
+        measure: `RSS idle, ${round(SIZES.idleSettleMs / 1000, 0)} s after start (Agent in the worker; anon ${mb(drain.idle.anon)} + file ${mb(drain.idle.file)}; ${mb(drain.earlyRss)} at ${round(SIZES.settleMs / 1000, 1)} s)`,
         value: mb(drain.idle.rss),
         reference: '',
         ratio: '',
@@ -754,6 +760,7 @@ async function main(): Promise<void> {
       peerModelS,
       cellularSpeedup: peerModelS / (cellular.ms / 1000),
       rssIdleMB: drain.idle.rss / MB,
+      rssIdleEarlyMB: drain.earlyRss / MB,
       rssIdleAnonMB: drain.idle.anon / MB,
       rssIdleFileMB: drain.idle.file / MB,
       rssPeakAnonMB: drain.peakAnon / MB,
@@ -801,7 +808,7 @@ async function main(): Promise<void> {
         `  ${fmt(drain.requests)} requests; the sandbox validated every body and counted ${fmt(large)} points, no duplicates.`,
         `peer model: ${fmt(SIZES.cellular)} readings x ${round(peerPerRequestMs)} ms per single-reading request (measured, ${peer.requests} requests over the ${LATENCY_MS} ms link),`,
         `  sequential, no failures; each failure would add the fixed ${PEER_RETRY_S} s retry (1% failed = +${fmt((SIZES.cellular * 0.01 * PEER_RETRY_S) / 3600)} h).`,
-        `memory: RSS from /proc/PID/status of the worker; idle = ${SIZES.settleMs} ms after start, peak sampled every 50 ms (${drain.samples} samples), after = ${SIZES.settleMs} ms after the drain.`,
+        `memory: RSS from /proc/PID/status of the worker; idle = ${SIZES.idleSettleMs} ms after start (V8 shrinks its young generation after some 8 s without allocation; the figure at ${SIZES.settleMs} ms is shown beside it), peak sampled every 50 ms (${drain.samples} samples), after = ${SIZES.settleMs} ms after the drain.`,
         `idle/flash/startup: \`telematics-agent run\` with defaults (WAL, synchronous NORMAL, flush_interval_ms ${BUFFER_DEFAULTS.flush_interval_ms}, traces every 15 min) and one simulator at 1 Hz, a load with 2 stops active;`,
         `  CPU = run time of every thread from /proc/PID/task/*/schedstat (ns); bytes = write_bytes from /proc/PID/io (page cache pages dirtied, i.e. what reaches the disk).`,
         `sync level: ${syncNote}`,
