@@ -6,7 +6,8 @@
  * - Offsets come from the zone rules at that instant, so DST transitions are exact. The rules
  *   are read from the system's zoneinfo file (`src/geo/tzif.ts`); `Intl` is the fallback when
  *   there is none, because its first time-zone lookup maps ~8 MB of ICU data into the process.
- *   The two agree on every offset of every zone from 1990 to 2045 (test/geo/tzif.test.ts).
+ *   The reader is checked against the C library's `zdump` on the same files, and against
+ *   Intl wherever ICU's copy of the tz database agrees (test/geo/tzif.test.ts).
  * - `timeZoneOffset` is `UTC-6`, `UTC+1`, `UTC-3:30`: no zero padding, minutes only when
  *   not zero, and plain `UTC` for a zero offset (the form `src/api/schemas.ts` accepts).
  * - `timeZoneCode` is the short name carriers write (`CST`, `CDT`, `NST`, `HST`...): the zone's

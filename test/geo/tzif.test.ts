@@ -1,4 +1,5 @@
 import { describe, it, expect } from 'vitest';
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -36,55 +37,53 @@ describe('zoneinfo rules against Intl (the same tz database, read two ways)', ()
     for (const z of NORTH_AMERICA) expect([z, loadZone(z) !== undefined]).toEqual([z, true]);
   });
 
-  it('gives the offset Intl gives, for every zone, at instants from 1990 to 2045', () => {
+  it('gives the offset, DST flag and name the C library gives at every change, every zone, 1990 to 2045', () => {
+    // zdump reads the same files through glibc: an oracle of the same tz version, unlike Intl
+    // (ICU carries its own copy, often a release or more apart from the system's).
+    const out = execFileSync('zdump', ['-v', '-c', '1990,2046', ...ZONES], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+    const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
+    const line = /^(\S+)\s+\w{3} (\w{3})\s+(\d+) (\d\d):(\d\d):(\d\d) (\d+) UT = .* (\S+) isdst=(\d) gmtoff=(-?\d+)$/;
+    const rules = new Map(ZONES.map((z) => [z, loadZone(z)!]));
     let checked = 0;
     const wrong: string[] = [];
-    for (const zone of ZONES) {
-      const rules = loadZone(zone)!;
-      const fmt = longOffset(zone);
-      // 9 days, 5 hours and a minute apart: every hour of the day and day of the week comes up.
-      for (let ms = Date.UTC(1990, 0, 1); ms < Date.UTC(2045, 0, 1); ms += 9 * DAY + 5 * HOUR + 60_000) {
-        checked++;
-        const got = rules.at(ms).offsetS;
-        const want = intlOffset(fmt, ms);
-        if (got !== want && wrong.length < 10) wrong.push(`${zone} ${new Date(ms).toISOString()}: ${got} vs ${want}`);
+    for (const text of out.split('\n')) {
+      const m = line.exec(text);
+      if (!m) continue;
+      const [, zone, mon, day, hh, mm, ss, year, abbr, isdst, gmtoff] = m;
+      const ms = Date.UTC(Number(year), MONTHS.indexOf(mon), Number(day), Number(hh), Number(mm), Number(ss));
+      const got = rules.get(zone)!.at(ms);
+      const want = { offsetS: Number(gmtoff), isDst: isdst === '1', abbr };
+      checked++;
+      if ((got.offsetS !== want.offsetS || got.isDst !== want.isDst || got.abbr !== want.abbr) && wrong.length < 10) {
+        wrong.push(`${zone} ${new Date(ms).toISOString()}: ${JSON.stringify(got)} vs ${JSON.stringify(want)}`);
       }
     }
     expect(wrong).toEqual([]);
-    expect(checked).toBeGreaterThan(800_000);
+    // Both sides of each change: tens of thousands across the zones.
+    expect(checked).toBeGreaterThan(20_000);
   });
 
-  it('changes offset at the same second as Intl, in file transitions and in the footer rule (to 2040)', () => {
-    let transitions = 0;
-    for (const zone of NORTH_AMERICA) {
-      const rules = loadZone(zone)!;
-      const fmt = longOffset(zone);
-      for (let day = Date.UTC(2020, 0, 1); day < Date.UTC(2041, 0, 1); day += DAY) {
-        if (rules.at(day).offsetS === rules.at(day + DAY).offsetS) continue;
-        // Bisect to the first second of the new offset.
-        let lo = day;
-        let hi = day + DAY;
-        const before = rules.at(lo).offsetS;
-        while (hi - lo > 1000) {
-          const mid = lo + Math.floor((hi - lo) / 2000) * 1000;
-          if (rules.at(mid).offsetS === before) lo = mid;
-          else hi = mid;
-        }
-        transitions++;
-        expect([zone, rules.at(hi - 1000).offsetS, rules.at(hi).offsetS]).toEqual([zone, intlOffset(fmt, hi - 1000), intlOffset(fmt, hi)]);
-      }
-    }
-    // Two a year in most of these zones.
-    expect(transitions).toBeGreaterThan(500);
-  });
-
-  it('gives the same timeZoneCode and timeZoneOffset as the Intl path, for every zone, 2018 to 2032', () => {
+  it('names zones as the Intl path does, wherever the two databases agree on the offset', () => {
+    // Where they disagree, the system's tzdata and ICU's copy are different releases (2026:
+    // Morocco, Alberta); those instants are counted, and must stay a small part of the whole.
     const wrong: string[] = [];
+    let compared = 0;
+    let differ = 0;
     for (const zone of ZONES) {
       const rules = loadZone(zone)!;
       const tzif = { kind: 'tzif' as const, offsetMinutes: (ms: number) => Math.round(rules.at(ms).offsetS / 60), name: (ms: number) => rules.at(ms).abbr };
       const intl = intlSource(zone);
-      for (let ms = Date.UTC(2018, 0, 1); ms < Date.UTC(2032, 0, 1); ms += 13 * DAY + 7 * HOUR + 60_000) {
+      const fmt = longOffset(zone);
+      // 9 days, 5 hours and a minute apart: every hour of the day and day of the week comes up.
+      for (let ms = Date.UTC(1990, 0, 1); ms < Date.UTC(2045, 0, 1); ms += 9 * DAY + 5 * HOUR + 60_000) {
+        if (rules.at(ms).offsetS !== intlOffset(fmt, ms)) {
+          differ++;
+          continue;
+        }
+        compared++;
+        // Names over past years only: a newer tzdata renames future times too (2026f: Alberta
+        // keeps UTC-6 all year from November 2026 and calls it CST, where ICU's copy has MDT).
+        if (ms < Date.UTC(2018, 0, 1) || ms >= Date.UTC(2026, 0, 1)) continue;
         const a = zoneFieldsVia(tzif, zone, ms);
         const b = zoneFieldsVia(intl, zone, ms);
         if ((a.code !== b.code || a.offsetText !== b.offsetText) && wrong.length < 10) wrong.push(`${zone} ${new Date(ms).toISOString()}: ${a.code} ${a.offsetText} vs ${b.code} ${b.offsetText}`);
@@ -92,6 +91,8 @@ describe('zoneinfo rules against Intl (the same tz database, read two ways)', ()
     }
     // The one difference: Antarctica/Troll is `+00` in tzdb (so `UTC`), `GMT` in Intl.
     expect(wrong.filter((w) => !w.startsWith('Antarctica/Troll '))).toEqual([]);
+    expect(compared).toBeGreaterThan(800_000);
+    expect(differ / (compared + differ)).toBeLessThan(0.01);
   });
 
   it('formatTime reads zoneinfo, not Intl, where the file is there', () => {
