@@ -110,6 +110,23 @@ describe('zoneinfo rules against Intl (the same tz database, read two ways)', ()
   });
 });
 
+describe('a device without tzdata', () => {
+  it('falls back to Intl for a zone with no file, with the same answers', () => {
+    const saved = process.env.TZDIR;
+    process.env.TZDIR = mkdtempSync(join(tmpdir(), 'no-zoneinfo-'));
+    try {
+      expect(loadZone('America/Regina')).toBeUndefined();
+      const july = formatTime(new Date('2026-07-15T20:05:03.123Z'), 'America/Regina', 'local');
+      expect(ruleSourceOf('America/Regina')).toBe('intl');
+      expect(july).toEqual({ dateTime: '2026-07-15T14:05:03.123-06:00', timeZoneCode: 'CST', timeZoneOffset: 'UTC-6' });
+      expect(() => formatTime(new Date(), 'Mars/Olympus_Mons', 'local')).toThrow(RangeError);
+    } finally {
+      if (saved === undefined) delete process.env.TZDIR;
+      else process.env.TZDIR = saved;
+    }
+  });
+});
+
 describe('POSIX TZ rules (the footer of a zoneinfo file)', () => {
   const at = (rule: string, iso: string) => {
     const t = parsePosixTz(rule).at(Date.parse(iso) / 1000);
