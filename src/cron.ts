@@ -5,7 +5,8 @@
  * - Each field: `*`, a value, a range `a-b`, a step `*\/n`, `a-b/n` or `a/n` (from a to the
  *   end), and lists of those separated by commas. Months may be `jan`-`dec`, weekdays `sun`-`sat`
  *   (0 and 7 are both Sunday). Case does not matter.
- * - As in Vixie cron, when both day fields are restricted a day matches either of them.
+ * - As in Vixie cron, when both day fields are restricted (neither starts with `*`) a day
+ *   matches either of them; `*\/2` in a day field is not a restriction in that sense.
  * - Local time comes from the zone's rules (zoneinfo, see `src/geo/timezone.ts`). A time that
  *   does not exist on a spring-forward day is skipped; one that happens twice on a fall-back
  *   day matches twice.
@@ -68,8 +69,8 @@ export class Cron {
       parseField(dom, DAY_OF_MONTH),
       parseField(mon, MONTH),
       weekdays,
-      dom !== '*',
-      dow !== '*',
+      !dom.startsWith('*'),
+      !dow.startsWith('*'),
     );
     if (cron.daysRestricted && !cron.weekdaysRestricted) {
       const fits = cron.months.some((on, m) => on && cron.days.some((d, day) => d && day <= MAX_DAYS[m - 1]));
@@ -109,7 +110,7 @@ export class Cron {
       } else {
         return t * 1000;
       }
-      t = Math.max(t + 1, toUtc(target, offsetS, offsetMin));
+      t = Math.max(t + 1, nextLook(t, target, offsetS, offsetMin));
     }
     return undefined;
   }
@@ -121,15 +122,24 @@ export class Cron {
 }
 
 /**
- * The UTC second to look at next for local time `localS`: the earlier of the two readings of
- * it (with the offset here and with the offset there), so that no instant in between has a
- * local time at or past `localS`. After a fall-back the repeated hour is still looked at; after
- * a spring-forward the first existing time is.
+ * The UTC second to look at after `t` on the way to local time `targetLocal`: the reading of
+ * it with the offset at `t`, unless the offset changes before that, in which case the first
+ * second of the new offset (found by bisection), so that no instant is stepped over whose
+ * local time could match: after a fall-back the repeated times are looked at again (also when
+ * the change is not on a whole hour, as Chatham's at 03:45), and a spring-forward gap is
+ * crossed in one step.
  */
-function toUtc(localS: number, offsetS: number, offsetMin: (utcMs: number) => number): number {
-  const guess = localS - offsetS;
-  const there = offsetMin(guess * 1000) * 60;
-  return Math.min(guess, localS - there);
+function nextLook(t: number, targetLocal: number, offsetS: number, offsetMin: (utcMs: number) => number): number {
+  const candidate = targetLocal - offsetS;
+  if (offsetMin(candidate * 1000) * 60 === offsetS) return candidate;
+  let lo = t; // offset here is offsetS
+  let hi = candidate; // offset here differs
+  while (hi - lo > 1) {
+    const mid = Math.floor((lo + hi) / 2);
+    if (offsetMin(mid * 1000) * 60 === offsetS) lo = mid;
+    else hi = mid;
+  }
+  return hi;
 }
 
 function parseField(text: string, f: Field): boolean[] {
@@ -164,6 +174,8 @@ function parseField(text: string, f: Field): boolean[] {
       if (lo > hi) fail(`the range ${range} runs backwards`);
     } else {
       lo = value(range);
+      // `7/2` counts from Sunday as `0/2` does.
+      if (f === DAY_OF_WEEK && lo === 7 && stepText !== undefined) lo = 0;
       hi = stepText === undefined ? lo : f.max === 7 ? 6 : f.max;
     }
     for (let v = lo; v <= hi; v += step) on[v] = true;

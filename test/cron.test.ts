@@ -31,6 +31,18 @@ describe('cron expressions', () => {
     expect(next('0 0 1-10/3 * *', '2026-11-05T00:00:00Z')).toBe('2026-11-07T00:00:00.000Z');
   });
 
+  it('7/2 in the day-of-week field counts from Sunday', () => {
+    // From Monday 2026-11-23: Sunday, Tuesday, Thursday, Saturday.
+    expect(next('0 0 * * 7/2', '2026-11-23T00:00:00Z')).toBe('2026-11-24T00:00:00.000Z');
+    expect(next('0 0 * * 7/2', '2026-11-24T00:00:00Z')).toBe('2026-11-26T00:00:00.000Z');
+  });
+
+  it('a day field starting with * is no restriction for the either-day rule (as in Vixie cron)', () => {
+    // Odd dates that are Mondays: 2026-11-23 is one; next 2026-12-07.
+    expect(next('0 0 */2 * mon', '2026-11-23T00:00:00Z')).toBe('2026-12-07T00:00:00.000Z');
+    expect(cronProblem('* * 31 2 */1')).toMatch(/never run/);
+  });
+
   it('both day fields restricted: either matches (as in Vixie cron)', () => {
     // Friday the 27th comes before the next 13th (December).
     expect(next('0 0 13 * fri', '2026-11-23T00:00:00Z')).toBe('2026-11-27T00:00:00.000Z');
@@ -53,39 +65,63 @@ describe('cron expressions', () => {
     expect(next('*/15 * * * *', '2026-03-08T07:50:00Z', chicago)).toBe('2026-03-08T08:00:00.000Z');
   });
 
-  it('agrees with a minute-by-minute search on random expressions in Chicago time', () => {
-    // A plain oracle: walk every minute, take local fields from the same offset, match sets.
-    let seed = 42;
+  it('agrees with a minute-by-minute search on random expressions, in zones with odd DST changes', () => {
+    // A plain oracle: walk every minute, take local fields from the same offsets, match sets.
+    let seed = 0x2f6b1a3d; // mulberry32
     const rand = (n: number) => {
-      seed = (seed * 1103515245 + 12345) % 2 ** 31;
-      return seed % n;
+      seed = (seed + 0x6d2b79f5) | 0;
+      let x = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+      x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
+      return Math.floor((((x ^ (x >>> 14)) >>> 0) / 2 ** 32) * n);
     };
-    const pick = (min: number, max: number) => {
-      const kind = rand(4);
-      if (kind === 0) return { text: '*', has: () => true, star: true };
+    const pick = (min: number, max: number, starBias: number) => {
+      const kind = rand(4 + starBias);
+      if (kind >= 4) return { text: '*', has: () => true, star: true };
       const a = min + rand(max - min + 1);
-      if (kind === 1) return { text: String(a), has: (v: number) => v === a, star: false };
+      if (kind === 0) return { text: String(a), has: (v: number) => v === a, star: false };
       const b = a + rand(max - a + 1);
-      if (kind === 2) return { text: `${a}-${b}`, has: (v: number) => v >= a && v <= b, star: false };
+      if (kind === 1) return { text: `${a}-${b}`, has: (v: number) => v >= a && v <= b, star: false };
+      if (kind === 2) return { text: `${a},${b}`, has: (v: number) => v === a || v === b, star: false };
       const step = 1 + rand(Math.max(1, Math.floor((max - min) / 2)));
-      return { text: `*/${step}`, has: (v: number) => (v - min) % step === 0 && v <= max, star: false };
+      return { text: `*/${step}`, has: (v: number) => (v - min) % step === 0, star: true };
     };
-    for (let i = 0; i < 60; i++) {
-      const f = [pick(0, 59), pick(0, 23), pick(1, 28), pick(1, 12), pick(0, 6)];
+    // Chatham changes at 02:45/03:45, St. John's had changes at 00:01, Lord Howe moves 30
+    // minutes, Dublin's winter time is its negative DST.
+    const zones = ['America/Chicago', 'Pacific/Chatham', 'America/St_Johns', 'Australia/Lord_Howe', 'Europe/Dublin'];
+    const starts = [Date.UTC(2026, 3, 4, 12), Date.UTC(2026, 8, 26, 12), Date.UTC(2026, 2, 7, 12), Date.UTC(2026, 10, 1), Date.UTC(2007, 2, 10), Date.UTC(2026, 9, 3)];
+    const HORIZON = 40 * 86_400_000;
+    let found = 0;
+    for (let i = 0; i < 90; i++) {
+      const zone = zones[i % zones.length];
+      const offset = (ms: number) => zoneOffsetMinutes(zone, ms);
+      const f = [pick(0, 59, 1), pick(0, 23, 2), pick(1, 28, 4), pick(1, 12, 8), pick(0, 6, 3)];
       const expr = f.map((x) => x.text).join(' ');
-      const from = Date.UTC(2026, rand(12), 1 + rand(28), rand(24), rand(60));
-      const got = Cron.parse(expr).next(from, chicago);
+      const from = starts[rand(starts.length)] + rand(3 * 86_400) * 1000;
+      const got = Cron.parse(expr).next(from, offset);
       let want: number | undefined;
-      for (let t = Math.floor(from / 60_000) * 60_000 + 60_000; t < from + 400 * 86_400_000; t += 60_000) {
-        const l = new Date(t + chicago(t) * 60_000);
+      for (let t = Math.floor(from / 60_000) * 60_000 + 60_000; t < from + HORIZON; t += 60_000) {
+        const l = new Date(t + offset(t) * 60_000);
         const dayOk = !f[2].star && !f[4].star ? f[2].has(l.getUTCDate()) || f[4].has(l.getUTCDay()) : f[2].has(l.getUTCDate()) && f[4].has(l.getUTCDay());
         if (f[0].has(l.getUTCMinutes()) && f[1].has(l.getUTCHours()) && dayOk && f[3].has(l.getUTCMonth() + 1)) {
           want = t;
           break;
         }
       }
-      expect([expr, iso(from), iso(got)]).toEqual([expr, iso(from), iso(want)]);
+      if (want === undefined) {
+        expect([zone, expr, got === undefined || got >= from + HORIZON]).toEqual([zone, expr, true]);
+      } else {
+        found++;
+        expect([zone, expr, iso(from), iso(got)]).toEqual([zone, expr, iso(from), iso(want)]);
+      }
     }
+    expect(found).toBeGreaterThan(45);
+  });
+
+  it('does not step over the times a fall-back repeats when the change is off the hour (Chatham)', () => {
+    const chatham = (ms: number) => zoneOffsetMinutes('Pacific/Chatham', ms);
+    // 2026-04-05 03:45 +1345 becomes 02:45 +1245 at 14:00Z: 02:45 happens twice.
+    expect(next('45 2 * * 0', '2026-04-04T13:00:00Z', chatham)).toBe('2026-04-04T14:00:00.000Z');
+    expect(next('*/5 2 * * *', '2026-04-04T13:30:00Z', chatham)).toBe('2026-04-04T14:00:00.000Z');
   });
 
   it('rejects what cron would not run, naming the field', () => {

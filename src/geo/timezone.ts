@@ -24,7 +24,7 @@
  */
 import { readFileSync, readlinkSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { loadZone, type ZoneRules } from './tzif.js';
+import { loadZone, parsePosixTz, parseTzif, type ZoneRules } from './tzif.js';
 
 const require = createRequire(import.meta.url);
 // CJS `module.exports = function tzlookup(lat, lon)`; createRequire keeps this independent
@@ -57,6 +57,17 @@ export function systemZone(): string {
 }
 
 /** The machine's zone from `TZ` and the files, or undefined when none names a readable zone. */
+function customRules(tz: string): ZoneRules | undefined {
+  try {
+    // A path; else a rule (a zone name that is not there, `Mars/Olympus`, is not one).
+    if (tz.startsWith('/')) return parseTzif(readFileSync(tz));
+    const rule = parsePosixTz(tz);
+    return { at: (ms) => rule.atSecond(Math.floor(ms / 1000)) };
+  } catch {
+    return undefined;
+  }
+}
+
 export function systemZoneFromFiles(
   env: NodeJS.ProcessEnv = process.env,
   localtime = '/etc/localtime',
@@ -69,7 +80,15 @@ export function systemZoneFromFiles(
     // `TZ=:America/Chicago`, `TZ=America/Chicago`, or a file path; empty means UTC.
     const name = tz.startsWith(':') ? tz.slice(1) : tz;
     if (name === '') return 'UTC';
-    return known(/(?:^|\/)zoneinfo\/(.+)$/.exec(name)?.[1] ?? name);
+    const found = known(/(?:^|\/)zoneinfo\/(.+)$/.exec(name)?.[1] ?? name);
+    if (found) return found;
+    // Not a zone name: a TZif file elsewhere (`/etc/localtime`), or a POSIX rule such as
+    // `CST6CDT,M3.2.0,M11.1.0` (BusyBox and OpenWrt systems set TZ so). Registered under
+    // that text, which is then the zone's name.
+    const rules = customRules(name);
+    if (!rules) return undefined;
+    zones.set(name, { rules: tzifSource(rules), hours: new Map(), standard: new Map() });
+    return name;
   }
   try {
     const found = known(/(?:^|\/)zoneinfo\/(.+)$/.exec(readlinkSync(localtime))?.[1]);
@@ -93,6 +112,8 @@ export function systemZoneFromFiles(
 export function formatTime(date: Date, zone: string, form: DateForm): TimeObject {
   const ms = date.getTime();
   if (!Number.isFinite(ms)) throw new RangeError('invalid date');
+  // Local time is up to a day either side: it must stay inside what a Date can hold.
+  if (Math.abs(ms) > MAX_DATE_MS - DAY_MS) throw new RangeError('date out of range');
   const info = zoneInfo(zone, ms);
   const dateTime = form === 'utc' ? utcDateTime(ms) : localDateTime(ms, info.offsetMin);
   return { dateTime, timeZoneCode: info.code, timeZoneOffset: info.offsetText };
@@ -148,6 +169,8 @@ interface ZoneState {
 }
 
 const HOUR_MS = 3_600_000;
+const DAY_MS = 24 * HOUR_MS;
+const MAX_DATE_MS = 8.64e15;
 const MAX_HOURS_PER_ZONE = 256;
 const zones = new Map<string, ZoneState>();
 
@@ -207,7 +230,9 @@ export function zoneFieldsVia(source: RuleSource, zone: string, ms: number): { c
 
 /** Offset of `zone` from UTC at `ms`, in minutes (throws a RangeError for an unknown zone). */
 export function zoneOffsetMinutes(zone: string, ms: number): number {
-  return zoneInfo(zone, ms).offsetMin;
+  // Straight from the rules: the cron search looks at many hours, which would only flush
+  // the per-hour cache that trace points use.
+  return zoneState(zone).rules.offsetMinutes(ms);
 }
 
 /** The rules `formatTime` uses for `zone`: `tzif` when its zoneinfo file was read, else `intl`. */

@@ -66,9 +66,9 @@ class TzifRules implements ZoneRules {
     const t = Math.floor(ms / 1000);
     const n = this.times.length;
     if (n === 0 || t < this.times[0]) {
-      return n === 0 && this.footer ? this.footer.at(t) : this.types[0];
+      return n === 0 && this.footer ? this.footer.atSecond(t) : this.types[0];
     }
-    if (t >= this.times[n - 1] && this.footer) return this.footer.at(t);
+    if (t >= this.times[n - 1] && this.footer) return this.footer.atSecond(t);
     // Last transition at or before t.
     let lo = 0;
     let hi = n - 1;
@@ -158,7 +158,8 @@ interface Transition {
 }
 
 export interface PosixRule {
-  at(t: number): LocalTimeType;
+  /** The local time type at `t`, in seconds since the epoch (not ms, unlike ZoneRules). */
+  atSecond(t: number): LocalTimeType;
 }
 
 /**
@@ -219,7 +220,7 @@ export function parsePosixTz(text: string): PosixRule {
   const stdAbbr = name();
   const stdOffset = -hms() || 0; // no -0
   const std: LocalTimeType = { offsetS: stdOffset, isDst: false, abbr: stdAbbr };
-  if (i === text.length) return { at: () => std };
+  if (i === text.length) return { atSecond: () => std };
 
   const dstAbbr = name();
   let dstOffset = stdOffset + 3600;
@@ -238,14 +239,28 @@ export function parsePosixTz(text: string): PosixRule {
   if (i !== text.length) fail('unexpected text');
 
   return {
-    at(t: number): LocalTimeType {
-      // The year as local standard time sees it; the transitions of that year decide.
+    atSecond(t: number): LocalTimeType {
       const year = new Date((t + stdOffset) * 1000).getUTCFullYear();
-      // Start is given in standard time, end in daylight time.
-      const s = ruleDay(year, start.date) + start.time - stdOffset;
-      const e = ruleDay(year, end.date) + end.time - dstOffset;
-      const inDst = s < e ? t >= s && t < e : !(t >= e && t < s);
-      return inDst ? dst : std;
+      if (!Number.isFinite(year)) return std;
+      // The latest change at or before t, among the years around it: a rule's time may carry
+      // a change into the year before or after (`J365/30`, `J1/-3`). Start is given in
+      // standard time, end in daylight time; at a tie the start wins (`0/0,J365/25` is
+      // daylight time all year).
+      let latest = -Infinity;
+      let type = std;
+      for (let y = year - 1; y <= year + 1; y++) {
+        const s = ruleDay(y, start.date) + start.time - stdOffset;
+        const e = ruleDay(y, end.date) + end.time - dstOffset;
+        if (s <= t && s >= latest) {
+          latest = s;
+          type = dst;
+        }
+        if (e <= t && e > latest) {
+          latest = e;
+          type = std;
+        }
+      }
+      return type;
     },
   };
 }

@@ -95,6 +95,12 @@ describe('zoneinfo rules against Intl (the same tz database, read two ways)', ()
     expect(differ / (compared + differ)).toBeLessThan(0.01);
   });
 
+  it('formatTime refuses instants whose local time a Date cannot hold', () => {
+    expect(() => formatTime(new Date(8.64e15), 'Australia/Sydney', 'local')).toThrow(/out of range/);
+    expect(() => formatTime(new Date(-8.64e15), 'America/Chicago', 'utc')).toThrow(/out of range/);
+    expect(loadZone('Australia/Sydney')!.at(8.64e15).offsetS).toBe(36000);
+  });
+
   it('formatTime reads zoneinfo, not Intl, where the file is there', () => {
     expect(ruleSourceOf('America/Chicago')).toBe('tzif');
     expect(formatTime(new Date('2026-03-08T08:00:00Z'), 'America/Chicago', 'local')).toEqual({
@@ -129,7 +135,7 @@ describe('a device without tzdata', () => {
 
 describe('POSIX TZ rules (the footer of a zoneinfo file)', () => {
   const at = (rule: string, iso: string) => {
-    const t = parsePosixTz(rule).at(Date.parse(iso) / 1000);
+    const t = parsePosixTz(rule).atSecond(Date.parse(iso) / 1000);
     return [t.abbr, t.offsetS / 3600, t.isDst];
   };
 
@@ -174,6 +180,15 @@ describe('POSIX TZ rules (the footer of a zoneinfo file)', () => {
     // Daylight all year (the version 3 idiom).
     expect(at('EST5EDT,0/0,J365/25', '2031-07-01T00:00:00Z')).toEqual(['EDT', -4, true]);
     expect(at('EST5EDT,0/0,J365/25', '2031-12-31T23:00:00Z')).toEqual(['EDT', -4, true]);
+  });
+
+  it('a change carried into the next or the previous year by its time', () => {
+    // Daylight time ends on 31 December at 30:00, i.e. 1 January 05:00 local daylight time.
+    expect(at('AAA5BBB,M3.2.0,J365/30', '2026-01-01T06:00:00Z')).toEqual(['BBB', -4, true]);
+    expect(at('AAA5BBB,M3.2.0,J365/30', '2026-01-01T10:00:00Z')).toEqual(['AAA', -5, false]);
+    // Daylight time starts on 1 January at -03:00, i.e. 31 December 21:00 local standard time.
+    expect(at('AAA5BBB,J1/-3,J300', '2026-01-01T03:00:00Z')).toEqual(['BBB', -4, true]);
+    expect(at('AAA5BBB,J1/-3,J300', '2026-01-01T01:59:59Z')).toEqual(['AAA', -5, false]);
   });
 
   it('rejects what is not a TZ string, naming where', () => {
@@ -266,6 +281,17 @@ describe('the machine zone without Intl', () => {
     expect(systemZoneFromFiles({ TZ: '' }, none, none, dir)).toBe('UTC');
     // A TZ naming no file: undefined, so that Intl decides, as the C library would for TZ.
     expect(systemZoneFromFiles({ TZ: 'Mars/Olympus' }, join(etc, 'localtime'), none, dir)).toBeUndefined();
+  });
+
+  it('a POSIX rule or a file path in TZ becomes a zone of its own', () => {
+    const rule = 'CST6CDT,M3.2.0,M11.1.0';
+    expect(systemZoneFromFiles({ TZ: rule }, none, none, dir)).toBe(rule);
+    expect(formatTime(new Date('2026-07-15T20:00:00Z'), rule, 'local').dateTime).toBe('2026-07-15T15:00:00.000-05:00');
+    expect(formatTime(new Date('2026-01-15T20:00:00Z'), rule, 'local').timeZoneOffset).toBe('UTC-6');
+    const file = join(etc, 'mytz');
+    writeFileSync(file, tzif(2, [], [], [[-21600, 0, 0]], 'CST\0', 'CST6CDT,M3.2.0,M11.1.0'));
+    expect(systemZoneFromFiles({ TZ: `:${file}` }, none, none, dir)).toBe(file);
+    expect(formatTime(new Date('2026-07-15T20:00:00Z'), file, 'local').timeZoneOffset).toBe('UTC-5');
   });
 
   it('then the /etc/localtime link, then /etc/timezone', () => {
