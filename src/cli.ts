@@ -73,6 +73,7 @@ Exit status: 0 ok, 1 run-time failure, 3 daemon not running (status), 64 usage e
     .description('run the agent in the foreground (what the systemd unit starts); stops cleanly on SIGTERM')
     .addOption(configOption())
     .action(async (opts: { config?: string }) => {
+      daemon = true;
       const loaded = load(opts.config);
       const key = resolveSubscriptionKey(loaded);
       const log = createLogger({ level: loaded.config.log.level });
@@ -308,7 +309,16 @@ export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof res
   process.off('SIGHUP', onHup);
 }
 
+/** Set by `run`: the daemon keeps collecting when nobody reads its output any more. */
+let daemon = false;
+
 export async function main(argv = process.argv): Promise<void> {
+  // A reader that goes away (`telematics-agent load list | head -1`) is no failure of ours: a
+  // command stops quietly, as one killed by SIGPIPE would, instead of dying with a stack trace.
+  process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code !== 'EPIPE') throw e;
+    if (!daemon) process.exit(EXIT.OK);
+  });
   const program = buildProgram();
   try {
     await program.parseAsync(argv);

@@ -1,8 +1,9 @@
+import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Store } from '../src/buffer/store.js';
-import { agentConfig, ROOT, runCli, tempDir, writeFile } from './helpers.js';
+import { agentConfig, BIN, cleanEnv, ROOT, runCli, tempDir, writeFile } from './helpers.js';
 
 let tmp: ReturnType<typeof tempDir>;
 let cfg: string;
@@ -28,6 +29,16 @@ describe('command line contract', () => {
     const r = await runCli(['--version']);
     expect(r.code).toBe(0);
     expect(r.stdout.trim()).toBe((JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version);
+  });
+
+  it('stops quietly, exit 0, when the reader of its output goes away (| head)', async () => {
+    const child = spawn(process.execPath, [BIN, '--help'], { env: cleanEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+    // The read end closes before the command writes: its write fails with EPIPE.
+    child.stdout.destroy();
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const code = await new Promise<number | null>((resolve) => child.on('close', (c) => resolve(c)));
+    expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
   });
 
   it('rejects an unknown subcommand with exit 64 and says so', async () => {
