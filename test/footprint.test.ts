@@ -1,0 +1,86 @@
+/**
+ * Guards for what keeps the daemon small (see the README's Performance section): each of these
+ * cost megabytes of RSS when it slipped in, and nothing else would fail if it came back.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Sandbox } from '../src/sandbox/server.js';
+import { ROOT, TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
+
+let tmp: ReturnType<typeof tempDir>;
+let sandbox: Sandbox;
+let daemon: Daemon | undefined;
+beforeEach(() => {
+  tmp = tempDir();
+  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
+});
+afterEach(async () => {
+  await daemon?.stop('SIGKILL');
+  daemon = undefined;
+  await sandbox.stop();
+  tmp.cleanup();
+});
+
+/**
+ * Preloaded into the daemon: records every use of what maps ICU's time-zone and locale data
+ * (Intl's formatters, and Date's local-time methods, which go through ICU's zone too).
+ */
+const TRAP = `
+const { appendFileSync } = require('node:fs');
+const file = process.env.ICU_TRAP_FILE;
+const note = (what) => appendFileSync(file, what + '\\n' + new Error().stack.split('\\n').slice(2, 6).join('\\n') + '\\n');
+for (const k of ['DateTimeFormat', 'NumberFormat', 'Collator', 'PluralRules', 'RelativeTimeFormat', 'ListFormat', 'DisplayNames', 'Segmenter']) {
+  const Original = Intl[k];
+  Intl[k] = function (...args) { note('Intl.' + k); return new Original(...args); };
+}
+const local = ['getHours', 'getMinutes', 'getDate', 'getDay', 'getMonth', 'getFullYear', 'getTimezoneOffset', 'toString', 'toDateString', 'toTimeString', 'toLocaleString', 'toLocaleDateString', 'toLocaleTimeString'];
+for (const m of local) {
+  const f = Date.prototype[m];
+  Date.prototype[m] = function (...args) { note('Date.prototype.' + m); return f.apply(this, args); };
+}
+`;
+
+describe("the daemon's footprint", () => {
+  it('never touches Intl or local-time Date methods while collecting, pushing and delivering', async () => {
+    const { url } = await sandbox.start();
+    const trap = writeFile(tmp.dir, 'icu-trap.cjs', TRAP);
+    const trapFile = join(tmp.dir, 'icu-uses.txt');
+    writeFile(tmp.dir, 'icu-uses.txt', '');
+    const cfg = agentConfig(
+      tmp.dir,
+      url,
+      `[[sources]]
+type = "simulator"
+resource_id = "TRUCK-1"
+time_scale = 20
+interval_s = 1
+`,
+      { traces: '*/2 * * * * *', sampling: 0 },
+    );
+    expect((await runCli(['load', 'start', 'L-1', '--resource', 'TRUCK-1', '--config', cfg])).code).toBe(0);
+    daemon = startDaemon(['--config', cfg], { NODE_OPTIONS: `--require ${trap}`, ICU_TRAP_FILE: trapFile });
+
+    // Readings, trace pushes on the cron schedule (local times at the positions) and a milestone.
+    await waitFor(() => sandbox.stats.tracePoints >= 5, 20_000, 'trace points');
+    expect((await runCli(['milestone', '--load', 'L-1', '--code', 'X3', '--stop', '1', '--config', cfg])).code).toBe(0);
+    await waitFor(() => sandbox.milestones.length === 1, 10_000, 'the milestone');
+    const r = await daemon.stop('SIGTERM');
+    daemon = undefined;
+    expect(r.code).toBe(0);
+    expect(sandbox.traces[0].body.traces[0].time.timeZoneCode).toMatch(/^C[SD]T$/);
+    expect(readFileSync(trapFile, 'utf8')).toBe('');
+  });
+
+  it('the bundle keeps only the English messages of zod (its other locales cost megabytes)', () => {
+    const dir = join(ROOT, 'dist', 'pkg');
+    const code = readdirSync(dir)
+      .filter((f) => f.endsWith('.js'))
+      .map((f) => readFileSync(join(dir, f), 'utf8'))
+      .join('\n');
+    // esbuild marks where each module starts with its path.
+    const locales = [...code.matchAll(/^\/\/ node_modules\/zod\/v4\/locales\/(\S+)$/gm)].map((m) => m[1]);
+    expect(locales).toEqual(['en.js']);
+    expect(code).toMatch(/^\/\/ node_modules\/zod\/v4\/core\/schemas\.js$/m);
+  });
+});
