@@ -4,14 +4,16 @@
  * an agent in-process against a sandbox and stop it deterministically.
  */
 import { createHash } from 'node:crypto';
-import { Cron, CronSchedule } from './cron.js';
 import type { Logger } from 'pino';
 import { ApiClient } from './api/client.js';
 import { enforceBounds } from './buffer/bounds.js';
 import { Ingest } from './buffer/ingest.js';
 import { Store } from './buffer/store.js';
 import type { KeyLookup, LoadedConfig } from './config/load.js';
+import { Cron, CronSchedule } from './cron.js';
 import { Sender, type SenderStatus } from './delivery/sender.js';
+import { ruleSourceOf, systemZone } from './geo/timezone.js';
+import { zoneinfoDir } from './geo/tzif.js';
 import { HealthServer } from './health.js';
 import { addSecret } from './log.js';
 import { MilestoneDetector } from './milestones/detector.js';
@@ -133,10 +135,17 @@ export class Agent {
         this.log.error({ listen: config.health.listen, err: (err as Error).message }, 'health endpoint could not listen; running without it');
       }
     }
+    const zone = systemZone();
     this.log.info(
-      { deviceId, config: this.loaded.file, health: this.healthPort, buffer: config.buffer.path, keyOrigin: this.key.origin, sources: this.sources.map((s) => s.name), traces: config.schedule.traces, splayMs: splayMs(deviceId, config.schedule.splay_s) },
+      { deviceId, config: this.loaded.file, health: this.healthPort, buffer: config.buffer.path, keyOrigin: this.key.origin, sources: this.sources.map((s) => s.name), traces: config.schedule.traces, splayMs: splayMs(deviceId, config.schedule.splay_s), timeZone: zone },
       'agent started',
     );
+    if (ruleSourceOf(zone) === 'intl') {
+      this.log.warn(
+        { timeZone: zone, zoneinfo: zoneinfoDir() },
+        "no zoneinfo file for the machine's zone (is tzdata installed?): time zones come from Node's ICU data instead, which costs about 8 MB more memory",
+      );
+    }
   }
 
   private makeClient(): ApiClient {

@@ -66,10 +66,38 @@ interval_s = 1
     expect((await runCli(['milestone', '--load', 'L-1', '--code', 'X3', '--stop', '1', '--config', cfg])).code).toBe(0);
     await waitFor(() => sandbox.milestones.length === 1, 10_000, 'the milestone');
     const r = await daemon.stop('SIGTERM');
+    const daemonOutput = daemon.output();
     daemon = undefined;
     expect(r.code).toBe(0);
     expect(sandbox.traces[0].body.traces[0].time.timeZoneCode).toMatch(/^C[SD]T$/);
     expect(readFileSync(trapFile, 'utf8')).toBe('');
+    expect(daemonOutput).not.toContain('is tzdata installed?');
+  });
+
+  it('without zoneinfo files says so at start, and still gives the right times (through Intl)', async () => {
+    const { url } = await sandbox.start();
+    const cfg = agentConfig(
+      tmp.dir,
+      url,
+      `[[sources]]
+type = "simulator"
+resource_id = "TRUCK-1"
+time_scale = 20
+interval_s = 1
+`,
+      { traces: '*/2 * * * * *', sampling: 0 },
+    );
+    expect((await runCli(['load', 'start', 'L-1', '--resource', 'TRUCK-1', '--config', cfg])).code).toBe(0);
+    daemon = startDaemon(['--config', cfg], { TZDIR: join(tmp.dir, 'no-zoneinfo-here') });
+    await waitFor(() => sandbox.stats.tracePoints >= 2, 20_000, 'trace points');
+    const warning = daemon
+      .output()
+      .split('\n')
+      .find((l) => l.includes('is tzdata installed?'));
+    expect(JSON.parse(warning!)).toMatchObject({ level: 40, zoneinfo: join(tmp.dir, 'no-zoneinfo-here') });
+    const point = sandbox.traces[0].body.traces[0];
+    expect(point.time.timeZoneCode).toMatch(/^C[SD]T$/);
+    expect(point.time.timeZoneOffset).toMatch(/^UTC-[56]$/);
   });
 
   it('the bundle keeps only the English messages of zod (its other locales cost megabytes)', () => {
