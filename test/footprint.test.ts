@@ -41,24 +41,21 @@ for (const m of local) {
 }
 `;
 
+/** A 1 Hz simulator (20x) with load L-1 active, pushing every 2 s, every reading a point. */
+async function simulatorWithLoad(url: string): Promise<string> {
+  const source = '[[sources]]\ntype = "simulator"\nresource_id = "TRUCK-1"\ntime_scale = 20\ninterval_s = 1\n';
+  const cfg = agentConfig(tmp.dir, url, source, { traces: '*/2 * * * * *', sampling: 0 });
+  expect((await runCli(['load', 'start', 'L-1', '--resource', 'TRUCK-1', '--config', cfg])).code).toBe(0);
+  return cfg;
+}
+
 describe("the daemon's footprint", () => {
   it('never touches Intl or local-time Date methods while collecting, pushing and delivering', async () => {
     const { url } = await sandbox.start();
     const trap = writeFile(tmp.dir, 'icu-trap.cjs', TRAP);
     const trapFile = join(tmp.dir, 'icu-uses.txt');
     writeFile(tmp.dir, 'icu-uses.txt', '');
-    const cfg = agentConfig(
-      tmp.dir,
-      url,
-      `[[sources]]
-type = "simulator"
-resource_id = "TRUCK-1"
-time_scale = 20
-interval_s = 1
-`,
-      { traces: '*/2 * * * * *', sampling: 0 },
-    );
-    expect((await runCli(['load', 'start', 'L-1', '--resource', 'TRUCK-1', '--config', cfg])).code).toBe(0);
+    const cfg = await simulatorWithLoad(url);
     daemon = startDaemon(['--config', cfg], { NODE_OPTIONS: `--require ${trap}`, ICU_TRAP_FILE: trapFile });
 
     // Readings, trace pushes on the cron schedule (local times at the positions) and a milestone.
@@ -76,18 +73,7 @@ interval_s = 1
 
   it('without zoneinfo files says so at start, and still gives the right times (through Intl)', async () => {
     const { url } = await sandbox.start();
-    const cfg = agentConfig(
-      tmp.dir,
-      url,
-      `[[sources]]
-type = "simulator"
-resource_id = "TRUCK-1"
-time_scale = 20
-interval_s = 1
-`,
-      { traces: '*/2 * * * * *', sampling: 0 },
-    );
-    expect((await runCli(['load', 'start', 'L-1', '--resource', 'TRUCK-1', '--config', cfg])).code).toBe(0);
+    const cfg = await simulatorWithLoad(url);
     daemon = startDaemon(['--config', cfg], { TZDIR: join(tmp.dir, 'no-zoneinfo-here') });
     await waitFor(() => sandbox.stats.tracePoints >= 2, 20_000, 'trace points');
     const warning = daemon
