@@ -79,6 +79,9 @@ if [ -z "$ROOT" ] && [ -n "$TARBALL" ]; then
 	node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' ||
 		die "node $(node --version) is too old: telematics-agent needs Node.js 20 or newer"
 fi
+if [ -z "$ROOT" ] && [ ! -d /usr/share/zoneinfo ]; then
+	echo "note: no /usr/share/zoneinfo (apt-get install tzdata): time zones will come from Node's ICU data, about 8 MB more memory"
+fi
 
 echo "== user $SERVICE_USER"
 if [ -n "$ROOT" ] || ! getent passwd "$SERVICE_USER" >/dev/null; then
