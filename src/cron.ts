@@ -40,7 +40,6 @@ export class CronError extends Error {}
 
 export class Cron {
   private constructor(
-    readonly text: string,
     private readonly seconds: boolean[],
     private readonly minutes: boolean[],
     private readonly hours: boolean[],
@@ -62,7 +61,6 @@ export class Cron {
     const weekdays = parseField(dow, DAY_OF_WEEK);
     weekdays[0] = weekdays[0] || weekdays[7];
     const cron = new Cron(
-      text,
       parseField(s, SECOND),
       parseField(mi, MINUTE),
       parseField(h, HOUR),
@@ -252,15 +250,10 @@ export class CronSchedule {
 
   private wake(): void {
     const now = Date.now();
-    if (this.nextAt !== undefined && now >= this.nextAt) {
-      this.nextAt = this.cron.next(now, this.offset);
-      this.arm();
-      this.onTick();
-      return;
-    }
-    // Early wake: the clock may have been stepped back; the next run is never later than this.
-    const n = this.cron.next(now, this.offset);
-    if (n !== undefined && (this.nextAt === undefined || n < this.nextAt)) this.nextAt = n;
+    const due = this.nextAt !== undefined && now >= this.nextAt;
+    // From the wall clock every time: after a step back this is earlier than the run planned.
+    this.nextAt = this.cron.next(now, this.offset);
     this.arm();
+    if (due) this.onTick();
   }
 }

@@ -24,7 +24,7 @@
  */
 import { readFileSync, readlinkSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { loadZone, parsePosixTz, parseTzif, type ZoneRules } from './tzif.js';
+import { loadZone, parseTzif, posixZone, type ZoneRules } from './tzif.js';
 
 const require = createRequire(import.meta.url);
 // CJS `module.exports = function tzlookup(lat, lon)`; createRequire keeps this independent
@@ -56,18 +56,21 @@ export function systemZone(): string {
   return (systemZoneCache ??= systemZoneFromFiles() ?? (Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC'));
 }
 
-/** The machine's zone from `TZ` and the files, or undefined when none names a readable zone. */
+/** Rules named by `TZ` when it is no zone name: a TZif file path, or a POSIX rule. */
 function customRules(tz: string): ZoneRules | undefined {
   try {
-    // A path; else a rule (a zone name that is not there, `Mars/Olympus`, is not one).
-    if (tz.startsWith('/')) return parseTzif(readFileSync(tz));
-    const rule = parsePosixTz(tz);
-    return { at: (ms) => rule.atSecond(Math.floor(ms / 1000)) };
+    return tz.startsWith('/') ? parseTzif(readFileSync(tz)) : posixZone(tz);
   } catch {
-    return undefined;
+    return undefined; // `Mars/Olympus`: neither
   }
 }
 
+/** `/usr/share/zoneinfo/America/Chicago` -> `America/Chicago`; undefined for other paths. */
+function zoneNameFromPath(path: string): string | undefined {
+  return /(?:^|\/)zoneinfo\/(.+)$/.exec(path)?.[1];
+}
+
+/** The machine's zone from `TZ` and the files, or undefined when none names a readable zone. */
 export function systemZoneFromFiles(
   env: NodeJS.ProcessEnv = process.env,
   localtime = '/etc/localtime',
@@ -80,18 +83,18 @@ export function systemZoneFromFiles(
     // `TZ=:America/Chicago`, `TZ=America/Chicago`, or a file path; empty means UTC.
     const name = tz.startsWith(':') ? tz.slice(1) : tz;
     if (name === '') return 'UTC';
-    const found = known(/(?:^|\/)zoneinfo\/(.+)$/.exec(name)?.[1] ?? name);
+    const found = known(zoneNameFromPath(name) ?? name);
     if (found) return found;
     // Not a zone name: a TZif file elsewhere (`/etc/localtime`), or a POSIX rule such as
     // `CST6CDT,M3.2.0,M11.1.0` (BusyBox and OpenWrt systems set TZ so). Registered under
     // that text, which is then the zone's name.
     const rules = customRules(name);
     if (!rules) return undefined;
-    zones.set(name, { rules: tzifSource(rules), hours: new Map(), standard: new Map() });
+    zones.set(name, newState(tzifSource(rules)));
     return name;
   }
   try {
-    const found = known(/(?:^|\/)zoneinfo\/(.+)$/.exec(readlinkSync(localtime))?.[1]);
+    const found = known(zoneNameFromPath(readlinkSync(localtime)));
     if (found) return found;
   } catch {
     // not a link (or not there): try /etc/timezone
@@ -193,19 +196,22 @@ export function intlSource(zone: string): RuleSource {
   };
 }
 
-function zoneState(zone: string, source?: RuleSource): ZoneState {
-  let s = source ? undefined : zones.get(zone);
+function newState(rules: RuleSource): ZoneState {
+  return { rules, hours: new Map(), standard: new Map() };
+}
+
+function zoneState(zone: string): ZoneState {
+  let s = zones.get(zone);
   if (!s) {
     // Unknown to both: Intl throws a RangeError, a configuration error worth surfacing.
-    const tzif = source ? undefined : loadZone(zone);
-    s = { rules: source ?? (tzif ? tzifSource(tzif) : intlSource(zone)), hours: new Map(), standard: new Map() };
-    if (!source) zones.set(zone, s);
+    const tzif = loadZone(zone);
+    s = newState(tzif ? tzifSource(tzif) : intlSource(zone));
+    zones.set(zone, s);
   }
   return s;
 }
 
-function zoneInfo(zone: string, ms: number, source?: RuleSource): ZoneInfo {
-  const s = zoneState(zone, source);
+function zoneInfo(zone: string, ms: number, s = zoneState(zone)): ZoneInfo {
   const hour = Math.floor(ms / HOUR_MS);
   const cached = s.hours.get(hour);
   if (cached) return cached;
@@ -225,7 +231,7 @@ function zoneInfo(zone: string, ms: number, source?: RuleSource): ZoneInfo {
  * checking the zoneinfo reader against Intl.
  */
 export function zoneFieldsVia(source: RuleSource, zone: string, ms: number): { code: string; offsetText: string; offsetMin: number } {
-  return zoneInfo(zone, ms, source);
+  return zoneInfo(zone, ms, newState(source));
 }
 
 /** Offset of `zone` from UTC at `ms`, in minutes (throws a RangeError for an unknown zone). */

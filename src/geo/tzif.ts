@@ -39,17 +39,17 @@ const ZONE_NAME = /^[A-Za-z][A-Za-z0-9_+-]*(?:\/[A-Za-z0-9_+-]+)*$/;
 /** The rules of `zone` from `dir`, or undefined when there is no readable TZif file for it. */
 export function loadZone(zone: string, dir = zoneinfoDir()): ZoneRules | undefined {
   if (!ZONE_NAME.test(zone) || zone.length > 64) return undefined;
-  let buf: Buffer;
   try {
-    buf = readFileSync(join(dir, zone));
+    return parseTzif(readFileSync(join(dir, zone)));
   } catch {
-    return undefined;
+    return undefined; // not there, not readable, or not a TZif file
   }
-  try {
-    return parseTzif(buf);
-  } catch {
-    return undefined;
-  }
+}
+
+/** Rules that are only a POSIX TZ string (`CST6CDT,M3.2.0,M11.1.0`); throws if it is not one. */
+export function posixZone(text: string): ZoneRules {
+  const rule = parsePosixTz(text);
+  return { at: (ms) => rule.atSecond(Math.floor(ms / 1000)) };
 }
 
 class TzifRules implements ZoneRules {
