@@ -18,10 +18,13 @@ export const dateTimeSchema = z
   .regex(ISO_WITH_OFFSET, 'expected an ISO 8601 timestamp with a UTC offset')
   .refine((s) => !Number.isNaN(Date.parse(s)), 'not a real date');
 
-/** `UTC`, `UTC-5`, `UTC+1`, `UTC-3:30`: no zero padding, minutes only when not zero. */
+/**
+ * `UTC-5`, `UTC+1`, `UTC-3:30`, `UTC+0`: always a sign, no zero padding, minutes only when not
+ * zero. A bare `UTC` (a zone name, not `UTC<sign><hours>`) and `UTC-0` are not what we send.
+ */
 export const timeZoneOffsetSchema = z
   .string()
-  .regex(/^UTC([+-]([1-9]|1[0-4])(:(30|45))?)?$/, 'expected UTC<sign><hours>[:minutes], e.g. UTC-5 or UTC-3:30');
+  .regex(/^UTC(\+0|[+-]([1-9]|1[0-4])(:(30|45))?)$/, 'expected UTC<sign><hours>[:minutes], e.g. UTC-5 or UTC-3:30');
 
 export const timeSchema = z.object({
   dateTime: dateTimeSchema,

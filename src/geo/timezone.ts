@@ -8,11 +8,15 @@
  *   there is none, because its first time-zone lookup maps ~8 MB of ICU data into the process.
  *   The reader is checked against the C library's `zdump` on the same files, and against
  *   Intl wherever ICU's copy of the tz database agrees (test/geo/tzif.test.ts).
- * - `timeZoneOffset` is `UTC-6`, `UTC+1`, `UTC-3:30`: no zero padding, minutes only when
- *   not zero, and plain `UTC` for a zero offset (the form `src/api/schemas.ts` accepts).
+ * - `timeZoneOffset` is always `UTC<sign><hours>`: `UTC-6`, `UTC+1`, `UTC-3:30`, `UTC+5:45`; no
+ *   zero padding, minutes only when not zero, and `UTC+0` for a zero offset (the spec's form is
+ *   `UTC<sign><hours>`; a bare `UTC` is a zone name, not an offset, and `src/api/schemas.ts`
+ *   refuses it).
  * - `timeZoneCode` is the short name carriers write (`CST`, `CDT`, `NST`, `HST`...): the zone's
- *   own designation in North American zones (`CST`), `GMT`/`UTC`, else `UTC+5:30` style (at
- *   most 9 characters; designations elsewhere are ambiguous: `IST` is India, Ireland and Israel).
+ *   own designation in North American zones (`CST`), `GMT`/`UTC` as the zone names it (`GMT` in
+ *   Europe/London in winter and Africa/Abidjan, `UTC` in Etc/UTC), else `UTC+5:30` style (at
+ *   most 9 characters; designations elsewhere are ambiguous: `IST` is India, Ireland and Israel,
+ *   and London's `BST` would read as a North American name, so London in summer is `UTC+1`).
  *   A few zones go through a table: Intl says `GMT-3:30` for America/St_Johns and `HAST` for
  *   America/Adak; tzdb says `CST` (Cuba) for America/Havana. Then a table keyed by standard
  *   offset covers North American zones without a usable name (`-05` in America/Bogota).
@@ -266,9 +270,8 @@ function computeInfo(zone: string, s: ZoneState, ms: number): ZoneInfo {
   return { offsetMin, offsetText, code: zoneCode(zone, s, ms, offsetMin, offsetText) };
 }
 
-/** -360 -> `UTC-6`, -210 -> `UTC-3:30`, 0 -> `UTC`, 345 -> `UTC+5:45`. */
+/** -360 -> `UTC-6`, -210 -> `UTC-3:30`, 0 -> `UTC+0` (never a bare `UTC`), 345 -> `UTC+5:45`. */
 export function formatOffset(offsetMin: number): string {
-  if (offsetMin === 0) return 'UTC';
   const abs = Math.abs(offsetMin);
   const h = Math.floor(abs / 60);
   const m = abs % 60;

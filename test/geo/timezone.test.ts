@@ -1,6 +1,6 @@
 import { describe, it, expect } from 'vitest';
-import { eventTime, formatOffset, formatTime, systemZone, zoneAt } from '../../src/geo/timezone.js';
-import { timeSchema } from '../../src/api/schemas.js';
+import { eventTime, formatOffset, formatTime, systemZone, systemZoneFromFiles, zoneAt, type TimeObject } from '../../src/geo/timezone.js';
+import { timeSchema, timeZoneOffsetSchema } from '../../src/api/schemas.js';
 
 const JAN = new Date('2026-01-15T20:05:03.123Z');
 const JUL = new Date('2026-07-15T20:05:03.123Z');
@@ -111,14 +111,39 @@ describe('eventTime, local form (the spec: local time, milliseconds, offset)', (
     expect(formatTime(JUL, 'Asia/Kathmandu', 'local')).toMatchObject({ timeZoneCode: 'UTC+5:45', timeZoneOffset: 'UTC+5:45' });
   });
 
-  it('zero offset: timeZoneOffset is plain UTC and dateTime ends in +00:00', () => {
-    expect(formatTime(JUL, 'UTC', 'local')).toEqual({
-      dateTime: '2026-07-15T20:05:03.123+00:00',
-      timeZoneCode: 'UTC',
-      timeZoneOffset: 'UTC',
-    });
-    expect(formatTime(JAN, 'Europe/London', 'local')).toMatchObject({ timeZoneOffset: 'UTC' });
-    expect(formatTime(JUL, 'Europe/London', 'local')).toMatchObject({ timeZoneOffset: 'UTC+1' });
+  /** The time object as a tuple, one case per line. */
+  const t = (o: TimeObject) => [o.dateTime, o.timeZoneCode, o.timeZoneOffset];
+
+  it('zero offset: timeZoneOffset is UTC+0, never a bare UTC; the code follows the zone', () => {
+    expect(t(formatTime(JUL, 'Etc/UTC', 'local'))).toEqual(['2026-07-15T20:05:03.123+00:00', 'UTC', 'UTC+0']);
+    expect(t(formatTime(JAN, 'UTC', 'local'))).toEqual(['2026-01-15T20:05:03.123+00:00', 'UTC', 'UTC+0']);
+    expect(t(formatTime(JAN, 'Europe/London', 'local'))).toEqual(['2026-01-15T20:05:03.123+00:00', 'GMT', 'UTC+0']);
+    // BST would read as a North American name: outside North America the offset stands in.
+    expect(t(formatTime(JUL, 'Europe/London', 'local'))).toEqual(['2026-07-15T21:05:03.123+01:00', 'UTC+1', 'UTC+1']);
+    expect(t(formatTime(JUL, 'Africa/Abidjan', 'local'))).toEqual(['2026-07-15T20:05:03.123+00:00', 'GMT', 'UTC+0']);
+    // The utc form carries the same zone fields.
+    expect(t(formatTime(JAN, 'Europe/London', 'utc'))).toEqual(['2026-01-15T20:05:03Z', 'GMT', 'UTC+0']);
+  });
+
+  it('zero offset through eventTime: a position in London or Abidjan, a device whose zone is UTC', () => {
+    const LONDON = [51.5072, -0.1276] as const;
+    const ABIDJAN = [5.36, -4.0083] as const;
+    expect(t(eventTime(JAN, ...LONDON, 'local'))).toEqual(['2026-01-15T20:05:03.123+00:00', 'GMT', 'UTC+0']);
+    expect(t(eventTime(JUL, ...LONDON, 'local'))).toEqual(['2026-07-15T21:05:03.123+01:00', 'UTC+1', 'UTC+1']);
+    expect(t(eventTime(JUL, ...ABIDJAN, 'local'))).toEqual(['2026-07-15T20:05:03.123+00:00', 'GMT', 'UTC+0']);
+    // No position: the configured zone, else the machine's (an empty TZ means UTC, as in the C library).
+    expect(t(eventTime(JUL, undefined, undefined, 'local', 'UTC'))).toEqual(['2026-07-15T20:05:03.123+00:00', 'UTC', 'UTC+0']);
+    expect(t(eventTime(JAN, null, null, 'utc', 'Etc/UTC'))).toEqual(['2026-01-15T20:05:03Z', 'UTC', 'UTC+0']);
+    const device = systemZoneFromFiles({ TZ: '' });
+    expect(device).toBe('UTC');
+    expect(t(eventTime(JUL, null, null, 'local', device))).toEqual(['2026-07-15T20:05:03.123+00:00', 'UTC', 'UTC+0']);
+  });
+
+  it("half-hour and 45-minute zones keep their minutes: St. John's, Kathmandu", () => {
+    expect(t(formatTime(JAN, 'America/St_Johns', 'local'))).toEqual(['2026-01-15T16:35:03.123-03:30', 'NST', 'UTC-3:30']);
+    expect(t(formatTime(JUL, 'America/St_Johns', 'local'))).toEqual(['2026-07-15T17:35:03.123-02:30', 'NDT', 'UTC-2:30']);
+    expect(t(formatTime(JAN, 'Asia/Kathmandu', 'local'))).toEqual(['2026-01-16T01:50:03.123+05:45', 'UTC+5:45', 'UTC+5:45']);
+    expect(t(eventTime(JUL, 27.7172, 85.324, 'local'))).toEqual(['2026-07-16T01:50:03.123+05:45', 'UTC+5:45', 'UTC+5:45']);
   });
 
   it('keeps milliseconds, pads them, and rolls the local date over midnight', () => {
@@ -197,7 +222,8 @@ describe('output always fits the shared schema', () => {
       'America/Adak', 'Pacific/Honolulu', 'America/St_Johns', 'America/Halifax', 'America/Regina',
       'America/Phoenix', 'America/Hermosillo', 'America/Mazatlan', 'America/Mexico_City', 'America/Tijuana',
       'America/Whitehorse', 'America/Dawson', 'America/Puerto_Rico', 'America/Miquelon', 'Etc/GMT+5', 'UTC',
-      'Europe/London', 'Asia/Kolkata', 'Asia/Kathmandu', 'Australia/Adelaide',
+      'Etc/UTC', 'Africa/Abidjan', 'Antarctica/Troll', 'Atlantic/Azores', 'Europe/London', 'Asia/Kolkata',
+      'Asia/Kathmandu', 'Australia/Adelaide',
     ];
     for (const zone of zones) {
       for (let m = 0; m < 12; m++) {
@@ -218,6 +244,20 @@ describe('output always fits the shared schema', () => {
     expect(formatOffset(-210)).toBe('UTC-3:30');
     expect(formatOffset(-150)).toBe('UTC-2:30');
     expect(formatOffset(345)).toBe('UTC+5:45');
-    expect(formatOffset(0)).toBe('UTC');
+    expect(formatOffset(0)).toBe('UTC+0');
+    expect(formatOffset(-0)).toBe('UTC+0');
+  });
+
+  it('the schema takes UTC+0 and refuses a bare UTC, UTC-0 and padded or colon-less forms', () => {
+    for (const ok of ['UTC+0', 'UTC-6', 'UTC+1', 'UTC-3:30', 'UTC-2:30', 'UTC+5:45', 'UTC+14', 'UTC-12']) {
+      expect(timeZoneOffsetSchema.safeParse(ok).success, ok).toBe(true);
+    }
+    const refused = ['UTC', 'UTC-0', 'UTC+00', 'UTC+0:00', 'UTC+0:30', 'UTC-06', 'UTC-06:00', 'UTC-3:3', 'UTC-330'];
+    for (const bad of [...refused, 'GMT', 'GMT+1', 'utc+0', 'UTC+15', '']) {
+      expect(timeZoneOffsetSchema.safeParse(bad).success, bad).toBe(false);
+    }
+    expect(timeZoneOffsetSchema.safeParse('UTC').error?.issues[0].message).toBe(
+      'expected UTC<sign><hours>[:minutes], e.g. UTC-5 or UTC-3:30',
+    );
   });
 });

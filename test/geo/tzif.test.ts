@@ -89,7 +89,7 @@ describe('zoneinfo rules against Intl (the same tz database, read two ways)', ()
         if ((a.code !== b.code || a.offsetText !== b.offsetText) && wrong.length < 10) wrong.push(`${zone} ${new Date(ms).toISOString()}: ${a.code} ${a.offsetText} vs ${b.code} ${b.offsetText}`);
       }
     }
-    // The one difference: Antarctica/Troll is `+00` in tzdb (so `UTC`), `GMT` in Intl.
+    // The one difference: Antarctica/Troll is `+00` in tzdb (so `UTC+0`), `GMT` in Intl.
     expect(wrong.filter((w) => !w.startsWith('Antarctica/Troll '))).toEqual([]);
     expect(compared).toBeGreaterThan(800_000);
     expect(differ / (compared + differ)).toBeLessThan(0.01);
@@ -125,6 +125,15 @@ describe('a device without tzdata', () => {
       const july = formatTime(new Date('2026-07-15T20:05:03.123Z'), 'America/Regina', 'local');
       expect(ruleSourceOf('America/Regina')).toBe('intl');
       expect(july).toEqual({ dateTime: '2026-07-15T14:05:03.123-06:00', timeZoneCode: 'CST', timeZoneOffset: 'UTC-6' });
+      // Zero offset: Intl names it as the zoneinfo files do, and the offset is UTC+0 either way
+      // (zones not looked up earlier in this file, so that they do come from Intl).
+      const jan = new Date('2026-01-15T20:05:03.123Z');
+      const jul = new Date('2026-07-15T20:05:03.123Z');
+      expect(formatTime(jan, 'Europe/Jersey', 'local')).toMatchObject({ timeZoneCode: 'GMT', timeZoneOffset: 'UTC+0' });
+      expect(formatTime(jul, 'Europe/Jersey', 'local')).toMatchObject({ timeZoneCode: 'UTC+1', timeZoneOffset: 'UTC+1' });
+      expect(formatTime(jan, 'Africa/Dakar', 'local')).toMatchObject({ timeZoneCode: 'GMT', timeZoneOffset: 'UTC+0' });
+      expect(formatTime(jan, 'Etc/UTC', 'local')).toMatchObject({ timeZoneCode: 'UTC', timeZoneOffset: 'UTC+0' });
+      for (const z of ['Europe/Jersey', 'Africa/Dakar', 'Etc/UTC']) expect([z, ruleSourceOf(z)]).toEqual([z, 'intl']);
       expect(() => formatTime(new Date(), 'Mars/Olympus_Mons', 'local')).toThrow(RangeError);
     } finally {
       if (saved === undefined) delete process.env.TZDIR;
