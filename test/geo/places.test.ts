@@ -1,5 +1,5 @@
 import { describe, it, expect } from 'vitest';
-import { MEXICO_STATE_CODES, placeAt } from '../../src/geo/places.js';
+import { MEXICO_STATE_CODES, placeAt, placeNamed } from '../../src/geo/places.js';
 
 describe('placeAt: spot checks across the continent', () => {
   it('Chicago, IL (downtown is the city, not the nearest listed neighbourhood)', () => {
@@ -107,5 +107,83 @@ describe('placeAt: data and codes', () => {
         if (p?.country === 'MX') expect(codes.has(p.state), `${p.city} ${p.state}`).toBe(true);
       }
     }
+  });
+});
+
+describe('placeNamed: a place by name and state', () => {
+  it('Chicago, IL and Indianapolis, IN, with the position GeoNames gives', () => {
+    expect(placeNamed('Chicago', 'IL')).toEqual({ city: 'Chicago', state: 'IL', country: 'US', lat: 41.85, lon: -87.65 });
+    expect(placeNamed('Indianapolis', 'IN')).toEqual({ city: 'Indianapolis', state: 'IN', country: 'US', lat: 39.7684, lon: -86.158 });
+    // The position leads back to the same place.
+    const { lat, lon } = placeNamed('Chicago', 'IL')!;
+    expect(placeAt(lat, lon)).toEqual({ city: 'Chicago', state: 'IL', country: 'US' });
+  });
+
+  it('ignores case, accents and punctuation in the name, and case in the state', () => {
+    expect(placeNamed('CHICAGO', 'il')).toMatchObject({ city: 'Chicago', state: 'IL' });
+    expect(placeNamed(' chicago ', ' Il ')).toMatchObject({ city: 'Chicago', state: 'IL' });
+    expect(placeNamed('Mérida', 'YU')).toMatchObject({ city: 'Mérida', country: 'MX' });
+    expect(placeNamed('merida', 'yu')).toMatchObject({ city: 'Mérida', country: 'MX' });
+    expect(placeNamed('Winston Salem', 'NC')).toMatchObject({ city: 'Winston-Salem' });
+    expect(placeNamed('St Johns', 'NL')).toMatchObject({ city: "St. John's" });
+  });
+
+  it('Querétaro, QE: the state capital, whose GeoNames name is Santiago de Querétaro', () => {
+    const queretaro = { city: 'Santiago de Querétaro', state: 'QE', country: 'MX', lat: 20.5881, lon: -100.3881 };
+    expect(placeNamed('Querétaro', 'QE')).toEqual(queretaro);
+    expect(placeNamed('queretaro', 'qe')).toEqual(queretaro);
+    expect(placeNamed('Santiago de Querétaro', 'QE')).toEqual(queretaro);
+    // A village of that exact name exists, in Chiapas.
+    expect(placeNamed('Queretaro', 'CS')).toMatchObject({ city: 'Querétaro', state: 'CS', lat: 15.8375 });
+    // Whole words only: a piece of a word is no match.
+    expect(placeNamed('Queret', 'QE')).toBeUndefined();
+  });
+
+  it("Mexican cities' long official names: Heroica X, Ciudad X, X de ..., ... de X", () => {
+    expect(placeNamed('Matamoros', 'TM')).toMatchObject({ city: 'Heroica Matamoros', state: 'TM' });
+    expect(placeNamed('Victoria', 'TM')).toMatchObject({ city: 'Ciudad Victoria', state: 'TM' });
+    expect(placeNamed('Leon', 'GT')).toMatchObject({ city: 'León de los Aldama', state: 'GT' });
+    expect(placeNamed('Acapulco', 'GR')).toMatchObject({ city: 'Acapulco de Juárez', state: 'GR' });
+    expect(placeNamed('Durango', 'DG')).toMatchObject({ city: 'Victoria de Durango', state: 'DG' });
+    // Other names holding the words are no match: East Chicago, IN is not "Chicago, IN".
+    expect(placeNamed('Chicago', 'IN')).toBeUndefined();
+    expect(placeNamed('Springfield', 'MA')).toMatchObject({ city: 'Springfield', lat: 42.1015 });
+  });
+
+  it('among several matches, the most populous', () => {
+    // Two places are named Juárez in Chihuahua: Ciudad Juárez (1.3 million) and a village.
+    expect(placeNamed('Juarez', 'CH')).toMatchObject({ city: 'Juárez', lat: 31.7202, lon: -106.4608 });
+    // Two places named Bel Air in Maryland: the county seat (10,190), not the one that comes
+    // first in the file (1,258, further west).
+    expect(placeNamed('Bel Air', 'MD')).toEqual({ city: 'Bel Air', state: 'MD', country: 'US', lat: 39.5359, lon: -76.3483 });
+  });
+
+  it("St. John's, NL is in Canada; NL is also Nuevo León, and no US state uses it", () => {
+    expect(placeNamed("St. John's", 'NL')).toEqual({ city: "St. John's", state: 'NL', country: 'CA', lat: 47.5649, lon: -52.7093 });
+    expect(placeNamed('Monterrey', 'NL')).toMatchObject({ city: 'Monterrey', state: 'NL', country: 'MX' });
+    expect(placeNamed("St. John's", 'NL', 'US')).toBeUndefined();
+    expect(placeNamed("St. John's", 'NL', 'MX')).toBeUndefined();
+    expect(placeNamed("St. John's", 'NL', 'CA')).toMatchObject({ country: 'CA' });
+    expect(placeNamed('Monterrey', 'NL', 'CA')).toBeUndefined();
+  });
+
+  it('a name in two countries under the same code: the most populous, unless the country is given', () => {
+    // Delta, British Columbia (101,668) and Delta, Baja California (5,180).
+    expect(placeNamed('Delta', 'BC')).toMatchObject({ city: 'Delta', state: 'BC', country: 'CA' });
+    expect(placeNamed('Delta', 'BC', 'MX')).toMatchObject({ city: 'Delta', state: 'BC', country: 'MX', lat: 32.355 });
+    // MO is Missouri and Morelos: each finds its own.
+    expect(placeNamed('Springfield', 'MO')).toMatchObject({ country: 'US', lat: 37.2153 });
+    expect(placeNamed('Cuernavaca', 'MO')).toMatchObject({ country: 'MX' });
+  });
+
+  it('undefined for an unknown name, a name in another state, and codes that are no state', () => {
+    expect(placeNamed('Atlantis', 'IL')).toBeUndefined();
+    expect(placeNamed('Chicago', 'WI')).toBeUndefined();
+    expect(placeNamed('Chicago', 'ZZ')).toBeUndefined();
+    expect(placeNamed('Chicago', 'Illinois')).toBeUndefined();
+    expect(placeNamed('', 'IL')).toBeUndefined();
+    expect(placeNamed(' . ', 'IL')).toBeUndefined();
+    expect(placeNamed('Havana', '')).toBeUndefined();
+    expect(placeNamed(undefined as unknown as string, 'IL')).toBeUndefined();
   });
 });
