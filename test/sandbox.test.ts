@@ -101,3 +101,90 @@ describe('sandbox', () => {
     expect(got.stats.faults.failed).toBe(1);
   });
 });
+
+describe('strict sandbox', () => {
+  let strict: Sandbox;
+  let strictUrl: string;
+  afterEach(() => strict?.stop());
+  const start = async (opts: { strict?: boolean; loadNumberPattern?: string }) => {
+    strict = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC, ...opts });
+    ({ url: strictUrl } = await strict.start());
+  };
+  const postTo = (path: string, body: unknown) =>
+    fetch(`${strictUrl}${path}`, {
+      method: 'POST',
+      headers: { 'Ocp-Apim-Subscription-Key': TEST_KEY, carrierSCAC: TEST_SCAC, Accept: 'application/json', 'Content-Type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+  const utc = { ...time, dateTime: '2026-11-22T20:05:03Z' };
+  const warm = (t: ReturnType<typeof trace>, dateTime: string) => ({ ...t, temperature: { unitOfMeasure: 'C', value: 3.5, dateTime } });
+
+  it('refuses the specification’s local dateTime and a body without source, naming each field', async () => {
+    await start({ strict: true });
+    const m = await postTo(MILESTONE_PATH, milestone);
+    expect(m.status).toBe(400);
+    expect(await m.json()).toEqual({
+      error: 'invalid body',
+      problems: [
+        'source: required (a non-empty string such as "carrier")',
+        'time.dateTime: expected UTC with whole seconds (YYYY-MM-DDTHH:MM:SSZ), got "2026-11-22T14:05:03.120-06:00"',
+      ],
+    });
+    const t = await postTo(TRACE_PATH, { source: 'carrier', loadNumber: 'L1', traces: [warm({ ...trace(), time: utc }, utc.dateTime), warm(trace(41.9), '2026-11-22T20:05:03.5Z')] });
+    expect(t.status).toBe(400);
+    expect((await t.json()).problems).toEqual([
+      'traces.1.time.dateTime: expected UTC with whole seconds (YYYY-MM-DDTHH:MM:SSZ), got "2026-11-22T14:05:03.120-06:00"',
+      'traces.1.temperature.dateTime: expected UTC with whole seconds (YYYY-MM-DDTHH:MM:SSZ), got "2026-11-22T20:05:03.5Z"',
+    ]);
+    const empty = await postTo(MILESTONE_PATH, { ...milestone, time: utc, source: '' });
+    expect((await empty.json()).problems).toEqual(['source: expected a non-empty string, got ""']);
+    expect(strict.stats.invalid).toBe(3);
+    expect(strict.milestones).toHaveLength(0);
+  });
+
+  it('names schema and strict problems in one answer, each field once', async () => {
+    await start({ strict: true });
+    const res = await postTo(MILESTONE_PATH, { ...milestone, stopsequenceNumber: 0, time: { ...time, dateTime: 'yesterday' } });
+    expect((await res.json()).problems).toEqual([
+      'time.dateTime: expected an ISO 8601 timestamp with a UTC offset',
+      'time.dateTime: not a real date',
+      'stopsequenceNumber: Too small: expected number to be >=1',
+      'source: required (a non-empty string such as "carrier")',
+    ]);
+  });
+
+  it('accepts UTC whole-second dateTimes with a source', async () => {
+    await start({ strict: true });
+    expect((await postTo(MILESTONE_PATH, { ...milestone, source: 'carrier', time: utc })).status).toBe(200);
+    expect((await postTo(TRACE_PATH, { source: 'carrier', loadNumber: 'L-2026-1', traces: [warm({ ...trace(), time: utc }, utc.dateTime)] })).status).toBe(200);
+    expect(strict.stats.accepted).toBe(2);
+  });
+
+  it('holds load numbers to the agent’s rule by default, or to --load-number-pattern as a whole', async () => {
+    await start({ strict: true });
+    const ok = { ...milestone, source: 'carrier', time: utc };
+    expect((await postTo(MILESTONE_PATH, { ...ok, loadNumber: 'A'.repeat(35) })).status).toBe(200);
+    const long = await postTo(MILESTONE_PATH, { ...ok, loadNumber: 'A'.repeat(36) });
+    expect((await long.json()).problems).toEqual([`loadNumber: expected a match for ^[A-Za-z0-9-]{1,35}$, got "${'A'.repeat(36)}"`]);
+    await strict.stop();
+
+    await start({ strict: true, loadNumberPattern: '\\d{4}-\\d{6}' });
+    expect((await postTo(MILESTONE_PATH, { ...ok, loadNumber: '2026-000123' })).status).toBe(200);
+    const partial = await postTo(TRACE_PATH, { source: 'carrier', loadNumber: '2026-0001234', traces: [{ ...trace(), time: utc }] });
+    expect(partial.status).toBe(400);
+    expect((await partial.json()).problems).toEqual(['loadNumber: expected a match for \\d{4}-\\d{6}, got "2026-0001234"']);
+  });
+
+  it('applies a load number pattern without --strict, and nothing else', async () => {
+    await start({ loadNumberPattern: '\\d+' });
+    expect((await postTo(MILESTONE_PATH, { ...milestone, loadNumber: '42' })).status).toBe(200);
+    const res = await postTo(MILESTONE_PATH, milestone);
+    expect(res.status).toBe(400);
+    expect((await res.json()).problems).toEqual(['loadNumber: expected a match for \\d+, got "L1"']);
+  });
+
+  it('throws on an invalid pattern, even one that would compile once anchored', () => {
+    expect(() => new Sandbox({ key: TEST_KEY, scac: TEST_SCAC, loadNumberPattern: '[' })).toThrow(SyntaxError);
+    expect(() => new Sandbox({ key: TEST_KEY, scac: TEST_SCAC, loadNumberPattern: 'a)(b' })).toThrow(SyntaxError);
+  });
+});

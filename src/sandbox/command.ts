@@ -4,6 +4,7 @@
 import { readFileSync } from 'node:fs';
 import { CliError, EXIT } from '../cli/exit.js';
 import type { MilestoneBody, TraceBody } from '../api/schemas.js';
+import { loadNumberRule } from './rules.js';
 import { Sandbox } from './server.js';
 
 function num(value: unknown, what: string, max = Number.MAX_SAFE_INTEGER): number {
@@ -22,9 +23,20 @@ export async function runSandboxCommand(opts: Record<string, string | string[] |
     }
   }
   if (!key) throw new CliError('give the subscription key to accept with --key or --key-file', EXIT.USAGE);
+  const strict = opts.strict === true;
+  const loadNumberPattern = typeof opts.loadNumberPattern === 'string' ? opts.loadNumberPattern : undefined;
+  if (loadNumberPattern !== undefined) {
+    try {
+      loadNumberRule(loadNumberPattern);
+    } catch (e) {
+      throw new CliError(`--load-number-pattern: expected a regular expression, got ${JSON.stringify(loadNumberPattern)} (${(e as Error).message})`, EXIT.USAGE);
+    }
+  }
   const sandbox = new Sandbox({
     key,
     scac: String(opts.scac),
+    strict,
+    loadNumberPattern,
     port: num(opts.port, '--port', 65535),
     host: String(opts.host),
     recordFile: typeof opts.record === 'string' ? opts.record : undefined,
@@ -52,6 +64,9 @@ export async function runSandboxCommand(opts: Record<string, string | string[] |
   });
   const { url } = await sandbox.start();
   process.stdout.write(`sandbox listening on ${url} (SCAC ${String(opts.scac)}); control: ${url}/_sandbox/stats, /_sandbox/received, PUT /_sandbox/faults\n`);
+  const pattern = sandbox.rules.loadNumber?.pattern;
+  if (strict) process.stdout.write('strict: dateTime must be UTC YYYY-MM-DDTHH:MM:SSZ, bodies must carry "source"\n');
+  if (pattern !== undefined) process.stdout.write(`loadNumber must match ${pattern}\n`);
   await new Promise<void>((resolve) => {
     const stop = () => resolve();
     process.once('SIGTERM', stop);

@@ -6,11 +6,15 @@
  *
  * Control endpoints (no key; bind to loopback): GET /_sandbox/received, GET /_sandbox/stats,
  * PUT /_sandbox/faults (JSON, merged), POST /_sandbox/reset.
+ *
+ * By default it accepts what the specification describes; `strict` adds what the deployed
+ * service is reported to enforce beyond it (./rules.ts).
  */
 import { appendFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { formatIssues, milestoneBodySchema, traceBodySchema, type MilestoneBody, type TraceBody } from '../api/schemas.js';
+import { ruleProblems, sandboxRules, type Rules } from './rules.js';
 
 export interface Faults {
   /** Extra delay before answering, ms. */
@@ -80,6 +84,14 @@ export interface SandboxOptions {
    * send millions of points without the sandbox holding them all.
    */
   keepBodies?: boolean;
+  /**
+   * Also refuse (400) what the deployed service is reported to refuse: a `dateTime` that is not
+   * UTC `YYYY-MM-DDTHH:MM:SSZ`, a body without a top-level `source`, and a `loadNumber` outside
+   * `loadNumberPattern` (default: the agent's rule, `^[A-Za-z0-9-]{1,35}$`).
+   */
+  strict?: boolean;
+  /** Regular expression every `loadNumber` must match as a whole; applies with or without `strict`. Invalid: the constructor throws SyntaxError. */
+  loadNumberPattern?: string;
 }
 
 export interface SandboxEvent {
@@ -130,9 +142,11 @@ export class Sandbox {
   private seenTraceRefs = new Set<string>();
   private readonly milestonePath: string;
   private readonly tracePath: string;
+  readonly rules: Rules;
 
   constructor(private readonly opts: SandboxOptions) {
     this.faults = { ...NO_FAULTS, ...opts.faults };
+    this.rules = sandboxRules(opts.strict ?? false, opts.loadNumberPattern);
     this.milestonePath = opts.milestonePath ?? '/rcsc/events/v1/loads/milestone-requests';
     this.tracePath = opts.tracePath ?? '/rcsc/events/v1/loads/trace-requests';
   }
@@ -277,9 +291,17 @@ export class Sandbox {
     }
     const schema = kind === 'milestone' ? milestoneBodySchema : traceBodySchema;
     const parsed = schema.safeParse(data);
-    if (!parsed.success) {
+    // Every problem in one answer, so a sender fixes them in one go; a field the schema
+    // already refused is not named twice.
+    const schemaPaths = new Set(parsed.success ? [] : parsed.error.issues.map((i) => i.path.join('.')));
+    const problems = [
+      ...(parsed.success ? [] : formatIssues(parsed.error)),
+      ...ruleProblems(kind, data, this.rules)
+        .filter((p) => !schemaPaths.has(p.path))
+        .map((p) => `${p.path}: ${p.message}`),
+    ];
+    if (!parsed.success || problems.length > 0) {
       this.stats.invalid += 1;
-      const problems = formatIssues(parsed.error);
       emit({ status: 400, problem: problems.join('; ') });
       return this.json(res, 400, { error: 'invalid body', problems });
     }
