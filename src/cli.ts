@@ -11,6 +11,7 @@ import { ConfigError, loadConfig, resolveConfigPath, resolveSubscriptionKey, typ
 import { createLogger } from './log.js';
 import { MilestoneError, recordMilestone } from './milestones/record.js';
 import { readStopsFile, StopsFileError } from './milestones/stops.js';
+import { SystemdNotifier } from './notify.js';
 import { packageVersion } from './paths.js';
 import { LoadError } from './buffer/store.js';
 
@@ -275,8 +276,15 @@ export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof res
   };
   process.on('uncaughtException', onFatal);
   process.on('unhandledRejection', onFatal);
+  // Type=notify: systemd counts the agent as started at READY=1, and restarts it when the
+  // event loop stops beating the watchdog. Off systemd this does nothing.
+  const notifier = new SystemdNotifier(log.child({ component: 'systemd' }));
+  const running = () => `running: ${agent.sources.length} source(s)`;
+  await notifier.start();
   await agent.start();
+  void notifier.ready(running());
   const onHup = () => {
+    void notifier.reloading('reloading the configuration');
     try {
       const next = loadConfig(loaded.file);
       const nextKey = resolveSubscriptionKey(next);
@@ -287,10 +295,12 @@ export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof res
           for (const n of notes) log.warn(n);
           log.info({ config: next.file, keyOrigin: nextKey.origin }, 'configuration reloaded');
         })
-        .catch((e) => log.error({ err: (e as Error).message }, 'reload failed'));
+        .catch((e) => log.error({ err: (e as Error).message }, 'reload failed'))
+        .finally(() => void notifier.ready(running()));
     } catch (e) {
       const problems = e instanceof ConfigError ? e.problems : [(e as Error).message];
       log.error({ problems }, 'new configuration refused; still running with the previous one');
+      void notifier.ready(running());
     }
   };
   process.on('SIGHUP', onHup);
@@ -300,6 +310,7 @@ export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof res
       if (stopping) return;
       stopping = true;
       log.info({ signal }, 'stopping');
+      void notifier.stopping('stopping: committing readings, finishing deliveries');
       agent
         .stop()
         .catch((e) => log.error({ err: (e as Error).message }, 'error while stopping'))
@@ -309,6 +320,7 @@ export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof res
     process.once('SIGINT', () => stop('SIGINT'));
   });
   process.off('SIGHUP', onHup);
+  await notifier.stop();
 }
 
 /** Set by `run`: the daemon keeps collecting when nobody reads its output any more. */

@@ -112,12 +112,24 @@ describe('systemd unit: what the agent relies on', () => {
   });
 
   it('starts the installed binary with the default config path, as a static user', () => {
-    expect(one('Type')).toBe('exec');
     expect(one('ExecStart')).toBe(`${EXEC_BIN} run --config /etc/telematics-agent/agent.toml`);
     expect(one('ExecReload')).toBe('/bin/kill -HUP $MAINPID');
     expect(one('User')).toBe('telematics-agent');
     expect(unit.has('DynamicUser')).toBe(false);
     expect(one('WantedBy')).toBe('multi-user.target');
+  });
+
+  it('is a notify service with a watchdog the agent feeds from its own process', () => {
+    // src/notify.ts: READY=1 after start, WATCHDOG=1 every WatchdogSec/2 from the event loop.
+    expect(one('Type')).toBe('notify');
+    expect(one('NotifyAccess')).toBe('main');
+    expect(one('WatchdogSec')).toBe('30s');
+    // A watchdog timeout is a failure: restarted like a crash.
+    expect(one('Restart')).toBe('on-failure');
+    // systemd's default SIGABRT, as the README tells operators.
+    expect(one('WatchdogSignal')).toBeUndefined();
+    // The notify socket needs AF_UNIX, which journald needs anyway.
+    expect(words('RestrictAddressFamilies')).toContain('AF_UNIX');
   });
 
   it('restarts on failure, but never on an invalid config (exit 78)', () => {
