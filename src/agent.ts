@@ -4,14 +4,19 @@
  * an agent in-process against a sandbox and stop it deterministically.
  */
 import { createHash } from 'node:crypto';
+import { existsSync, renameSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { ApiClient } from './api/client.js';
 import { enforceBounds } from './buffer/bounds.js';
-import { Ingest } from './buffer/ingest.js';
+import { Ingest, type IngestOptions } from './buffer/ingest.js';
+import { BufferLock } from './buffer/lock.js';
 import { Store } from './buffer/store.js';
-import type { KeyLookup, LoadedConfig } from './config/load.js';
+import { TrustedClock } from './clock.js';
+import { keyFileWarning, type KeyLookup, type LoadedConfig } from './config/load.js';
+import { restartSettings, type Config } from './config/schema.js';
 import { Cron, CronSchedule } from './cron.js';
 import { Sender, type SenderStatus } from './delivery/sender.js';
+import { BufferError, isCorruption } from './errors.js';
 import { ruleSourceOf, systemZone } from './geo/timezone.js';
 import { zoneinfoDir } from './geo/tzif.js';
 import { HealthServer } from './health.js';
@@ -35,6 +40,10 @@ export interface DaemonState {
   ingest: Ingest['stats'];
   sources: Array<{ name: string; type: string; timeRejected?: number } & SourceHealth>;
   nextTracePushMs: number | null;
+  /** Room on the buffer's disk: free bytes, whether the reserve is in place. */
+  disk?: { freeBytes: number | null; reserve: boolean; reserveBytes: number };
+  /** The last jump of the wall clock seen (ms, signed) and when. */
+  clockJump?: { ms: number; atMs: number };
 }
 
 /** A fixed share of the splay window for this device, so a fleet spreads over it. */
@@ -49,6 +58,34 @@ export interface AgentOptions {
   sources?: (ctx: { emit: Ingest['push']; log: Logger }) => Source[];
   /** How often the daemon state is written for `status`, ms. */
   stateIntervalMs?: number;
+  /** Told when the agent cannot go on (a buffer found corrupt while running): the caller exits. */
+  onFatal?: (err: BufferError | Error) => void;
+}
+
+/** What a reload did: settings applied, and settings that wait for a restart. */
+export interface ReloadResult {
+  applied: string[];
+  needsRestart: string[];
+}
+
+/** Dotted paths of every leaf that differs between two configs (arrays and records compare whole). */
+export function changedSettings(a: unknown, b: unknown, prefix = ''): string[] {
+  const isTable = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+  if (isTable(a) && isTable(b) && prefix.split('.').length < 3 && !['api.extra_fields', 'sources'].includes(prefix)) {
+    const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])].sort();
+    return keys.flatMap((k) => changedSettings(a[k], b[k], prefix ? `${prefix}.${k}` : k));
+  }
+  return JSON.stringify(a) === JSON.stringify(b) ? [] : [prefix];
+}
+
+/** Move a corrupt buffer (and its -wal and -shm) aside, keeping SQLite's naming so it can be salvaged. */
+export function moveAside(path: string, nowMs = Date.now()): string {
+  const stamp = new Date(nowMs).toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
+  const target = `${path}.corrupt-${stamp}`;
+  for (const suffix of ['', '-wal', '-shm']) {
+    if (existsSync(path + suffix)) renameSync(path + suffix, target + suffix);
+  }
+  return target;
 }
 
 export class Agent {
@@ -57,7 +94,11 @@ export class Agent {
   sender!: Sender;
   client!: ApiClient;
   sources: Source[] = [];
+  readonly clock: TrustedClock;
+  private lock: BufferLock | undefined;
   private cron: CronSchedule | undefined;
+  /** The expression the running schedule was built from. */
+  private scheduleText: string | undefined;
   private boundsTimer: NodeJS.Timeout | undefined;
   private splayTimer: NodeJS.Timeout | undefined;
   private stateTimer: NodeJS.Timeout | undefined;
@@ -65,19 +106,26 @@ export class Agent {
   private health: HealthServer | undefined;
   /** Port of the health endpoint when it is on. */
   healthPort: number | undefined;
+  private healthListen = '';
   private lastSenderState = '';
   private timeCounts = new Map<Source, { timeRejected: number }>();
   private lastStateWriteMs = 0;
+  private stateWriteFailing = false;
   private reloading: Promise<unknown> = Promise.resolve();
+  private clockJump: { ms: number; atMs: number } | undefined;
+  private reserveMissing = false;
+  private fatal = false;
 
   constructor(
     private loaded: LoadedConfig,
     private key: KeyLookup,
     private readonly log: Logger,
     private readonly opts: AgentOptions = {},
-  ) {}
+  ) {
+    this.clock = new TrustedClock();
+  }
 
-  get config() {
+  get config(): Config {
     return this.loaded.config;
   }
 
@@ -94,21 +142,43 @@ export class Agent {
   async start(): Promise<void> {
     const { config, deviceId } = this.loaded;
     addSecret(this.key.key);
-    this.store = Store.open(config.buffer.path, { synchronous: config.buffer.synchronous, cacheKb: config.buffer.cache_kb });
-    this.ingest = new Ingest(
-      this.store,
-      {
-        batchSize: config.buffer.batch_size,
-        flushIntervalMs: config.buffer.flush_interval_ms,
-        keepWithoutLoad: config.privacy.record_without_load,
-      },
-      this.log.child({ component: 'buffer' }),
-    );
+    const warning = keyFileWarning(this.key);
+    if (warning) this.log.warn(`subscription key: ${warning}`);
+    // The lock before the buffer: a second daemon must not even open (or move aside) it.
+    if (config.buffer.path !== ':memory:') this.lock = BufferLock.acquire(config.buffer.path);
+    try {
+      this.store = this.openBuffer();
+    } catch (err) {
+      this.lock?.release();
+      throw err;
+    }
+    this.store.onReserveReleased = () => {
+      this.reserveMissing = true;
+      this.log.error({ reserve: this.store.disk?.reserveFile }, 'disk full: the reserve was given up so delivery can acknowledge and purge; it is written again once there is room');
+    };
+    this.reserveMissing = !this.store.disk?.ensureReserve() && (this.store.disk?.plan.reserveBytes ?? 0) > 0;
+    if (this.reserveMissing) this.log.warn({ reserve: this.store.disk?.reserveFile, freeBytes: this.store.disk?.freeBytes() }, 'not enough room on the disk for the reserve; written once there is');
+    this.clock.noteCommitted(this.store.newestReadingTime() ?? Number.NaN);
+    this.ingest = new Ingest(this.store, this.ingestOptions(config), this.log.child({ component: 'buffer' }));
+    this.ingest.onError = (err) => this.checkFatal(err);
     // Positions become arrival, departure and delay milestones as soon as they are committed.
     const detector = new MilestoneDetector(this.store, () => this.loaded.config, this.log.child({ component: 'milestones' }), () => void this.sender.kick());
-    this.ingest.onCommit((batch) => detector.process(batch));
+    this.ingest.onCommit((batch) => {
+      let newest = Number.NEGATIVE_INFINITY;
+      for (const r of batch) if (r.timeMs > newest) newest = r.timeMs;
+      this.clock.noteCommitted(newest);
+      detector.process(batch);
+    });
     this.client = this.makeClient();
-    this.sender = new Sender({ store: this.store, client: this.client, config, deviceId, log: this.log.child({ component: 'sender' }) });
+    this.sender = new Sender({
+      store: this.store,
+      client: this.client,
+      config,
+      deviceId,
+      log: this.log.child({ component: 'sender' }),
+      fixOf: (resourceId) => this.ingest.newestFix(resourceId),
+      onError: (err) => this.checkFatal(err),
+    });
 
     this.sources = await this.makeSources();
     this.ingest.start();
@@ -121,20 +191,13 @@ export class Agent {
     // `status` reads this row. Written when delivery changed (so a push shows at once),
     // else every stateIntervalMs: few writes, because every write wears the flash.
     this.stateTimer = setInterval(() => {
-      const sender = JSON.stringify(this.sender.status);
+      const sender = JSON.stringify(this.sender.status) + JSON.stringify(this.ingest.stats.trouble);
       if (sender !== this.lastSenderState || Date.now() - this.lastStateWriteMs >= (this.opts.stateIntervalMs ?? 15_000)) {
         this.lastSenderState = sender;
         this.writeState(true);
       }
     }, 1000);
-    if (config.health.listen) {
-      this.health = new HealthServer(this);
-      try {
-        this.healthPort = await this.health.start(config.health.listen);
-      } catch (err) {
-        this.log.error({ listen: config.health.listen, err: (err as Error).message }, 'health endpoint could not listen; running without it');
-      }
-    }
+    await this.startHealth(config.health.listen);
     const zone = systemZone();
     this.log.info(
       { deviceId, config: this.loaded.file, health: this.healthPort, buffer: config.buffer.path, keyOrigin: this.key.origin, sources: this.sources.map((s) => s.name), traces: config.schedule.traces, splayMs: splayMs(deviceId, config.schedule.splay_s), timeZone: zone },
@@ -146,6 +209,68 @@ export class Agent {
         "no zoneinfo file for the machine's zone (is tzdata installed?): time zones come from Node's ICU data instead, which costs about 8 MB more memory",
       );
     }
+  }
+
+  /**
+   * Open the buffer. After an unclean stop every page is read once (a power cut is when a
+   * file gets damaged). A corrupt buffer stops the agent (`buffer.on_corrupt = "stop"`, exit
+   * 65) or is moved aside for `buffer salvage` and replaced by an empty one (`"move-aside"`).
+   */
+  private openBuffer(): Store {
+    const b = this.loaded.config.buffer;
+    const opts = { synchronous: b.synchronous, cacheKb: b.cache_kb, reserveKb: b.reserve_kb };
+    const verify = b.path !== ':memory:' && existsSync(b.path) && !this.stoppedCleanly(b.path);
+    try {
+      return Store.open(b.path, { ...opts, verify });
+    } catch (err) {
+      if (!(err instanceof BufferError) || (err.problem !== 'corrupt' && err.problem !== 'foreign-wal') || b.on_corrupt !== 'move-aside') throw err;
+      const moved = moveAside(b.path);
+      this.log.error(
+        { buffer: b.path, movedTo: moved, problem: err.message },
+        `buffer unusable (${err.problem}); moved aside to ${moved} and started with an empty buffer (buffer.on_corrupt = "move-aside"). Copy what is readable back with: telematics-agent buffer salvage ${moved}`,
+      );
+      return Store.open(b.path, opts);
+    }
+  }
+
+  /** Whether the daemon that last ran on this buffer stopped cleanly (read-only look). */
+  private stoppedCleanly(path: string): boolean {
+    let store: Store | undefined;
+    try {
+      store = Store.open(path, { readonly: true });
+      return store.getState<DaemonState>(DAEMON_STATE_KEY)?.value.running === false;
+    } catch {
+      return false;
+    } finally {
+      store?.close();
+    }
+  }
+
+  /** A failure delivery or ingest cannot get past (a corrupt buffer): stop, with the exit status it maps to. */
+  private checkFatal(err: unknown): void {
+    if (this.fatal || !isCorruption(err)) return;
+    this.fatal = true;
+    const b = this.loaded.config.buffer;
+    const e = new BufferError(
+      'corrupt',
+      b.path,
+      `${b.path}: the buffer turned out corrupt while running (${(err as Error).message}). ${
+        b.on_corrupt === 'move-aside' ? 'Restarting moves it aside (buffer.on_corrupt = "move-aside").' : 'Set buffer.on_corrupt = "move-aside" or move it aside, then start again; copy what is readable back with telematics-agent buffer salvage.'
+      }`,
+    );
+    // move-aside: a restart (exit 1, Restart=on-failure) does the moving at open.
+    const fatal = b.on_corrupt === 'move-aside' ? Object.assign(new Error(e.message), { code: e.code }) : e;
+    this.log.fatal({ err: e.message }, 'buffer corrupt; stopping');
+    this.opts.onFatal?.(fatal);
+  }
+
+  private ingestOptions(config: Config): IngestOptions {
+    return {
+      batchSize: config.buffer.batch_size,
+      flushIntervalMs: config.buffer.flush_interval_ms,
+      keepWithoutLoad: config.privacy.record_without_load,
+      maxPending: config.buffer.max_pending,
+    };
   }
 
   private makeClient(): ApiClient {
@@ -178,7 +303,7 @@ export class Agent {
         log,
         emit: (r) => {
           // The simulator's clock runs ahead of real time on purpose (time_scale): not judged.
-          const late = cfg.type === 'simulator' ? undefined : timeProblem(r.timeMs, Date.now(), guard);
+          const late = cfg.type === 'simulator' ? undefined : timeProblem(r.timeMs, { earliestMs: this.clock.earliest(), latestMs: this.clock.latest() }, guard);
           if (late) {
             counts.timeRejected += 1;
             this.ingest.stats.rejected += 1;
@@ -225,6 +350,7 @@ export class Agent {
   private startSchedule(): void {
     const { config, deviceId } = this.loaded;
     const splay = splayMs(deviceId, config.schedule.splay_s);
+    this.scheduleText = config.schedule.traces;
     this.cron = new CronSchedule(Cron.parse(config.schedule.traces), () => {
       clearTimeout(this.splayTimer);
       this.splayTimer = setTimeout(() => this.sender.requestTracePush(), splay);
@@ -235,24 +361,51 @@ export class Agent {
   private stopSchedule(): void {
     this.cron?.stop();
     this.cron = undefined;
+    this.scheduleText = undefined;
     clearTimeout(this.splayTimer);
+  }
+
+  private async startHealth(listen: string): Promise<void> {
+    this.healthListen = listen;
+    this.healthPort = undefined;
+    if (!listen) return;
+    this.health = new HealthServer(this);
+    try {
+      this.healthPort = await this.health.start(listen);
+    } catch (err) {
+      this.health = undefined;
+      this.log.error({ listen, err: (err as Error).message }, 'health endpoint could not listen; running without it');
+    }
+  }
+
+  private async stopHealth(): Promise<void> {
+    const h = this.health;
+    this.health = undefined;
+    this.healthPort = undefined;
+    await h?.stop();
   }
 
   private checkBounds(): void {
     const b = this.loaded.config.buffer;
     try {
-      enforceBounds(this.store, { maxSizeBytes: b.max_size_mb * 1_048_576, maxAgeMs: b.max_age_days * 86_400_000 }, this.log.child({ component: 'buffer' }));
+      const r = enforceBounds(this.store, { maxSizeBytes: b.max_size_mb * 1_048_576, maxAgeMs: b.max_age_days * 86_400_000 }, this.log.child({ component: 'buffer' }), this.clock);
+      if (r.jumpMs !== undefined) this.clockJump = { ms: r.jumpMs, atMs: Date.now() };
     } catch (err) {
       this.log.error({ err: (err as Error).message }, 'could not apply buffer limits');
+      this.checkFatal(err);
+    }
+    if (this.reserveMissing && this.store.disk?.ensureReserve()) {
+      this.reserveMissing = false;
+      this.log.info({ reserve: this.store.disk.reserveFile }, 'the disk has room again: reserve written');
     }
   }
 
   /**
-   * Take a new config and key without losing anything buffered (SIGHUP): delivery uses the
-   * new key and settings at once, sources and the schedule are restarted. The buffer path
-   * cannot change while running.
+   * Take a new config and key without losing anything buffered (SIGHUP). Every setting is
+   * applied at once except those the schema marks as needing a restart (see
+   * `restartSettings`), which keep their running value and are named in the result.
    */
-  async reload(loaded: LoadedConfig, key: KeyLookup): Promise<string[]> {
+  async reload(loaded: LoadedConfig, key: KeyLookup): Promise<ReloadResult> {
     // One at a time: two SIGHUPs in quick succession must not both stop and start sources
     // across each other's awaits (the first set would be left running).
     const run = this.reloading.then(() => this.reloadNow(loaded, key));
@@ -260,27 +413,73 @@ export class Agent {
     return run;
   }
 
-  private async reloadNow(loaded: LoadedConfig, key: KeyLookup): Promise<string[]> {
-    const notes: string[] = [];
-    if (loaded.config.buffer.path !== this.loaded.config.buffer.path) {
-      notes.push(`buffer.path changed to ${loaded.config.buffer.path}; keeping ${this.loaded.config.buffer.path} until restart`);
-      loaded = { ...loaded, config: { ...loaded.config, buffer: { ...loaded.config.buffer, path: this.loaded.config.buffer.path } } };
-    }
-    this.loaded = loaded;
+  private async reloadNow(next: LoadedConfig, key: KeyLookup): Promise<ReloadResult> {
+    const old = this.loaded.config;
+    const changed = changedSettings({ ...old, device_id: this.loaded.deviceId }, { ...next.config, device_id: next.deviceId });
+    const restartKeys = restartSettings();
+    const waits = (path: string) => restartKeys.some((k) => path === k || path.startsWith(`${k}.`));
+    const needsRestart = changed.filter(waits);
+    const applied = changed.filter((p) => !waits(p));
+    // What waits for a restart keeps its running value.
+    const config = structuredClone(next.config);
+    config.buffer.path = old.buffer.path;
+    config.buffer.on_corrupt = old.buffer.on_corrupt;
+    config.buffer.reserve_kb = old.buffer.reserve_kb;
+    config.device_id = old.device_id;
+    this.loaded = { ...next, config, deviceId: this.loaded.deviceId };
     this.key = key;
     addSecret(key.key);
-    this.log.level = loaded.config.log.level;
-    const old = this.client;
+    const warning = keyFileWarning(key);
+    if (warning) this.log.warn(`subscription key: ${warning}`);
+    this.log.level = config.log.level;
+    const b = config.buffer;
+    if (b.synchronous !== old.buffer.synchronous) this.store.db.pragma(`synchronous = ${b.synchronous}`);
+    if (b.cache_kb !== old.buffer.cache_kb) this.store.db.pragma(`cache_size = -${Math.round(b.cache_kb)}`);
+    this.ingest.configure(this.ingestOptions(config));
+    const oldClient = this.client;
     this.client = this.makeClient();
-    this.sender.updateConfig(loaded.config, this.client);
-    this.stopSchedule();
-    this.startSchedule();
-    await this.stopSources();
-    this.sources = await this.makeSources();
-    await this.startSources();
-    void old.close();
+    this.sender.updateConfig(config, this.client);
+    if (changed.some((p) => p.startsWith('schedule.'))) {
+      this.stopSchedule();
+      this.startSchedule();
+    }
+    if (changed.some((p) => p === 'sources' || p.startsWith('sources_time.'))) {
+      await this.stopSources();
+      this.sources = await this.makeSources();
+      await this.startSources();
+    }
+    if (config.health.listen !== this.healthListen) {
+      await this.stopHealth();
+      await this.startHealth(config.health.listen);
+    }
+    void oldClient.close();
     this.writeState(true);
-    return notes;
+    return { applied, needsRestart };
+  }
+
+  /**
+   * The settings each part is running with right now, read from the parts themselves (not
+   * from the config they were given): what a reload test compares with the new file.
+   */
+  effectiveSettings(): Record<string, unknown> {
+    const pragma = (name: string) => this.store.db.pragma(name, { simple: true });
+    return {
+      'buffer.path': this.store.db.name,
+      'buffer.synchronous': ['OFF', 'NORMAL', 'FULL'][pragma('synchronous') as number],
+      'buffer.cache_kb': -(pragma('cache_size') as number),
+      'buffer.batch_size': this.ingest.options.batchSize,
+      'buffer.flush_interval_ms': this.ingest.options.flushIntervalMs,
+      'buffer.max_pending': this.ingest.options.maxPending,
+      'privacy.record_without_load': this.ingest.options.keepWithoutLoad,
+      'delivery.poll_interval_ms': this.sender.pollIntervalMs,
+      'health.listen': this.healthListen,
+      'health.port': this.healthPort,
+      'api.base_url': this.client.baseUrl,
+      'log.level': this.log.level,
+      'schedule.traces': this.scheduleText,
+      sources: this.sources.map((s) => s.name),
+      device_id: this.loaded.deviceId,
+    };
   }
 
   /** Rejected input is logged, but not once per line forever: the first few, then every 1000th. */
@@ -297,6 +496,8 @@ export class Agent {
 
   state(running: boolean): DaemonState {
     const next = this.cron?.nextRun;
+    const disk = this.store.disk;
+    const free = disk?.freeBytes();
     return {
       pid: process.pid,
       deviceId: this.loaded.deviceId,
@@ -309,6 +510,8 @@ export class Agent {
       ingest: this.ingest.stats,
       sources: this.sources.map((s) => ({ name: s.name, type: s.type, ...s.health(), timeRejected: this.timeCounts.get(s)?.timeRejected ?? 0 })),
       nextTracePushMs: next !== undefined ? next + splayMs(this.loaded.deviceId, this.config.schedule.splay_s) : null,
+      disk: disk ? { freeBytes: free === undefined || !Number.isFinite(free) ? null : free, reserve: disk.hasReserve(), reserveBytes: disk.plan.reserveBytes } : undefined,
+      clockJump: this.clockJump,
     };
   }
 
@@ -316,13 +519,21 @@ export class Agent {
     try {
       this.lastStateWriteMs = Date.now();
       this.store.setState(DAEMON_STATE_KEY, this.state(running), this.lastStateWriteMs);
+      if (this.stateWriteFailing) this.log.info('daemon state written again');
+      this.stateWriteFailing = false;
     } catch (err) {
-      this.log.warn({ err: (err as Error).message }, 'could not write daemon state');
+      // Once per failure, not every second while the disk is full.
+      if (!this.stateWriteFailing) this.log.warn({ err: (err as Error).message }, 'could not write daemon state (status shows the last one written)');
+      this.stateWriteFailing = true;
     }
   }
 
+  /**
+   * Stop everything, in order: what the sources still hand over is committed, the request
+   * under way may finish (bounded by delivery.shutdown_timeout_s), the state is written.
+   */
   async stop(): Promise<void> {
-    await this.health?.stop();
+    await this.stopHealth();
     this.stopSchedule();
     clearInterval(this.stateTimer);
     clearInterval(this.boundsTimer);
@@ -331,6 +542,7 @@ export class Agent {
     await this.sender.stop();
     this.writeState(false);
     this.store.close();
+    this.lock?.release();
     await this.client.close();
     this.log.info('agent stopped');
   }

@@ -2,14 +2,19 @@
  * The `telematics-agent` command. Every subcommand has --help; exit statuses are in
  * cli/exit.ts and the README. Output meant for scripts is behind --json.
  */
+import { resolve } from 'node:path';
 import { Command, CommanderError, Option } from 'commander';
 import { Agent } from './agent.js';
+import { accessProblem } from './buffer/db.js';
 import { Store } from './buffer/store.js';
 import { CliError, EXIT } from './cli/exit.js';
 import { buildStatus, formatStatus } from './cli/status.js';
-import { ConfigError, loadConfig, resolveConfigPath, resolveSubscriptionKey, type LoadedConfig } from './config/load.js';
+import { ConfigError, keyFileWarning, loadConfig, resolveConfigPath, resolveSubscriptionKey, type LoadedConfig } from './config/load.js';
+import { AgentError } from './errors.js';
+import { formatTime } from './geo/timezone.js';
 import { createLogger } from './log.js';
-import { MilestoneError, recordMilestone } from './milestones/record.js';
+import { resourceTypeOf, RESOURCE_TYPES } from './milestones/codes.js';
+import { checkLoadNumber, describeMilestone, MilestoneError, recordMilestone } from './milestones/record.js';
 import { readStopsFile, StopsFileError } from './milestones/stops.js';
 import { SystemdNotifier } from './notify.js';
 import { packageVersion } from './paths.js';
@@ -34,7 +39,8 @@ function load(configPath: string | undefined): LoadedConfig {
 }
 
 function withStore<T>(loaded: LoadedConfig, fn: (store: Store) => T): T {
-  const store = Store.open(loaded.config.buffer.path, { synchronous: loaded.config.buffer.synchronous, cacheKb: loaded.config.buffer.cache_kb });
+  const b = loaded.config.buffer;
+  const store = Store.open(b.path, { synchronous: b.synchronous, cacheKb: b.cache_kb, reserveKb: b.reserve_kb });
   try {
     return fn(store);
   } finally {
@@ -42,10 +48,10 @@ function withStore<T>(loaded: LoadedConfig, fn: (store: Store) => T): T {
   }
 }
 
-function parseTime(value: string, what: string): number {
-  const ms = Date.parse(value);
-  if (Number.isNaN(ms)) throw new CliError(`${what}: expected an ISO 8601 time such as 2026-11-22T14:05:00-06:00, got ${JSON.stringify(value)}`, EXIT.DATA);
-  return ms;
+function parseCoordinate(value: string, what: string, max: number): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n) || Math.abs(n) > max) throw new CliError(`${what}: expected a number from -${max} to ${max}, got ${JSON.stringify(value)}`, EXIT.USAGE);
+  return n;
 }
 
 function parseIntArg(value: string, what: string): number {
@@ -66,7 +72,8 @@ export function buildProgram(): Command {
       'after',
       `
 Exit status: 0 ok, 1 run-time failure, 3 daemon not running (status), 64 usage error,
-65 bad input data, 78 invalid configuration.`,
+65 bad input data or an unusable buffer (corrupt, newer version), 73 buffer cannot be
+opened or created, 78 invalid configuration, no key, or another daemon on the buffer.`,
     );
 
   program
@@ -89,6 +96,12 @@ Exit status: 0 ok, 1 run-time failure, 3 daemon not running (status), 64 usage e
     .action((opts: { config?: string; json?: boolean }) => {
       const loaded = load(opts.config);
       const key = resolveSubscriptionKey(loaded);
+      const keyWarning = keyFileWarning(key);
+      if (keyWarning) err(`warning: subscription key: ${keyWarning}`);
+      // What the daemon will need at start, checked as the user this runs as.
+      const buffer = loaded.config.buffer.path;
+      const problem = buffer === ':memory:' ? undefined : accessProblem(buffer);
+      if (problem) throw new ConfigError(loaded.file, [`buffer.path: ${buffer}: ${problem}; the daemon could not open its buffer`]);
       if (opts.json) {
         const { subscription_key: _omit, ...api } = loaded.config.api;
         out(JSON.stringify({ ...loaded.config, api, device_id: loaded.deviceId }, null, 2));
@@ -117,14 +130,17 @@ Exit status: 0 ok, 1 run-time failure, 3 daemon not running (status), 64 usage e
     .description('start a load on a resource (tractor, trailer)')
     .argument('<loadNumber>', 'the load number the service knows')
     .requiredOption('-r, --resource <id>', 'resourceId the readings are tagged with')
-    .option('-t, --resource-type <type>', 'resourceType sent with traces (Truck, Trailer, Driver)', 'Truck')
+    .option('-t, --resource-type <type>', `resourceType sent with traces: ${RESOURCE_TYPES.join(', ')}`, 'Truck')
     .option('-s, --stops <file>', 'JSON file with the load\'s stops (see config/stops.example.json)')
     .addOption(configOption())
     .action((loadNumber: string, opts: { resource: string; resourceType: string; stops?: string; config?: string }) => {
+      const resourceType = resourceTypeOf(opts.resourceType);
+      if (!resourceType) throw new CliError(`--resource-type: expected one of ${RESOURCE_TYPES.join(', ')}, got ${JSON.stringify(opts.resourceType)}`, EXIT.DATA);
       const stops = opts.stops ? readStopsFile(opts.stops) : [];
       const loaded = load(opts.config);
+      checkLoadNumber(loadNumber, loaded.config);
       const row = withStore(loaded, (store) =>
-        store.startLoad({ loadNumber, resourceId: opts.resource, resourceType: opts.resourceType, stops, nowMs: Date.now() }),
+        store.startLoad({ loadNumber, resourceId: opts.resource, resourceType, stops, nowMs: Date.now() }),
       );
       out(`load ${row.loadNumber} started on ${row.resourceId} (${row.resourceType}) with ${row.stops.length} stop(s)`);
     });
@@ -155,36 +171,128 @@ Exit status: 0 ok, 1 run-time failure, 3 daemon not running (status), 64 usage e
       }
     });
 
-  program
+  const milestone = program
     .command('milestone')
-    .description('record a milestone for a load; it is committed when this returns and the daemon sends it within seconds')
-    .requiredOption('-l, --load <loadNumber>', 'load number')
-    .requiredOption('--code <code>', 'eventCode, e.g. X3 arrived at pick-up, AF departed, X1 arrived at delivery, D1 unloaded, SD delayed, AA/AB appointment')
-    .option('--reason <code>', 'reasonCode (default: codes.default_reason, NS)')
+    .description('record a milestone for a load (committed when this returns; the daemon sends it within seconds), or list them')
+    .option('-l, --load <loadNumber>', 'load number (required)')
+    .option('--code <code>', 'eventCode from codes.events, e.g. X3 arrived at pick-up, AF departed, X1 arrived at delivery, D1 unloaded, SD delayed, AA/AB appointment (required)')
+    .option('--reason <code>', 'reasonCode from codes.reasons (default: codes.default_reason, NS)')
     .option('--stop <n>', 'stopsequenceNumber (1 = first stop)')
-    .option('--time <iso>', 'when it happened or, for appointments, the appointment time (default: now)')
-    .option('--city <name>', 'eventCity (default: from the stop, else from the last position)')
-    .option('--state <code>', 'eventState, two letters (default: as for --city)')
+    .option('--time <iso>', 'when it happened (for AA/AB the appointment time); without an offset it is read in the zone of the place (default: now)')
+    .option('--lat <degrees>', 'where it happened (with --lon); default: the stop, else the last fix')
+    .option('--lon <degrees>', 'where it happened (with --lat)')
+    .option('--city <name>', 'eventCity (default: from the position)')
+    .option('--state <code>', 'eventState, two letters (default: from the position)')
+    .option('--force', 'record it even with a code outside codes.events/codes.reasons, or a second time for the same load, code and stop')
     .option('--json', 'print the committed milestone as JSON')
     .addOption(configOption())
-    .action((opts: { load: string; code: string; reason?: string; stop?: string; time?: string; city?: string; state?: string; json?: boolean; config?: string }) => {
-      const timeMs = opts.time === undefined ? undefined : parseTime(opts.time, '--time');
-      const stop = opts.stop === undefined ? undefined : parseIntArg(opts.stop, '--stop');
+    .addHelpText(
+      'after',
+      `
+The place is, first match wins: --lat/--lon or --city/--state; the stop's coordinates
+(--stop); the resource's last fix if not older than milestones.max_fix_age_s. Without
+any, it goes without a city and state, in this device's zone (a warning says so).`,
+    )
+    .action(
+      (opts: { load?: string; code?: string; reason?: string; stop?: string; time?: string; lat?: string; lon?: string; city?: string; state?: string; force?: boolean; json?: boolean; config?: string }) => {
+        if (!opts.load || !opts.code) throw new CliError(`required option${!opts.load && !opts.code ? 's' : ''} ${[!opts.load && '--load', !opts.code && '--code'].filter(Boolean).join(' and ')} not specified`, EXIT.USAGE);
+        const stop = opts.stop === undefined ? undefined : parseIntArg(opts.stop, '--stop');
+        if ((opts.lat === undefined) !== (opts.lon === undefined)) throw new CliError('--lat and --lon go together', EXIT.USAGE);
+        const lat = opts.lat === undefined ? undefined : parseCoordinate(opts.lat, '--lat', 90);
+        const lon = opts.lon === undefined ? undefined : parseCoordinate(opts.lon, '--lon', 180);
+        if (opts.state !== undefined && !/^[A-Za-z]{2}$/.test(opts.state)) throw new CliError(`--state: expected a two-letter state or province code, got ${JSON.stringify(opts.state)}`, EXIT.DATA);
+        const loaded = load(opts.config);
+        const { row, warnings, timeMs, placement } = withStore(loaded, (store) =>
+          recordMilestone(store, loaded.config, {
+            loadNumber: opts.load!,
+            code: opts.code!,
+            reason: opts.reason,
+            stop,
+            timeText: opts.time,
+            lat,
+            lon,
+            city: opts.city,
+            state: opts.state?.toUpperCase(),
+            force: opts.force ?? false,
+          }),
+        );
+        for (const w of warnings) err(`warning: ${w}`);
+        if (opts.json) return out(JSON.stringify(row, null, 2));
+        const local = formatTime(new Date(timeMs), placement.zone, 'local');
+        const where = row.body.eventCity ? ` at ${String(row.body.eventCity)}, ${String(row.body.eventState)}` : '';
+        out(
+          `milestone ${row.id} (${row.code} for load ${row.loadNumber}${row.stop === null ? '' : `, stop ${row.stop}`}) committed: ${local.dateTime.replace('T', ' ').replace(/\.\d+/, '')} ${local.timeZoneCode} (${local.timeZoneOffset}) = ${new Date(timeMs).toISOString().replace(/\.000Z$/, 'Z')}${where} (place: ${placement.source}); the running agent sends it within seconds`,
+        );
+      },
+    );
+  milestone
+    .command('list')
+    .description("a load's milestones: state, attempts, the service's last answer and correlation id")
+    .requiredOption('-l, --load <loadNumber>', 'load number')
+    .option('--json', 'machine-readable output')
+    .addOption(configOption())
+    .action((opts: { load: string; json?: boolean; config?: string }) => {
       const loaded = load(opts.config);
-      const { row, warnings } = withStore(loaded, (store) =>
-        recordMilestone(store, loaded.config, {
-          loadNumber: opts.load,
-          code: opts.code,
-          reason: opts.reason,
-          stop,
-          timeMs,
-          city: opts.city,
-          state: opts.state?.toUpperCase(),
-        }),
+      const rows = withStore(loaded, (store) => {
+        if (!store.getLoad(opts.load)) throw new MilestoneError(`load ${opts.load}: no such load`);
+        return store.listMilestones(opts.load);
+      });
+      const state = (m: (typeof rows)[number]) => (m.sentMs !== null ? 'sent' : m.parkedMs !== null ? 'dead-letter' : 'pending');
+      if (opts.json) {
+        return out(
+          JSON.stringify(
+            rows.map((m) => ({
+              id: m.id,
+              code: m.code,
+              stop: m.stop,
+              origin: m.origin,
+              state: state(m),
+              time: m.body.time,
+              eventCity: m.body.eventCity ?? null,
+              eventState: m.body.eventState ?? null,
+              createdMs: m.createdMs,
+              sentMs: m.sentMs,
+              attempts: m.attempts,
+              lastStatus: m.lastStatus,
+              lastAnswer: m.lastError,
+              correlationId: m.correlationId,
+              ref: m.ref,
+            })),
+            null,
+            2,
+          ),
+        );
+      }
+      if (rows.length === 0) return out(`no milestones for load ${opts.load}`);
+      for (const m of rows) {
+        const time = String((m.body.time as { dateTime?: string }).dateTime);
+        const answer = m.lastStatus === null ? (m.lastError ? m.lastError : '-') : `HTTP ${m.lastStatus}${m.lastError ? ` ${m.lastError.replace(/\s+/g, ' ').slice(0, 80)}` : ''}`;
+        out(
+          `${m.id}\t${m.code}\tstop ${m.stop ?? '-'}\t${time}\t${m.origin ?? 'earlier version'}\t${state(m)}\t${m.attempts} attempt(s)\t${answer}\tcorrelation ${m.correlationId ?? '-'}`,
+        );
+      }
+    });
+
+  const buffer = program.command('buffer').description('the SQLite buffer itself');
+  buffer
+    .command('salvage')
+    .description('copy every readable milestone and undelivered reading of a buffer that was set aside (e.g. buffer.db.corrupt-<time>) into the running buffer')
+    .argument('<file>', 'the old buffer file (its -wal beside it is read too; nothing is written to either)')
+    .option('--force', 'copy it again although it was salvaged into this buffer before (its readings would be sent twice)')
+    .option('--json', 'print the report as JSON')
+    .addOption(configOption())
+    .action(async (file: string, opts: { force?: boolean; json?: boolean; config?: string }) => {
+      const { salvage } = await import('./buffer/salvage.js');
+      const loaded = load(opts.config);
+      if (resolve(file) === resolve(loaded.config.buffer.path)) throw new CliError(`${file} is the running buffer itself; give the file that was set aside`, EXIT.USAGE);
+      const report = withStore(loaded, (store) => salvage(file, store, { force: opts.force }));
+      if (opts.json) return out(JSON.stringify(report, null, 2));
+      const unreadable = Object.entries(report.unreadable).map(([t, n]) => (n === 'table' ? `table ${t}` : `${n} ${t} row(s)`));
+      out(
+        `salvaged from ${file}: ${report.loads} load(s), ${report.milestones} milestone(s) (${report.pendingMilestones} still to send), ${report.readings} reading(s) not yet delivered, ${report.deadLetters} dead letter(s); ${report.skippedDelivered} reading(s) skipped as delivered`,
       );
-      for (const w of warnings) err(`warning: ${w}`);
-      if (opts.json) out(JSON.stringify(row, null, 2));
-      else out(`milestone ${row.id} (${String(row.body.eventCode)} for load ${row.loadNumber}) committed; the running agent sends it within seconds`);
+      if (report.loadsEnded.length) out(`copied as ended (their resource has an active load here): ${report.loadsEnded.join(', ')}`);
+      out(unreadable.length ? `unreadable, not copied: ${unreadable.join(', ')}` : 'every row was readable');
     });
 
   const dead = program.command('dead-letter').description('records the service refused, parked with its answer so the rest could go');
@@ -257,18 +365,27 @@ Exit status: 0 ok, 1 run-time failure, 3 daemon not running (status), 64 usage e
 }
 
 /**
- * Run until SIGTERM/SIGINT; stop gracefully within the unit's TimeoutStopSec.
- * SIGHUP reloads the config file and the key; an invalid new config is refused and the
- * running one kept.
+ * Run until SIGTERM/SIGINT; stop gracefully within delivery.shutdown_timeout_s, which the
+ * schema keeps below the unit's TimeoutStopSec: past it the agent exits by itself (status 1)
+ * rather than be killed mid-write. SIGHUP reloads the config file and the key; an invalid
+ * new config is refused and the running one kept.
  */
 export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof resolveSubscriptionKey>, log: ReturnType<typeof createLogger>): Promise<void> {
-  const agent = new Agent(loaded, key, log);
+  let stopRequested: ((signal: string, exitCode?: number) => void) | undefined;
+  let pendingStop: { signal: string; exitCode?: number } | undefined;
+  const agent = new Agent(loaded, key, log, {
+    onFatal: (e) => {
+      const code = e instanceof AgentError ? e.exitCode : EXIT.FAILURE;
+      if (stopRequested) stopRequested('fatal', code);
+      else pendingStop = { signal: 'fatal', exitCode: code };
+    },
+  });
   // A bug must not cost the readings waiting in memory: commit them, then exit non-zero so
   // systemd restarts the service (Restart=on-failure).
   const onFatal = (err: unknown) => {
     log.fatal({ err: err instanceof Error ? { message: err.message, stack: err.stack } : String(err) }, 'unexpected error; committing queued readings and exiting');
     try {
-      agent.ingest?.flush();
+      agent.ingest?.flush(true);
     } catch {
       // Nothing more can be saved.
     }
@@ -281,7 +398,20 @@ export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof res
   const notifier = new SystemdNotifier(log.child({ component: 'systemd' }));
   const running = () => `running: ${agent.sources.length} source(s)`;
   await notifier.start();
-  await agent.start();
+  // A signal during start is kept and acted on once the agent is up.
+  const early = (signal: NodeJS.Signals) => () => {
+    pendingStop ??= { signal };
+  };
+  const earlyTerm = early('SIGTERM');
+  const earlyInt = early('SIGINT');
+  process.once('SIGTERM', earlyTerm);
+  process.once('SIGINT', earlyInt);
+  try {
+    await agent.start();
+  } finally {
+    process.off('SIGTERM', earlyTerm);
+    process.off('SIGINT', earlyInt);
+  }
   void notifier.ready(running());
   const onHup = () => {
     void notifier.reloading('reloading the configuration');
@@ -291,9 +421,9 @@ export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof res
       for (const w of next.warnings) log.warn(w);
       agent
         .reload(next, nextKey)
-        .then((notes) => {
-          for (const n of notes) log.warn(n);
-          log.info({ config: next.file, keyOrigin: nextKey.origin }, 'configuration reloaded');
+        .then(({ applied, needsRestart }) => {
+          log.info({ config: next.file, keyOrigin: nextKey.origin, applied, needsRestart }, 'configuration reloaded');
+          if (needsRestart.length) log.warn({ needsRestart }, `changed settings that apply only after a restart (systemctl restart telematics-agent): ${needsRestart.join(', ')}`);
         })
         .catch((e) => log.error({ err: (e as Error).message }, 'reload failed'))
         .finally(() => void notifier.ready(running()));
@@ -304,23 +434,39 @@ export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof res
     }
   };
   process.on('SIGHUP', onHup);
-  await new Promise<void>((resolve) => {
+  const exitCode = await new Promise<number>((resolve) => {
     let stopping = false;
-    const stop = (signal: string) => {
+    const stop = (signal: string, code = EXIT.OK as number) => {
       if (stopping) return;
       stopping = true;
       log.info({ signal }, 'stopping');
       void notifier.stopping('stopping: committing readings, finishing deliveries');
+      const limitS = agent.config.delivery.shutdown_timeout_s;
+      const deadline = setTimeout(() => {
+        log.error({ shutdownTimeoutS: limitS }, 'could not stop within delivery.shutdown_timeout_s; exiting now (what is committed stays buffered)');
+        try {
+          agent.ingest.flush(true);
+        } catch {
+          // Exiting anyway.
+        }
+        process.exit(EXIT.FAILURE);
+      }, limitS * 1000);
       agent
         .stop()
         .catch((e) => log.error({ err: (e as Error).message }, 'error while stopping'))
-        .finally(resolve);
+        .finally(() => {
+          clearTimeout(deadline);
+          resolve(code);
+        });
     };
+    stopRequested = stop;
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));
+    if (pendingStop) stop(pendingStop.signal, pendingStop.exitCode);
   });
   process.off('SIGHUP', onHup);
   await notifier.stop();
+  if (exitCode !== EXIT.OK) process.exitCode = exitCode;
 }
 
 /** Set by `run`: the daemon keeps collecting when nobody reads its output any more. */
@@ -354,7 +500,11 @@ function exitCodeFor(e: unknown): number {
     err(`error: ${e.message}`);
     return e.exitCode;
   }
-  if (e instanceof LoadError || e instanceof MilestoneError || e instanceof StopsFileError) {
+  if (e instanceof AgentError) {
+    err(`error: ${e.message}`);
+    return e.exitCode;
+  }
+  if (e instanceof LoadError || e instanceof StopsFileError) {
     err(`error: ${e.message}`);
     return EXIT.DATA;
   }

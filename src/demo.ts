@@ -97,6 +97,8 @@ export async function runDemo(opts: DemoOptions): Promise<boolean> {
     schedule: { traces: '*/4 * * * * *', splay_s: 0 },
     sampling: { interval_s: 120 },
     delivery: { poll_interval_ms: 200, retry_initial_s: 0.5, retry_max_s: 2 },
+    // The agent is given its simulator below (opts.sources); this entry only says what it is.
+    sources: [simCfg],
   });
   const log = createLogger({ level: 'error' });
   let sim: SimulatorSource | undefined;

@@ -21,6 +21,15 @@ export function healthProblems(agent: Agent, nowMs = Date.now()): string[] {
     problems.push(`no successful push for ${Math.round((nowMs - since) / 1000)} s while data waits (push interval ${Math.round(interval / 1000)} s)`);
   }
   if (s.paused) problems.push(`delivery paused: ${s.paused}`);
+  const trouble = agent.ingest.stats.trouble;
+  if (trouble) {
+    const since = Math.round((nowMs - trouble.sinceMs) / 1000);
+    problems.push(
+      trouble.kind === 'disk-full'
+        ? `disk full: readings not committed for ${since} s, ${agent.ingest.stats.pending} waiting in memory (buffer.max_pending ${agent.config.buffer.max_pending}), ${agent.ingest.stats.droppedPending} dropped; delivery goes on and makes room`
+        : `readings not committed for ${since} s: ${trouble.lastError}`,
+    );
+  }
   const silentMs = agent.config.health.source_silent_s * 1000;
   for (const src of agent.sources) {
     const h = src.health();
@@ -55,6 +64,9 @@ export function metricsText(agent: Agent, nowMs = Date.now()): string {
   ]);
   metric('telematics_trace_points_sent_total', 'counter', 'Trace points delivered since start.', [[{}, s.sent.tracePoints]]);
   metric('telematics_milestones_sent_total', 'counter', 'Milestones delivered since start.', [[{}, s.sent.milestones]]);
+  metric('telematics_duplicates_total', 'counter', 'Records the service already had (HTTP 409), counted as delivered.', [[{}, s.duplicates]]);
+  metric('telematics_disk_full', 'gauge', '1 while readings cannot be committed for lack of room.', [[{}, agent.ingest.stats.trouble?.kind === 'disk-full' ? 1 : 0]]);
+  metric('telematics_readings_pending', 'gauge', 'Readings accepted and not yet committed.', [[{}, agent.ingest.stats.pending]]);
   metric('telematics_last_success_timestamp_seconds', 'gauge', 'Time of the last 2xx.', [[{}, (s.lastSuccessMs ?? 0) / 1000]]);
   metric('telematics_delivery_paused', 'gauge', '1 while the service refuses the key, SCAC or address.', [[{}, s.paused ? 1 : 0]]);
   metric(

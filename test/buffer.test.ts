@@ -46,7 +46,7 @@ describe('buffer file', () => {
     for (let i = 0; i < 3; i++) insert.run(1_700_000_000_000 + i);
     db.close();
     const store = Store.open(path);
-    expect(store.db.pragma('user_version', { simple: true })).toBe(4);
+    expect(store.db.pragma('user_version', { simple: true })).toBe(SCHEMA_VERSION);
     expect(store.getLoad('L1')?.ackedId).toBe(0);
     expect([...store.iterateReadings('L1')]).toHaveLength(3);
     const indexes = store.db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'readings'").pluck().all();
@@ -65,7 +65,7 @@ describe('buffer file', () => {
     const db = new Database(path);
     db.pragma(`user_version = ${SCHEMA_VERSION + 1}`);
     db.close();
-    expect(() => openDatabase(path)).toThrow(/newer than this agent understands/);
+    expect(() => openDatabase(path)).toThrow(/written by a newer version of telematics-agent \(buffer schema \d+; this version understands up to \d+\); nothing was changed/);
   });
 });
 
@@ -170,14 +170,26 @@ describe('readings', () => {
     store.close();
   });
 
-  it('finds the last position of a resource through its load, or among recent unassigned rows', () => {
+  it('keeps the last fix of each resource, moved only forward in time, and never purged with the readings', () => {
     const store = Store.open(path);
     store.insertReadings([reading(1, 'LOOSE'), { resourceId: 'LOOSE', timeMs: 1_700_000_009_000, temperatureC: 3 }], true);
-    expect(store.latestPosition('LOOSE')?.time_ms).toBe(reading(1).timeMs);
+    expect(store.lastFix('LOOSE')?.timeMs).toBe(reading(1).timeMs);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     store.insertReadings([reading(5), reading(6), { resourceId: 'TRUCK-1', timeMs: 1_700_000_010_000, temperatureC: 3 }]);
-    expect(store.latestPosition('TRUCK-1')?.time_ms).toBe(reading(6).timeMs);
-    expect(store.latestPosition('NEVER')).toBeUndefined();
+    expect(store.lastFix('TRUCK-1')).toMatchObject({ timeMs: reading(6).timeMs, lat: reading(6).lat, lon: reading(6).lon });
+    // A late reading (older than the fix) does not move it back.
+    store.insertReadings([reading(2)]);
+    expect(store.lastFix('TRUCK-1')?.timeMs).toBe(reading(6).timeMs);
+    // Delivered and purged: the fix stays.
+    const ids = [...store.iterateReadings('L1')].map((r) => r.id);
+    store.ackReadings('L1', ids[ids.length - 1], null);
+    store.purgeAcked();
+    expect(store.counts().readings).toBe(0);
+    expect(store.lastFix('TRUCK-1')?.timeMs).toBe(reading(6).timeMs);
+    expect(store.lastFix('NEVER')).toBeUndefined();
+    // Readings of a resource without a load are not kept, and neither is its position.
+    store.insertReadings([reading(9, 'NO-LOAD')]);
+    expect(store.lastFix('NO-LOAD')).toBeUndefined();
     store.close();
   });
 
@@ -266,13 +278,13 @@ describe('milestone durability', () => {
     const store = Store.open(path, { synchronous: 'NORMAL' });
     store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: 1 });
     const seen: number[] = [];
-    // Observe the level in force while the milestone row is written.
-    const insert = store.insertMilestone.bind(store);
-    store.insertMilestone = (...args) => {
+    // Observe the level in force inside the milestone's transaction (the one-per-event check runs there).
+    const find = store.findMilestone.bind(store);
+    store.findMilestone = (...args) => {
       seen.push(store.db.pragma('synchronous', { simple: true }) as number);
-      return insert(...args);
+      return find(...args);
     };
-    recordMilestone(store, configSchema.parse({ api: { scac: 'ABCD' } }), { loadNumber: 'L1', code: 'X3' });
+    recordMilestone(store, configSchema.parse({ api: { scac: 'ABCD' }, sources: [{ type: 'simulator', resource_id: 'T1' }] }), { loadNumber: 'L1', code: 'X3' });
     expect(seen).toEqual([2]); // FULL
     expect(store.db.pragma('synchronous', { simple: true })).toBe(1); // NORMAL again
     store.close();

@@ -10,6 +10,9 @@ beforeEach(() => {
 });
 afterEach(() => tmp.cleanup());
 
+/** Every config needs a source; tests about other tables add this one. */
+const SRC = '[[sources]]\ntype = "simulator"\nresource_id = "T1"\n';
+
 function problems(text: string): string[] {
   try {
     parseConfigText(text, 'agent.toml', '/etc/telematics-agent');
@@ -22,7 +25,7 @@ function problems(text: string): string[] {
 
 describe('config schema', () => {
   it('fills every default from the one schema', () => {
-    const c = parseConfigText('[api]\nscac = "ABCD"\n', 'agent.toml', '/etc/telematics-agent');
+    const c = parseConfigText(`[api]\nscac = "ABCD"\n${SRC}`, 'agent.toml', '/etc/telematics-agent');
     expect(c.api.base_url).toBe('http://127.0.0.1:8787');
     expect(c.api.milestone_path).toBe('/rcsc/events/v1/loads/milestone-requests');
     expect(c.api.trace_path).toBe('/rcsc/events/v1/loads/trace-requests');
@@ -33,7 +36,16 @@ describe('config schema', () => {
     expect(c.buffer.synchronous).toBe('NORMAL');
     expect(c.privacy.record_without_load).toBe(false);
     expect(c.codes.default_reason).toBe('NS');
-    expect(c.sources).toEqual([]);
+    expect(c.sources).toMatchObject([{ type: 'simulator', resource_id: 'T1', resource_type: 'Truck' }]);
+    expect(c.buffer).toMatchObject({ on_corrupt: 'stop', reserve_kb: 2048, max_pending: 20_000 });
+    expect(c.delivery).toMatchObject({ shutdown_timeout_s: 20, conflict_is_delivered: true });
+    expect(c.api).toMatchObject({ load_number_pattern: '^[A-Za-z0-9-]{1,35}$', correlation_id_field: 'correlationId', correlation_id_header: 'x-correlation-id' });
+    expect(c.milestones.max_fix_age_s).toBe(1800);
+    expect(c.codes.events).toEqual(expect.arrayContaining(['X3', 'AF', 'X1', 'D1', 'CD', 'X6', 'SD', 'AA', 'AB']));
+    expect(c.codes.reasons).toEqual(expect.arrayContaining(['NS', 'AI', 'AO', 'BE', 'AH']));
+    // Two lists: an event code is no reason code and the other way round.
+    expect(c.codes.events).not.toContain('NS');
+    expect(c.codes.reasons).not.toContain('X3');
   });
 
   it('reports every problem at once, each as path: problem', () => {
@@ -69,14 +81,14 @@ speed_kmh = "fast"
   });
 
   it('names a missing table and a TOML syntax error by line and column', () => {
-    expect(problems('device_id = "x"\n')).toEqual(['api: required table [api] is missing']);
+    expect(problems(`device_id = "x"\n${SRC}`)).toEqual(['api: required table [api] is missing']);
     expect(problems('[api\nscac = "ABCD"\n')).toEqual([
       'line 1, column 5: TOML syntax error: Invalid TOML document: illegal character in key',
     ]);
   });
 
   it('makes relative paths relative to the config file', () => {
-    const c = parseConfigText('[api]\nscac = "ABCD"\nsubscription_key_file = "key"\n[buffer]\npath = "data/b.db"\n', 'x', '/opt/ta');
+    const c = parseConfigText(`[api]\nscac = "ABCD"\nsubscription_key_file = "key"\n[buffer]\npath = "data/b.db"\n${SRC}`, 'x', '/opt/ta');
     expect(c.buffer.path).toBe('/opt/ta/data/b.db');
     expect(c.api.subscription_key_file).toBe('/opt/ta/key');
   });
@@ -89,7 +101,7 @@ speed_kmh = "fast"
 });
 
 describe('subscription key', () => {
-  const base = (extra = '') => `[api]\nscac = "ABCD"\n${extra}`;
+  const base = (extra = '') => `[api]\nscac = "ABCD"\n${extra}${SRC}`;
 
   it('prefers the key file, then the environment, then the systemd credential, then inline (with a warning)', () => {
     const keyFile = writeFile(tmp.dir, 'key', 'from-file\n', 0o600);
@@ -127,8 +139,9 @@ describe('subscription key', () => {
 describe('validate-config (real CLI)', () => {
   it('exits 0 on a good config and names where the key came from', async () => {
     const keyFile = writeFile(tmp.dir, 'key', 'secret-key-value\n', 0o600);
-    const cfg = writeFile(tmp.dir, 'agent.toml', `[api]\nscac = "ABCD"\nsubscription_key_file = "${keyFile}"\n`);
+    const cfg = writeFile(tmp.dir, 'agent.toml', `[api]\nscac = "ABCD"\nsubscription_key_file = "${keyFile}"\n[buffer]\npath = "${join(tmp.dir, 'b.db')}"\n${SRC}`);
     const r = await runCli(['validate-config', '--config', cfg]);
+    expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     expect(r.stdout).toContain(`${cfg}: ok`);
     expect(r.stdout).toContain('key from api.subscription_key_file');
@@ -136,7 +149,7 @@ describe('validate-config (real CLI)', () => {
   });
 
   it('prints every problem and exits 78', async () => {
-    const cfg = writeFile(tmp.dir, 'bad.toml', '[api]\nscac = "abcd"\n[sampling]\ninterval_s = -1\nfoo = 2\n');
+    const cfg = writeFile(tmp.dir, 'bad.toml', `[api]\nscac = "abcd"\n[sampling]\ninterval_s = -1\nfoo = 2\n${SRC}`);
     const r = await runCli(['validate-config', '--config', cfg]);
     expect(r.code).toBe(78);
     expect(r.stderr).toBe(
@@ -156,7 +169,7 @@ describe('validate-config (real CLI)', () => {
   });
 
   it('exits 78 when the key file cannot be read', async () => {
-    const cfg = writeFile(tmp.dir, 'agent.toml', `[api]\nscac = "ABCD"\nsubscription_key_file = "${join(tmp.dir, 'absent-key')}"\n`);
+    const cfg = writeFile(tmp.dir, 'agent.toml', `[api]\nscac = "ABCD"\nsubscription_key_file = "${join(tmp.dir, 'absent-key')}"\n${SRC}`);
     const r = await runCli(['validate-config', '--config', cfg]);
     expect(r.code).toBe(78);
     expect(r.stderr).toContain('api.subscription_key_file: cannot read');

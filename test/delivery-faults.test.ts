@@ -34,6 +34,7 @@ beforeEach(async () => {
     buffer: { path: join(tmp.dir, 'b.db') },
     sampling: { interval_s: 0 },
     delivery: { poll_interval_ms: 20, retry_initial_s: 0.05, retry_max_s: 0.2, max_traces_per_request: 100, drain_interval_ms: 0, auth_retry_s: 60 },
+    sources: [{ type: 'simulator', resource_id: 'T1' }],
   });
   store = Store.open(config.buffer.path);
   store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: T0 });

@@ -25,6 +25,7 @@ async function setup(baseUrl?: string) {
     buffer: { path: join(tmp.dir, 'b.db') },
     sampling: { interval_s: 0 },
     delivery: { poll_interval_ms: 50, retry_initial_s: 0.1, retry_max_s: 0.3 },
+    sources: [{ type: 'simulator', resource_id: 'T1' }],
   });
   store = Store.open(config.buffer.path);
   client = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });

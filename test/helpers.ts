@@ -96,9 +96,23 @@ export async function waitFor<T>(fn: () => T | undefined | false | Promise<T | u
 export const TEST_KEY = 'test-key-0123456789abcdef';
 export const TEST_SCAC = 'ABCD';
 
-/** A minimal valid config for the sandbox at `url`, with the key in a 0600 file. `extra` lands in [delivery], the last table, unless it opens its own. */
+/**
+ * A source that reads nothing (a module whose start and stop do nothing), for daemons whose
+ * readings a test writes itself: every config needs at least one source.
+ */
+export function idleSource(dir: string): string {
+  const path = writeFile(dir, 'idle-source.mjs', 'export function createSource() { return { start() {}, stop() {}, health: () => ({ healthy: true, readings: 0, rejected: 0, detail: "idle" }) }; }\n');
+  return `[[sources]]\ntype = "module"\nname = "idle"\npath = "${path}"\n`;
+}
+
+/**
+ * A minimal valid config for the sandbox at `url`, with the key in a 0600 file. `extra` lands
+ * in [delivery], the last table, unless it opens its own; without a [[sources]] table of its
+ * own, an idle source is added.
+ */
 export function agentConfig(dir: string, url: string, extra = '', opts: { traces?: string; sampling?: number } = {}): string {
   const keyFile = writeFile(dir, 'key', `${TEST_KEY}\n`, 0o600);
+  const sources = extra.includes('[[sources]]') ? '' : idleSource(dir);
   return writeFile(
     dir,
     'agent.toml',
@@ -121,6 +135,6 @@ poll_interval_ms = 100
 retry_initial_s = 0.2
 retry_max_s = 1
 ${extra}
-`,
+${sources}`,
   );
 }

@@ -3,7 +3,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Store } from '../src/buffer/store.js';
 import { configSchema, simulatorSourceSchema, type Config } from '../src/config/schema.js';
 import { createLogger } from '../src/log.js';
-import { MilestoneDetector, stopStates } from '../src/milestones/detector.js';
+import { MilestoneDetector } from '../src/milestones/detector.js';
 import type { Stop } from '../src/milestones/stops.js';
 import { BUILTIN_ROUTES } from '../src/sources/routes.js';
 import { SimulatorModel, seededRandom } from '../src/sources/simulator.js';
@@ -22,7 +22,7 @@ let config: Config;
 beforeEach(() => {
   tmp = tempDir();
   store = Store.open(join(tmp.dir, 'b.db'));
-  config = configSchema.parse({ api: { scac: 'ABCD' } });
+  config = configSchema.parse({ api: { scac: 'ABCD' }, sources: [{ type: 'simulator', resource_id: 'TRUCK-1' }] });
 });
 afterEach(() => {
   store.close();
@@ -103,7 +103,7 @@ describe('arrival and departure', () => {
     for (let i = 0; i < 120; i++) fixes.push(at(i % 3 === 0 ? 470 : 430, i * 11, (t += 10)));
     feed(d, fixes, 7);
     expect(codes()).toEqual(['X3']);
-    expect(stopStates(store, 'L1').get(1)?.state).toBe('inside');
+    expect(store.stopStates('L1').get(1)?.state).toBe('inside');
 
     // A second load passing the delivery stop at speed, never 3 fixes inside: no arrival.
     store.endLoad('L1', T0);

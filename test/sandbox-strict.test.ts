@@ -59,7 +59,8 @@ async function deadLetters(cfg: string): Promise<DeadLetter[]> {
 
 async function cli(args: string[]): Promise<void> {
   const r = await runCli(args);
-  expect(r.stderr).toBe('');
+  // Warnings (a milestone recorded before the first fix) are fine; errors are not.
+  expect(r.stderr.split('\n').filter((l) => l && !l.startsWith('warning: '))).toEqual([]);
   expect(r.code).toBe(0);
 }
 

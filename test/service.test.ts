@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { EXIT } from '../src/cli/exit.js';
 import { CREDENTIAL_NAME, parseConfigText } from '../src/config/load.js';
+import { UNIT_TIMEOUT_STOP_S } from '../src/config/schema.js';
 import { BIN, ROOT, runCli, tempDir, writeFile } from './helpers.js';
 
 const UNIT_FILE = join(ROOT, 'systemd', 'telematics-agent.service');
@@ -17,8 +18,6 @@ const INSTALL = join(ROOT, 'scripts', 'install.sh');
 const UNINSTALL = join(ROOT, 'scripts', 'uninstall.sh');
 const EXAMPLE_CONFIG = join(ROOT, 'config', 'agent.example.toml');
 const EXEC_BIN = '/usr/local/bin/telematics-agent';
-/** The agent's own bound on a graceful stop; TimeoutStopSec must leave room above it. */
-const AGENT_STOP_BOUND_S = 30;
 
 interface Run {
   status: number | null;
@@ -132,19 +131,26 @@ describe('systemd unit: what the agent relies on', () => {
     expect(words('RestrictAddressFamilies')).toContain('AF_UNIX');
   });
 
-  it('restarts on failure, but never on an invalid config (exit 78)', () => {
+  it('restarts on failure, but never on what a restart cannot fix (65 buffer unusable, 73 buffer not writable, 78 config)', () => {
     expect(one('Restart')).toBe('on-failure');
-    expect(EXIT.CONFIG).toBe(78);
-    expect(words('RestartPreventExitStatus')).toContain(String(EXIT.CONFIG));
+    expect([EXIT.DATA, EXIT.CANTCREAT, EXIT.CONFIG]).toEqual([65, 73, 78]);
+    expect(words('RestartPreventExitStatus').sort()).toEqual(['65', '73', '78']);
   });
 
-  it('gives a graceful stop more time than the agent takes', () => {
+  it('keeps the agent\'s own stop bound below TimeoutStopSec: the schema refuses shutdown_timeout_s at or above it', () => {
     const m = /^(\d+)s?$/.exec(one('TimeoutStopSec') ?? '');
     expect(m).not.toBeNull();
     const timeoutStop = Number(m![1]);
-    expect(timeoutStop).toBeGreaterThanOrEqual(AGENT_STOP_BOUND_S + 10);
-    const defaults = parseConfigText('[api]\nscac = "ABCD"\n', 'agent.toml', '/etc/telematics-agent');
+    expect(UNIT_TIMEOUT_STOP_S).toBe(timeoutStop);
+    const cfg = (extra: string) => `[api]\nscac = "ABCD"\n${extra}[[sources]]\ntype = "simulator"\nresource_id = "T1"\n`;
+    const defaults = parseConfigText(cfg(''), 'agent.toml', '/etc/telematics-agent');
     expect(defaults.delivery.shutdown_timeout_s).toBeLessThan(timeoutStop);
+    expect(parseConfigText(cfg('[delivery]\nshutdown_timeout_s = 44.5\n'), 'agent.toml', '/etc').delivery.shutdown_timeout_s).toBe(44.5);
+    for (const v of [45, 600]) {
+      expect(() => parseConfigText(cfg(`[delivery]\nshutdown_timeout_s = ${v}\n`), 'agent.toml', '/etc')).toThrow(
+        `delivery.shutdown_timeout_s: expected a number below ${timeoutStop}, the unit's TimeoutStopSec (systemd kills the agent then), got ${v}`,
+      );
+    }
     expect(one('KillMode')).toBe('mixed');
   });
 
@@ -169,7 +175,7 @@ describe('systemd unit: what the agent relies on', () => {
       mkdirSync(creds);
       // What SetCredential=subscription-key:\n leaves in $CREDENTIALS_DIRECTORY.
       writeFileSync(join(creds, CREDENTIAL_NAME), '\n', { mode: 0o400 });
-      const config = writeFile(tmp.dir, 'agent.toml', `[api]\nscac = "ABCD"\n[buffer]\npath = "${join(tmp.dir, 'buffer.db')}"\n`);
+      const config = writeFile(tmp.dir, 'agent.toml', `[api]\nscac = "ABCD"\n[buffer]\npath = "${join(tmp.dir, 'buffer.db')}"\n[[sources]]\ntype = "simulator"\nresource_id = "T1"\n`);
       const r = await runCli(['validate-config', '--config', config], { env: { CREDENTIALS_DIRECTORY: creds } });
       expect(r.code).toBe(EXIT.CONFIG);
       expect(r.stderr).toContain(`systemd credential: ${join(creds, CREDENTIAL_NAME)} is empty`);

@@ -16,6 +16,7 @@ const load: LoadRow = {
   nextStop: 1,
   lastSampleMs: null,
   ackedId: 0,
+  correlationId: null,
 };
 const T0 = Date.UTC(2026, 0, 15, 18, 0, 0); // 12:00 CST in Chicago
 const opts: TraceBuildOptions = {
@@ -132,7 +133,8 @@ describe('trace chunks', () => {
 describe('next stop of a trace point', () => {
   it('follows the departures recorded for the load, by their time', () => {
     const dep = (seq: number, iso: string, code = 'AF'): MilestoneRow => ({
-      id: seq, loadNumber: 'L1', ref: 'r', createdMs: 0, attempts: 0, lastError: null, sentMs: null,
+      id: seq, loadNumber: 'L1', ref: 'r', createdMs: 0, attempts: 0, lastError: null, sentMs: null, parkedMs: null,
+      code, stop: seq, origin: 'manual', needsPlace: false, lastStatus: null, correlationId: null,
       body: { eventCode: code, stopsequenceNumber: seq, time: { dateTime: iso } },
     });
     const at = nextStopResolver(load, [dep(1, '2026-01-15T13:00:00-06:00'), dep(1, '2026-01-15T12:30:00-06:00', 'X3')], ['AF', 'CD']);

@@ -23,11 +23,20 @@ export interface ApiClientOptions {
 }
 
 export type PostOutcome =
-  | { kind: 'response'; status: number; body: string; retryAfter?: string; location?: string; durationMs: number }
+  | {
+      kind: 'response';
+      status: number;
+      body: string;
+      retryAfter?: string;
+      location?: string;
+      /** The answer's headers, lower-case names (a dead letter keeps them). */
+      headers?: Record<string, string>;
+      durationMs: number;
+    }
   | { kind: 'network'; error: string; code?: string; durationMs: number };
 
-/** What is kept of a response body: enough for a dead letter and the log, never a 10 MB page. */
-const MAX_BODY_CHARS = 4000;
+/** What is kept of a response body: all of a service's answer for a dead letter, never a 10 MB page. */
+export const MAX_BODY_CHARS = 65_536;
 
 type RequestFn = typeof plainRequest;
 
@@ -46,7 +55,12 @@ export class ApiClient {
     return this.opts.extraFields ?? {};
   }
 
-  headers(idempotencyKey?: string): Record<string, string> {
+  get baseUrl(): string {
+    return this.opts.baseUrl;
+  }
+
+  /** The request headers, the key among them: private, so nothing outside can log or pass them on. */
+  #headers(idempotencyKey?: string): Record<string, string> {
     const h: Record<string, string> = {
       'Ocp-Apim-Subscription-Key': this.opts.subscriptionKey,
       carrierSCAC: this.opts.scac,
@@ -138,7 +152,7 @@ export class ApiClient {
         // may take a minute to upload a chunk while bytes keep moving; a silent peer is
         // given up after timeoutMs.
         timeout: this.opts.timeoutMs,
-        headers: { ...this.headers(idempotencyKey), 'Content-Length': String(Buffer.byteLength(payload)) },
+        headers: { ...this.#headers(idempotencyKey), 'Content-Length': String(Buffer.byteLength(payload)) },
       });
       const fail = (err: Error & { code?: string; reusedSocket?: boolean }) => {
         err.reusedSocket = req.reusedSocket;
@@ -161,12 +175,15 @@ export class ApiClient {
             const v = res.headers[name];
             return Array.isArray(v) ? v[0] : v;
           };
+          const headers: Record<string, string> = {};
+          for (const [name, v] of Object.entries(res.headers)) if (v !== undefined) headers[name] = Array.isArray(v) ? v.join(', ') : v;
           resolve({
             kind: 'response',
             status: res.statusCode ?? 0,
             body: text.length > MAX_BODY_CHARS ? `${text.slice(0, MAX_BODY_CHARS)}...` : text,
             retryAfter: header('retry-after'),
             location: header('location'),
+            headers,
           });
         });
       });

@@ -86,6 +86,8 @@ export function drainConfigInput(url: string, dbPath: string): Record<string, un
     delivery: { max_traces_per_request: CHUNK, drain_interval_ms: 0, retry_initial_s: 0.2, retry_max_s: 1 },
     milestones: { detect: false },
     log: { level: 'warn' },
+    // The bench feeds the buffer itself; a config needs a source all the same.
+    sources: [{ type: 'simulator', resource_id: 'BENCH' }],
   };
 }
 

@@ -1,11 +1,20 @@
 /**
  * Keeping the buffer inside its limits. A truck can be offline for weeks and an SD card is
- * small: past `buffer.max_age_days` or `buffer.max_size_mb`, or when the disk is full, the
- * oldest readings go first (counted and logged). Milestones and dead letters are never
- * dropped: they are few, and each one is an event someone will ask about.
+ * small: past `buffer.max_age_days` or `buffer.max_size_mb` the oldest readings go first
+ * (counted and logged). Milestones and dead letters are never dropped: they are few, and
+ * each one is an event someone will ask about.
+ *
+ * A full disk is not a limit: readings already committed stay (they go when the service
+ * takes them, and purging them is how the room comes back); new readings wait in memory
+ * (see ingest.ts). Only a milestone that finds no room at all makes the oldest waiting
+ * readings give way, because a milestone must never be lost to a reading.
  */
 import type { Logger } from 'pino';
+import { CLOCK_JUMP_MS, formatStep, type TrustedClock } from '../clock.js';
+import { isDiskFull } from './disk.js';
 import type { Store } from './store.js';
+
+export { isDiskFull };
 
 export const COUNTER_DROPPED_AGE = 'readings_dropped_age';
 export const COUNTER_DROPPED_SIZE = 'readings_dropped_size';
@@ -16,16 +25,28 @@ export interface Bounds {
   maxAgeMs: number;
 }
 
-export function isDiskFull(err: unknown): boolean {
-  const code = (err as { code?: string } | undefined)?.code;
-  return code === 'SQLITE_FULL' || code === 'SQLITE_IOERR_WRITE' || (err as Error | undefined)?.message?.includes('database or disk is full') === true;
-}
-
-/** Apply the age and size limits now. Returns how many readings were dropped for each. */
-export function enforceBounds(store: Store, bounds: Bounds, log: Logger, nowMs = Date.now()): { age: number; size: number } {
-  const age = store.dropReadingsOlderThan(nowMs - bounds.maxAgeMs);
-  store.bump(COUNTER_DROPPED_AGE, age);
-  if (age > 0) log.warn({ dropped: age, maxAgeDays: bounds.maxAgeMs / 86_400_000 }, 'readings older than buffer.max_age_days dropped');
+/**
+ * Apply the age and size limits now. Age is judged against the earliest of the clocks the
+ * agent has (see clock.ts), and not at all when the wall clock jumped by more than a day
+ * since the last look: a clock set weeks ahead must not turn a minute-old backlog into one
+ * "older than max_age_days". Returns how many readings were dropped for each limit.
+ */
+export function enforceBounds(store: Store, bounds: Bounds, log: Logger, clock: TrustedClock | number): { age: number; size: number; jumpMs?: number } {
+  let age = 0;
+  let jumpMs: number | undefined;
+  const drift = typeof clock === 'number' ? 0 : clock.takeDrift();
+  if (Math.abs(drift) > CLOCK_JUMP_MS) {
+    jumpMs = drift;
+    log.warn(
+      { jumpMs: drift },
+      `system clock jumped ${formatStep(drift)} since the last check: no reading is dropped for its age now; from here on age is judged against the monotonic clock and the newest reading as well`,
+    );
+  } else {
+    const now = typeof clock === 'number' ? clock : clock.earliest();
+    age = store.dropReadingsOlderThan(now - bounds.maxAgeMs);
+    store.bump(COUNTER_DROPPED_AGE, age);
+    if (age > 0) log.warn({ dropped: age, maxAgeDays: bounds.maxAgeMs / 86_400_000 }, 'readings older than buffer.max_age_days dropped');
+  }
   let size = 0;
   // Delivered rows waiting for their purge make room first, uncounted. Only when room is
   // needed: a whole pass at once can take seconds with a big backlog on an SD card (the
@@ -39,34 +60,33 @@ export function enforceBounds(store: Store, bounds: Bounds, log: Logger, nowMs =
   }
   store.bump(COUNTER_DROPPED_SIZE, size);
   if (size > 0) log.warn({ dropped: size, maxSizeMb: bounds.maxSizeBytes / 1_048_576 }, 'buffer over buffer.max_size_mb: oldest readings dropped');
-  return { age, size };
+  return { age, size, jumpMs };
 }
 
 /**
- * Run a write; if the disk is full, drop the oldest readings to make room and try once more.
- * Used for reading batches and milestones alike, so a milestone can always be recorded while
- * there are readings to give way.
+ * Commit a milestone however full the disk is: first with the reserve given up (inside
+ * `store.withReserve`), then with delivered rows purged, and last by dropping the oldest
+ * waiting readings (counted, and logged with the real count).
  */
 export function withRoom<T>(store: Store, log: Logger, write: () => T, makeRoom = 5000): T {
   try {
-    return write();
+    return store.withReserve(write);
   } catch (err) {
     if (!isDiskFull(err)) throw err;
-    // Delivered rows first (a DELETE frees pages even on a full disk: the WAL reuses its frames).
+    // Delivered rows first.
     try {
       if (store.purgeAcked().deleted > 0) return write();
     } catch (again) {
-      // Still full (or the purge itself did not fit): drop the oldest waiting readings.
       if (!isDiskFull(again)) throw again;
     }
     const dropped = store.dropOldestReadings(makeRoom);
+    if (dropped === 0) throw err;
     try {
       store.bump(COUNTER_DROPPED_DISK_FULL, dropped);
     } catch {
       // Even the counter may not fit; the log line below still says it.
     }
-    log.error({ dropped }, 'disk full: oldest readings dropped to make room');
-    if (dropped === 0) throw err;
+    log.error({ dropped }, 'disk full: the oldest waiting readings were dropped to make room for a milestone');
     return write();
   }
 }

@@ -3,19 +3,36 @@
  * memory and committed together: one transaction per batch instead of one per reading
  * is what keeps an SD card alive (each commit rewrites at least a page and a WAL frame).
  * What a crash can cost is at most one flush interval of readings that were never committed.
+ *
+ * When a commit fails (a full disk, an I/O error) the readings stay queued, up to
+ * `maxPending`, past which the oldest pending ones are dropped and counted. Commits are
+ * then tried again with a capped backoff, not at every reading: a full disk once made the
+ * agent retry every 50 ms at 100% CPU, starving its timers and the health endpoint. The
+ * failure is logged when it starts and when it ends, with counts, not at every try.
  */
 import type { Logger } from 'pino';
 import type { Reading } from '../sources/types.js';
 import { readingProblem } from '../sources/types.js';
-import { withRoom } from './bounds.js';
+import { isDiskFull } from './disk.js';
 import type { Store } from './store.js';
 
 export interface IngestOptions {
   batchSize: number;
   flushIntervalMs: number;
   keepWithoutLoad: boolean;
-  /** Hard cap on readings waiting in memory (e.g. while the disk is full); the oldest go first. */
-  maxQueued?: number;
+  /** Cap on readings waiting in memory (e.g. while the disk is full); the oldest go first. */
+  maxPending?: number;
+}
+
+/** Why readings are not being committed, while they are not. */
+export interface CommitTrouble {
+  kind: 'disk-full' | 'error';
+  sinceMs: number;
+  /** Failed attempts so far. */
+  attempts: number;
+  lastError: string;
+  /** When the next attempt is due (epoch ms). */
+  nextAttemptMs: number;
 }
 
 export interface IngestStats {
@@ -23,10 +40,23 @@ export interface IngestStats {
   committed: number;
   discardedNoLoad: number;
   rejected: number;
-  droppedQueueFull: number;
+  /** Pending readings dropped because more than maxPending waited. */
+  droppedPending: number;
   commitErrors: number;
+  pending: number;
   lastCommitMs?: number;
   lastError?: string;
+  trouble: CommitTrouble | null;
+}
+
+/** The longest wait between two attempts to commit while commits fail. */
+export const MAX_COMMIT_RETRY_MS = 60_000;
+
+/** The newest position a source reported for a resource, committed or not. */
+export interface Fix {
+  timeMs: number;
+  lat: number;
+  lon: number;
 }
 
 export class Ingest {
@@ -37,19 +67,61 @@ export class Ingest {
    */
   private sources: Array<string | undefined> = [];
   private timer: NodeJS.Timeout | undefined;
-  readonly stats: IngestStats = { accepted: 0, committed: 0, discardedNoLoad: 0, rejected: 0, droppedQueueFull: 0, commitErrors: 0 };
+  readonly stats: IngestStats = {
+    accepted: 0,
+    committed: 0,
+    discardedNoLoad: 0,
+    rejected: 0,
+    droppedPending: 0,
+    commitErrors: 0,
+    pending: 0,
+    trouble: null,
+  };
   private firstFlushed = false;
   private readonly listeners: Array<(batch: ReadonlyArray<Reading>) => void> = [];
+  /** Newest fix per resource, from every reading accepted (for milestones recorded before a commit). */
+  private readonly fixes = new Map<string, Fix>();
+  /** Dropped pending readings not yet added to the buffer's counter (it may not have room). */
+  private uncountedDrops = 0;
+  private warnedFull = false;
 
   constructor(
     private readonly store: Store,
-    private readonly opts: IngestOptions,
+    private opts: IngestOptions,
     private readonly log: Logger,
+    private readonly now: () => number = Date.now,
   ) {}
 
   /** Called after every successful commit with the readings that were in it. */
   onCommit(fn: (batch: ReadonlyArray<Reading>) => void): void {
     this.listeners.push(fn);
+  }
+
+  /** Told of a commit failure that is not about room (corruption, I/O): the daemon decides. */
+  onError: ((err: unknown) => void) | undefined;
+
+  /** New options (a reload): the flush timer follows a new interval at once. */
+  configure(opts: IngestOptions): void {
+    const restart = this.timer !== undefined && opts.flushIntervalMs !== this.opts.flushIntervalMs;
+    this.opts = opts;
+    if (restart) {
+      clearInterval(this.timer);
+      this.timer = undefined;
+      this.start();
+    }
+  }
+
+  get options(): Readonly<IngestOptions> {
+    return this.opts;
+  }
+
+  /** The newest fix of a resource seen by this process, committed or still queued. */
+  newestFix(resourceId: string): Fix | undefined {
+    return this.fixes.get(resourceId);
+  }
+
+  private get maxPending(): number {
+    return this.opts.maxPending ?? this.opts.batchSize * 100;
   }
 
   /** Validate and queue; returns the problem when the reading is refused. */
@@ -62,13 +134,24 @@ export class Ingest {
     this.stats.accepted += 1;
     this.queue.push(reading);
     this.sources.push(source);
-    const cap = this.opts.maxQueued ?? this.opts.batchSize * 100;
-    if (this.queue.length > cap) {
-      const drop = this.queue.length - cap;
+    if (reading.lat !== undefined && reading.lon !== undefined) {
+      const f = this.fixes.get(reading.resourceId);
+      if (!f || reading.timeMs >= f.timeMs) this.fixes.set(reading.resourceId, { timeMs: reading.timeMs, lat: reading.lat, lon: reading.lon });
+    }
+    if (this.queue.length > this.maxPending) {
+      const drop = this.queue.length - this.maxPending;
       this.queue.splice(0, drop);
       this.sources.splice(0, drop);
-      this.stats.droppedQueueFull += drop;
+      this.stats.droppedPending += drop;
+      this.uncountedDrops += drop;
+      if (!this.warnedFull) {
+        this.warnedFull = true;
+        this.log.error({ maxPending: this.maxPending }, 'buffer.max_pending readings wait in memory: the oldest pending readings are dropped from now on (counted)');
+      }
     }
+    this.stats.pending = this.queue.length;
+    // While commits fail, a full batch waits for the next attempt like the rest.
+    if (this.stats.trouble) return undefined;
     // The first reading is committed at once: `status` right after a start (or an install)
     // shows that readings arrive, without waiting a whole flush interval.
     if (this.queue.length >= this.opts.batchSize || !this.firstFlushed) {
@@ -82,36 +165,42 @@ export class Ingest {
     this.timer ??= setInterval(() => this.flush(), this.opts.flushIntervalMs);
   }
 
-  /** Stop the timer and commit what waits. */
+  /** Stop the timer and try once more to commit what waits (backoff or not). */
   stop(): void {
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
-    this.flush();
+    this.flush(true);
   }
 
-  /** Commit everything queued now. On failure the batch stays queued for the next try. */
-  flush(): number {
+  /**
+   * Commit everything queued now. While commits fail, an attempt is made only when the
+   * backoff allows it (`force` skips the wait). On failure the readings stay queued.
+   */
+  flush(force = false): number {
     if (this.queue.length === 0) return 0;
+    const trouble = this.stats.trouble;
+    if (trouble && !force && this.now() < trouble.nextAttemptMs) return 0;
     const batch = this.queue;
     const sources = this.sources;
-    this.queue = [];
-    this.sources = [];
     let kept: number;
     try {
-      kept = withRoom(this.store, this.log, () => this.store.insertReadings(batch, this.opts.keepWithoutLoad, sources), Math.max(1000, batch.length * 10));
+      // Not the last of the room: acknowledging and purging need it to make more (disk.ts).
+      if (!this.store.roomForReadings(batch.length)) {
+        throw Object.assign(new Error('database or disk is full (no room left beyond what delivery needs to make more)'), { code: 'SQLITE_FULL' });
+      }
+      kept = this.store.insertReadings(batch, this.opts.keepWithoutLoad, sources);
     } catch (err) {
-      // SQLITE_BUSY, a disk still full after making room, I/O errors: keep the readings in
-      // memory (bounded by maxQueued) and try again at the next flush.
-      this.stats.commitErrors += 1;
-      this.stats.lastError = (err as Error).message;
-      this.queue = batch.concat(this.queue);
-      this.sources = sources.concat(this.sources);
-      this.log.error({ err: (err as Error).message, code: (err as { code?: string }).code, queued: this.queue.length }, 'could not commit readings; keeping them in memory');
+      this.failed(err);
       return 0;
     }
+    this.queue = [];
+    this.sources = [];
+    this.stats.pending = 0;
     this.stats.committed += kept;
     this.stats.discardedNoLoad += batch.length - kept;
-    this.stats.lastCommitMs = Date.now();
+    this.stats.lastCommitMs = this.now();
+    if (this.stats.trouble) this.recovered(kept);
+    this.countDrops();
     // Outside the commit's error handling: a listener that throws must not put a batch that
     // is already committed back in the queue (it would be stored twice).
     for (const fn of this.listeners) {
@@ -123,4 +212,47 @@ export class Ingest {
     }
     return kept;
   }
+
+  private failed(err: unknown): void {
+    const message = (err as Error).message;
+    this.stats.commitErrors += 1;
+    this.stats.lastError = message;
+    const kind = isDiskFull(err) ? 'disk-full' : 'error';
+    const now = this.now();
+    const prev = this.stats.trouble;
+    const attempts = prev && prev.kind === kind ? prev.attempts + 1 : 1;
+    const delay = Math.min(MAX_COMMIT_RETRY_MS, this.opts.flushIntervalMs * 2 ** Math.min(attempts - 1, 20));
+    this.stats.trouble = { kind, sinceMs: prev?.sinceMs ?? now, attempts, lastError: message, nextAttemptMs: now + delay };
+    if (!prev || prev.kind !== kind) {
+      const what = kind === 'disk-full' ? 'disk full' : 'commit failed';
+      this.log.error(
+        { err: message, code: (err as { code?: string }).code, pending: this.queue.length, maxPending: this.maxPending },
+        `${what}: could not commit readings; keeping them in memory and trying again with backoff (up to ${MAX_COMMIT_RETRY_MS / 1000} s); delivery goes on`,
+      );
+    }
+    if (kind === 'error') this.onError?.(err);
+  }
+
+  private recovered(kept: number): void {
+    const t = this.stats.trouble!;
+    this.log.info(
+      { attempts: t.attempts, forS: Math.round((this.now() - t.sinceMs) / 1000), committed: kept, droppedPending: this.stats.droppedPending },
+      t.kind === 'disk-full' ? 'disk has room again: readings committed' : 'readings committed again',
+    );
+    this.stats.trouble = null;
+    this.warnedFull = false;
+  }
+
+  private countDrops(): void {
+    if (this.uncountedDrops === 0) return;
+    try {
+      this.store.bump(COUNTER_DROPPED_PENDING, this.uncountedDrops);
+      this.uncountedDrops = 0;
+    } catch {
+      // The next commit counts them.
+    }
+  }
 }
+
+/** Counter of readings dropped from memory because more than buffer.max_pending waited. */
+export const COUNTER_DROPPED_PENDING = 'readings_dropped_pending';

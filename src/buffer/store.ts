@@ -15,6 +15,7 @@ import type { Statement } from 'better-sqlite3';
 import type { Stop } from '../milestones/stops.js';
 import type { Reading } from '../sources/types.js';
 import { openDatabase, type DB, type OpenOptions } from './db.js';
+import { DiskRoom, diskPlan, isDiskFull } from './disk.js';
 
 export interface LoadRow {
   loadNumber: string;
@@ -27,6 +28,8 @@ export interface LoadRow {
   lastSampleMs: number | null;
   /** Readings of this load with an id up to this one are delivered (or sampled away). */
   ackedId: number;
+  /** The correlation id the service gave the last trace request of this load. */
+  correlationId: string | null;
 }
 
 export interface StoredReading {
@@ -42,6 +45,8 @@ export interface StoredReading {
   temp_c: number | null;
 }
 
+export type MilestoneOrigin = 'detected' | 'manual';
+
 export interface MilestoneRow {
   id: number;
   loadNumber: string;
@@ -51,6 +56,70 @@ export interface MilestoneRow {
   attempts: number;
   lastError: string | null;
   sentMs: number | null;
+  parkedMs: number | null;
+  code: string;
+  stop: number | null;
+  /** Null for milestones recorded before the origin was kept. */
+  origin: MilestoneOrigin | null;
+  /** Recorded without a position: the daemon fills the place in from its newest fix when it sends. */
+  needsPlace: boolean;
+  lastStatus: number | null;
+  correlationId: string | null;
+}
+
+/** A milestone about to be committed. */
+export interface NewMilestone {
+  loadNumber: string;
+  ref: string;
+  body: Record<string, unknown>;
+  origin: MilestoneOrigin;
+  needsPlace?: boolean;
+  /**
+   * One per load, code and stop: an earlier one makes a detected milestone be skipped and a
+   * manual one be refused (DuplicateEventError), checked inside the commit's transaction.
+   */
+  unique?: boolean;
+}
+
+/** A manual milestone for an event the load already has. */
+export class DuplicateEventError extends Error {
+  readonly code = 'EDUPLICATE';
+  constructor(
+    readonly existing: MilestoneRow,
+    readonly attempted: NewMilestone,
+  ) {
+    super(`load ${existing.loadNumber} already has ${existing.code}${existing.stop === null ? '' : ` for stop ${existing.stop}`} (milestone ${existing.id})`);
+  }
+}
+
+/** The newest known position of a resource, kept when its readings are purged. */
+export interface LastFix {
+  resourceId: string;
+  timeMs: number;
+  lat: number;
+  lon: number;
+  speed: number | null;
+  heading: number | null;
+}
+
+/** What the service said when it took a record. */
+export interface Receipt {
+  status: number;
+  correlationId?: string;
+  /** 409: the service already had it. */
+  duplicate?: boolean;
+}
+
+/** Geofence and delay state of one stop of a load (see milestones/detector.ts). */
+export interface StopState {
+  state: 'outside' | 'entering' | 'inside' | 'departed';
+  firstInsideMs: number | null;
+  lastInsideMs: number | null;
+  insideFixes: number;
+  outsideFixes: number;
+  arrivedMs: number | null;
+  departedMs: number | null;
+  delayReportedS: number | null;
 }
 
 export interface DeadLetter {
@@ -61,6 +130,8 @@ export interface DeadLetter {
   recordId: number;
   status: number | null;
   response: string | null;
+  /** The answer's headers, when there was an answer. */
+  headers: Record<string, string> | null;
   body: unknown;
   createdMs: number;
 }
@@ -72,6 +143,7 @@ interface RawDeadLetter {
   record_id: number;
   status: number | null;
   response: string | null;
+  headers: string | null;
   body: string;
   created_ms: number;
 }
@@ -90,6 +162,7 @@ interface RawLoad {
   next_stop: number | null;
   last_sample_ms: number | null;
   acked_id: number;
+  correlation_id: string | null;
 }
 
 interface RawMilestone {
@@ -101,6 +174,13 @@ interface RawMilestone {
   attempts: number;
   last_error: string | null;
   sent_ms: number | null;
+  parked_ms: number | null;
+  code: string | null;
+  stop_seq: number | null;
+  origin: MilestoneOrigin | null;
+  needs_place: number;
+  last_status: number | null;
+  correlation_id: string | null;
 }
 
 const toLoad = (r: RawLoad): LoadRow => ({
@@ -113,7 +193,31 @@ const toLoad = (r: RawLoad): LoadRow => ({
   nextStop: r.next_stop,
   lastSampleMs: r.last_sample_ms,
   ackedId: r.acked_id,
+  correlationId: r.correlation_id,
 });
+
+interface RawStopState {
+  stop_sequence: number;
+  state: StopState['state'];
+  first_inside_ms: number | null;
+  last_inside_ms: number | null;
+  inside_fixes: number;
+  outside_fixes: number;
+  arrived_ms: number | null;
+  departed_ms: number | null;
+  delay_reported_s: number | null;
+}
+
+interface RawFix {
+  resource_id: string;
+  time_ms: number;
+  lat: number;
+  lon: number;
+  speed: number | null;
+  heading: number | null;
+}
+
+const toFix = (r: RawFix): LastFix => ({ resourceId: r.resource_id, timeMs: r.time_ms, lat: r.lat, lon: r.lon, speed: r.speed, heading: r.heading });
 
 const toMilestone = (r: RawMilestone): MilestoneRow => ({
   id: r.id,
@@ -124,10 +228,23 @@ const toMilestone = (r: RawMilestone): MilestoneRow => ({
   attempts: r.attempts,
   lastError: r.last_error,
   sentMs: r.sent_ms,
+  parkedMs: r.parked_ms,
+  code: r.code ?? String((JSON.parse(r.body) as { eventCode?: unknown }).eventCode),
+  stop: r.stop_seq,
+  origin: r.origin,
+  needsPlace: r.needs_place === 1,
+  lastStatus: r.last_status,
+  correlationId: r.correlation_id,
 });
 
-/** How far back latestPosition looks for a resource without an active load. */
-const LATEST_SCAN = 100_000;
+/** What a dead letter keeps of an answer: all of it up to this size. */
+export const MAX_ANSWER_CHARS = 65_536;
+
+/** `buffer.reserve_kb` when none is given. */
+export const DEFAULT_RESERVE_KB = 2048;
+
+/** Room a committed reading takes, row and index, for the free-space check (measured about 90 B; rounded up). */
+const READING_BYTES = 128;
 
 /** Rows fetched at a time when streaming a load's readings: bounded memory, few native calls. */
 const PAGE_ROWS = 256;
@@ -147,9 +264,17 @@ const FIRST_WAITING = `(SELECT min(r.id) FROM readings r WHERE r.load_number = l
 /** The columns of a StoredReading, from `readings r`. */
 const READING_COLS = 'r.id, r.resource_id, r.load_number, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c';
 
+export interface StoreOptions extends OpenOptions {
+  /** `buffer.reserve_kb`: room kept for delivery on a full disk (see disk.ts). */
+  reserveKb?: number;
+}
+
 export class Store {
   readonly db: DB;
+  /** Room on the disk for delivery writes; undefined for an in-memory buffer. */
+  readonly disk: DiskRoom | undefined;
   private readonly insertRow: Statement;
+  private readonly upsertFix: Statement;
   private readonly activeLoadNumber: Statement;
   private readonly resourceOfLoad: Statement;
   private readonly readingsOfLoad: Statement;
@@ -160,8 +285,15 @@ export class Store {
   /** The purge pass in progress: where it has got to, where it ends, and the floor it leaves behind. */
   private purgePass: { at: number; top: number; floor: number } | null = null;
 
-  constructor(db: DB) {
+  constructor(db: DB, disk?: DiskRoom) {
     this.db = db;
+    this.disk = disk;
+    // One row per resource, moved only forward in time: a late reading never replaces a newer fix.
+    this.upsertFix = db.prepare(
+      `INSERT INTO last_fix (resource_id, time_ms, lat, lon, speed, heading) VALUES (?, ?, ?, ?, ?, ?)
+         ON CONFLICT (resource_id) DO UPDATE SET time_ms = excluded.time_ms, lat = excluded.lat, lon = excluded.lon,
+           speed = excluded.speed, heading = excluded.heading WHERE excluded.time_ms >= last_fix.time_ms`,
+    );
     this.insertRow = db.prepare(
       'INSERT INTO readings (resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
     );
@@ -186,8 +318,72 @@ export class Store {
     );
   }
 
-  static open(path: string, opts?: OpenOptions): Store {
-    return new Store(openDatabase(path, opts));
+  static open(path: string, opts: StoreOptions = {}): Store {
+    if (path === ':memory:' || opts.readonly) return new Store(openDatabase(path, opts));
+    const plan = diskPlan(path, opts.reserveKb ?? DEFAULT_RESERVE_KB);
+    return new Store(openDatabase(path, { walLimitBytes: plan.walLimitBytes, ...opts }), new DiskRoom(path, plan));
+  }
+
+  /**
+   * Run a write that delivery cannot do without (acknowledging, marking sent, parking,
+   * purging, the daemon's state). On a full disk the reserve is given up for it once: the
+   * WAL is folded back into the file and the write tried again.
+   */
+  withReserve<T>(write: () => T): T {
+    try {
+      return write();
+    } catch (err) {
+      if (!isDiskFull(err) || !this.disk?.releaseReserve()) throw err;
+      this.onReserveReleased?.();
+      try {
+        this.db.pragma('wal_checkpoint(PASSIVE)');
+      } catch {
+        // The write below says whether there is room now.
+      }
+      return write();
+    }
+  }
+
+  /** Told when a write gave up the reserve (the daemon logs it and writes it again later). */
+  onReserveReleased: (() => void) | undefined;
+
+  /**
+   * Whether a batch of `n` readings may be committed without taking the room that
+   * acknowledging and purging need (see disk.ts).
+   */
+  roomForReadings(n: number): boolean {
+    if (!this.disk) return true;
+    const pageSize = this.db.pragma('page_size', { simple: true }) as number;
+    const free = (this.db.pragma('freelist_count', { simple: true }) as number) * pageSize;
+    return this.disk.roomFor(n * READING_BYTES, free);
+  }
+
+  /**
+   * Fold the WAL back into the file and cut it to nothing: after a purge, so the WAL gives
+   * its room back instead of keeping its high-water mark. Skipped quietly while a reader
+   * (the CLI) holds a snapshot.
+   */
+  truncateWal(): void {
+    try {
+      this.db.pragma('wal_checkpoint(TRUNCATE)');
+    } catch {
+      // Busy or full: the next purge tries again.
+    }
+  }
+
+  /**
+   * A transaction committed with synchronous = FULL, whatever the buffer's level: with NORMAL
+   * a power cut can roll back the last commits, and a milestone is an event someone will ask
+   * about. Readings keep the cheaper level (there are many of them and they are sampled).
+   */
+  durably<T>(fn: () => T): T {
+    const previous = this.db.pragma('synchronous', { simple: true }) as number;
+    this.db.pragma('synchronous = FULL');
+    try {
+      return this.db.transaction(fn).immediate();
+    } finally {
+      this.db.pragma(`synchronous = ${previous}`);
+    }
   }
 
   close(): void {
@@ -214,6 +410,7 @@ export class Store {
         // The active load is looked up in the batch's own transaction, once per resource, so a
         // load started by the CLI a moment ago applies to the very next batch.
         const loads = new Map<string, string | null>();
+        const fixes = new Map<string, Reading>();
         for (let i = 0; i < batch.length; i++) {
           const r = batch[i];
           let load = loads.get(r.resourceId);
@@ -235,7 +432,14 @@ export class Store {
             sources?.[i] ?? r.source ?? null,
           );
           kept += 1;
+          if (r.lat !== undefined && r.lon !== undefined) {
+            const f = fixes.get(r.resourceId);
+            if (!f || r.timeMs >= f.timeMs) fixes.set(r.resourceId, r);
+          }
         }
+        // The last fix of each resource in the batch: what a milestone recorded after the
+        // readings are delivered and purged still knows.
+        for (const f of fixes.values()) this.upsertFix.run(f.resourceId, Math.round(f.timeMs), f.lat, f.lon, f.speed ?? null, f.heading ?? null);
       })
       .immediate();
     return kept;
@@ -264,8 +468,11 @@ export class Store {
    * The service took the readings of this load up to `upToId`: move the load's cursor past
    * them and remember the sampling point, in one small write. The rows go at the next purge.
    */
-  ackReadings(loadNumber: string, upToId: number, lastSampleMs: number | null): void {
-    this.ackStmt.run(upToId, lastSampleMs, lastSampleMs, loadNumber);
+  ackReadings(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId?: string): void {
+    this.withReserve(() => {
+      this.ackStmt.run(upToId, lastSampleMs, lastSampleMs, loadNumber);
+      if (correlationId !== undefined) this.db.prepare('UPDATE loads SET correlation_id = ? WHERE load_number = ?').run(correlationId, loadNumber);
+    });
   }
 
   /**
@@ -290,7 +497,7 @@ export class Store {
     }
     const pass = this.purgePass;
     const to = Math.min(pass.top, pass.at + budget);
-    const deleted = this.db.transaction(() => this.purgeRange.run(pass.at, to).changes)();
+    const deleted = this.withReserve(() => this.db.transaction(() => this.purgeRange.run(pass.at, to).changes)());
     pass.at = to;
     if (to < pass.top) return { deleted, done: false };
     this.purgeFloor = Math.max(this.purgeFloor, pass.floor);
@@ -298,25 +505,20 @@ export class Store {
     return { deleted, done: true };
   }
 
-  /**
-   * The newest position of a resource still in the buffer: through its active load's index,
-   * else (readings kept without a load) among the newest LATEST_SCAN rows, so a resource
-   * that never had a fix does not cost a scan of the whole buffer.
-   */
-  latestPosition(resourceId: string): StoredReading | undefined {
-    const viaLoad = this.db
-      .prepare(
-        `SELECT ${READING_COLS} FROM loads l JOIN readings r ON r.load_number = l.load_number
-          WHERE l.resource_id = ? AND l.ended_ms IS NULL AND r.lat IS NOT NULL ORDER BY r.id DESC LIMIT 1`,
-      )
-      .get(resourceId) as StoredReading | undefined;
-    if (viaLoad) return viaLoad;
-    return this.db
-      .prepare(
-        `SELECT ${READING_COLS} FROM readings r WHERE r.id > (SELECT coalesce(max(id), 0) FROM readings) - ${LATEST_SCAN}
-            AND r.resource_id = ? AND r.lat IS NOT NULL ORDER BY r.id DESC LIMIT 1`,
-      )
-      .get(resourceId) as StoredReading | undefined;
+  /** The newest fix of a resource ever committed (never purged with the readings). */
+  lastFix(resourceId: string): LastFix | undefined {
+    const r = this.db.prepare('SELECT * FROM last_fix WHERE resource_id = ?').get(resourceId) as RawFix | undefined;
+    return r && toFix(r);
+  }
+
+  /** The last fix of every resource, the newest first (for `status`). */
+  lastFixes(): LastFix[] {
+    return (this.db.prepare('SELECT * FROM last_fix ORDER BY time_ms DESC').all() as RawFix[]).map(toFix);
+  }
+
+  /** The time of the newest reading committed and still in the buffer (by id: one index step). */
+  newestReadingTime(): number | undefined {
+    return (this.db.prepare('SELECT time_ms FROM readings ORDER BY id DESC LIMIT 1').pluck().get() as number | undefined) ?? undefined;
   }
 
   /** The id of the newest reading committed (0 when none ever was). */
@@ -393,12 +595,72 @@ export class Store {
 
   // ---- milestones -----------------------------------------------------------------------
 
-  /** Commit a milestone; it is durable when this returns. The ref is its idempotency reference. */
-  insertMilestone(loadNumber: string, body: Record<string, unknown>, nowMs: number, ref: string = randomUUID()): MilestoneRow {
-    const info = this.db
-      .prepare('INSERT INTO milestones (load_number, ref, body, created_ms) VALUES (?, ?, ?, ?)')
-      .run(loadNumber, ref, JSON.stringify(body), nowMs);
-    return { id: Number(info.lastInsertRowid), loadNumber, ref, body, createdMs: nowMs, attempts: 0, lastError: null, sentMs: null };
+  /**
+   * Commit milestones (and the stop states that go with a detection) in one durable
+   * transaction: a detection commits its milestone and the state that says it happened
+   * together, or neither, so a failed write can never produce the same arrival twice.
+   * `guard` runs inside the transaction before anything is written (the one-per-event check).
+   */
+  commitMilestones(
+    items: ReadonlyArray<NewMilestone>,
+    nowMs: number,
+    extra?: { stopStates?: ReadonlyArray<{ loadNumber: string; stop: number; state: StopState }>; nextStop?: { loadNumber: string; next: number | null } },
+  ): { rows: MilestoneRow[]; skipped: Array<{ item: NewMilestone; existing: MilestoneRow }> } {
+    const insert = this.db.prepare(
+      'INSERT INTO milestones (load_number, ref, body, created_ms, code, stop_seq, origin, needs_place) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+    );
+    const run = () => {
+      const rows: MilestoneRow[] = [];
+      const skipped: Array<{ item: NewMilestone; existing: MilestoneRow }> = [];
+      for (const m of items) {
+        const code = String(m.body.eventCode);
+        const stop = typeof m.body.stopsequenceNumber === 'number' ? m.body.stopsequenceNumber : null;
+        if (m.unique) {
+          const existing = this.findMilestone(m.loadNumber, code, stop);
+          if (existing && m.origin === 'detected') {
+            skipped.push({ item: m, existing });
+            continue;
+          }
+          if (existing) throw new DuplicateEventError(existing, m);
+        }
+        const info = insert.run(m.loadNumber, m.ref, JSON.stringify(m.body), nowMs, code, stop, m.origin, m.needsPlace ? 1 : 0);
+        rows.push({
+          id: Number(info.lastInsertRowid),
+          loadNumber: m.loadNumber,
+          ref: m.ref,
+          body: m.body,
+          createdMs: nowMs,
+          attempts: 0,
+          lastError: null,
+          sentMs: null,
+          parkedMs: null,
+          code,
+          stop,
+          origin: m.origin,
+          needsPlace: m.needsPlace ?? false,
+          lastStatus: null,
+          correlationId: null,
+        });
+      }
+      for (const st of extra?.stopStates ?? []) this.saveStopState(st.loadNumber, st.stop, st.state);
+      if (extra?.nextStop) this.setNextStop(extra.nextStop.loadNumber, extra.nextStop.next);
+      return { rows, skipped };
+    };
+    // Only a milestone needs the fsync; states alone change with every fix at a stop.
+    return items.length > 0 ? this.durably(run) : this.db.transaction(run).immediate();
+  }
+
+  /** Commit one milestone; it is durable when this returns. The ref is its idempotency reference. */
+  insertMilestone(loadNumber: string, body: Record<string, unknown>, nowMs: number, ref: string = randomUUID(), origin: MilestoneOrigin = 'manual'): MilestoneRow {
+    return this.commitMilestones([{ loadNumber, ref, body, origin }], nowMs).rows[0];
+  }
+
+  /** The first milestone of a load with this code at this stop (null: no stop), if any. */
+  findMilestone(loadNumber: string, code: string, stop: number | null): MilestoneRow | undefined {
+    const r = this.db
+      .prepare('SELECT * FROM milestones WHERE load_number = ? AND code = ? AND stop_seq IS ? ORDER BY id LIMIT 1')
+      .get(loadNumber, code, stop) as RawMilestone | undefined;
+    return r && toMilestone(r);
   }
 
   pendingMilestones(limit = 100): MilestoneRow[] {
@@ -418,34 +680,93 @@ export class Store {
     return (rows as RawMilestone[]).map(toMilestone);
   }
 
-  markMilestoneSent(id: number, nowMs: number): void {
-    this.db.prepare('UPDATE milestones SET sent_ms = ?, attempts = attempts + 1, last_error = NULL WHERE id = ?').run(nowMs, id);
+  /** The body a milestone goes out with, once the daemon has filled in its place. */
+  setMilestoneBody(id: number, body: Record<string, unknown>): void {
+    this.withReserve(() => this.db.prepare('UPDATE milestones SET body = ?, needs_place = 0 WHERE id = ?').run(JSON.stringify(body), id));
   }
 
-  markMilestoneFailed(id: number, error: string): void {
-    this.db.prepare('UPDATE milestones SET attempts = attempts + 1, last_error = ? WHERE id = ?').run(error.slice(0, 500), id);
+  markMilestoneSent(id: number, nowMs: number, receipt?: Receipt): void {
+    this.withReserve(() =>
+      this.db
+        .prepare('UPDATE milestones SET sent_ms = ?, attempts = attempts + 1, last_error = ?, last_status = ?, correlation_id = ? WHERE id = ?')
+        .run(nowMs, receipt?.duplicate ? `HTTP ${receipt.status}: the service already had it` : null, receipt?.status ?? null, receipt?.correlationId ?? null, id),
+    );
+  }
+
+  markMilestoneFailed(id: number, error: string, status: number | null = null): void {
+    this.withReserve(() =>
+      this.db.prepare('UPDATE milestones SET attempts = attempts + 1, last_error = ?, last_status = ? WHERE id = ?').run(error.slice(0, 500), status, id),
+    );
+  }
+
+  // ---- stop state -----------------------------------------------------------------------
+
+  /** The saved state of each stop of a load (absent: never seen, i.e. outside). */
+  stopStates(loadNumber: string): Map<number, StopState> {
+    const rows = this.db.prepare('SELECT * FROM stop_state WHERE load_number = ?').all(loadNumber) as RawStopState[];
+    return new Map(
+      rows.map((r) => [
+        r.stop_sequence,
+        {
+          state: r.state,
+          firstInsideMs: r.first_inside_ms,
+          lastInsideMs: r.last_inside_ms,
+          insideFixes: r.inside_fixes,
+          outsideFixes: r.outside_fixes,
+          arrivedMs: r.arrived_ms,
+          departedMs: r.departed_ms,
+          delayReportedS: r.delay_reported_s,
+        },
+      ]),
+    );
+  }
+
+  saveStopState(loadNumber: string, seq: number, s: StopState): void {
+    this.db
+      .prepare(
+        `INSERT INTO stop_state (load_number, stop_sequence, state, first_inside_ms, last_inside_ms, inside_fixes, outside_fixes, arrived_ms, departed_ms, delay_reported_s)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (load_number, stop_sequence) DO UPDATE SET state = excluded.state, first_inside_ms = excluded.first_inside_ms,
+           last_inside_ms = excluded.last_inside_ms, inside_fixes = excluded.inside_fixes, outside_fixes = excluded.outside_fixes,
+           arrived_ms = excluded.arrived_ms, departed_ms = excluded.departed_ms, delay_reported_s = excluded.delay_reported_s`,
+      )
+      .run(loadNumber, seq, s.state, s.firstInsideMs, s.lastInsideMs, s.insideFixes, s.outsideFixes, s.arrivedMs, s.departedMs, s.delayReportedS);
+  }
+
+  /** Save stop states alone (fixes that moved a state machine without an event). */
+  saveStopStates(loadNumber: string, states: ReadonlyArray<[number, StopState]>): void {
+    if (states.length === 0) return;
+    this.db.transaction(() => {
+      for (const [seq, st] of states) this.saveStopState(loadNumber, seq, st);
+    })();
   }
 
   // ---- dead letters ---------------------------------------------------------------------
 
   /** The service refused this milestone: park it with the answer, so the queue moves on. */
-  parkMilestone(m: MilestoneRow, status: number | null, response: string, nowMs: number): void {
-    this.db.transaction(() => {
-      this.db.prepare('UPDATE milestones SET parked_ms = ?, attempts = attempts + 1, last_error = ? WHERE id = ?').run(nowMs, response.slice(0, 500), m.id);
-      this.db
-        .prepare('INSERT INTO dead_letters (kind, load_number, record_id, status, response, body, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?)')
-        .run('milestone', m.loadNumber, m.id, status, response.slice(0, 4000), JSON.stringify(m.body), nowMs);
-    })();
+  parkMilestone(m: MilestoneRow, status: number | null, response: string, nowMs: number, headers?: Record<string, string>): void {
+    this.withReserve(() =>
+      this.db.transaction(() => {
+        this.db
+          .prepare('UPDATE milestones SET parked_ms = ?, attempts = attempts + 1, last_error = ?, last_status = ? WHERE id = ?')
+          .run(nowMs, response.slice(0, 500), status, m.id);
+        this.db
+          .prepare('INSERT INTO dead_letters (kind, load_number, record_id, status, response, headers, body, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
+          .run('milestone', m.loadNumber, m.id, status, response.slice(0, MAX_ANSWER_CHARS), headers ? JSON.stringify(headers) : null, JSON.stringify(m.body), nowMs);
+      })(),
+    );
   }
 
   /** The service refused the trace point built from this reading: park the reading. */
-  parkReading(readingId: number, loadNumber: string, status: number | null, response: string, body: unknown, nowMs: number): void {
-    this.db.transaction(() => {
-      this.db.prepare('UPDATE readings SET state = 1 WHERE id = ?').run(readingId);
-      this.db
-        .prepare('INSERT INTO dead_letters (kind, load_number, record_id, status, response, body, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?)')
-        .run('trace', loadNumber, readingId, status, response.slice(0, 4000), JSON.stringify(body), nowMs);
-    })();
+  parkReading(readingId: number, loadNumber: string, status: number | null, response: string, body: unknown, nowMs: number, headers?: Record<string, string>): void {
+    this.withReserve(() =>
+      this.db.transaction(() => {
+        this.db.prepare('UPDATE readings SET state = 1 WHERE id = ?').run(readingId);
+        this.db
+          .prepare('INSERT INTO dead_letters (kind, load_number, record_id, status, response, headers, body, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
+          .run('trace', loadNumber, readingId, status, response.slice(0, MAX_ANSWER_CHARS), headers ? JSON.stringify(headers) : null, JSON.stringify(body), nowMs);
+      })(),
+    );
   }
 
   listDeadLetters(): DeadLetter[] {
@@ -456,6 +777,7 @@ export class Store {
       recordId: r.record_id,
       status: r.status,
       response: r.response,
+      headers: r.headers === null ? null : (JSON.parse(r.headers) as Record<string, string>),
       body: JSON.parse(r.body) as unknown,
       createdMs: r.created_ms,
     }));
@@ -488,10 +810,13 @@ export class Store {
   }
 
   deleteReadings(ids: number[]): void {
+    if (ids.length === 0) return;
     const del = this.db.prepare('DELETE FROM readings WHERE id = ?');
-    this.db.transaction(() => {
-      for (const id of ids) del.run(id);
-    })();
+    this.withReserve(() =>
+      this.db.transaction(() => {
+        for (const id of ids) del.run(id);
+      })(),
+    );
   }
 
   /** Newest position of a load and the time span of its backlog, for "newest first" after an outage. */
@@ -559,11 +884,13 @@ export class Store {
   // ---- state and counts -----------------------------------------------------------------
 
   setState(key: string, value: unknown, nowMs: number): void {
-    this.db
-      .prepare(
-        'INSERT INTO state (key, value, updated_ms) VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value, updated_ms = excluded.updated_ms',
-      )
-      .run(key, JSON.stringify(value), nowMs);
+    this.withReserve(() =>
+      this.db
+        .prepare(
+          'INSERT INTO state (key, value, updated_ms) VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value, updated_ms = excluded.updated_ms',
+        )
+        .run(key, JSON.stringify(value), nowMs),
+    );
   }
 
   getState<T>(key: string): { value: T; updatedMs: number } | undefined {

@@ -10,9 +10,15 @@ export const EXIT = {
   NOT_RUNNING: 3,
   /** EX_USAGE: unknown command or option, missing argument. */
   USAGE: 64,
-  /** EX_DATAERR: the input named on the command line is wrong (unknown load, bad stops file, bad time). */
+  /**
+   * EX_DATAERR: the input named on the command line is wrong (unknown load, bad stops file,
+   * bad time, unknown code), or the buffer's content cannot be used (corrupt, written by a
+   * newer version, a WAL of another database).
+   */
   DATA: 65,
-  /** EX_CONFIG: the configuration is invalid. */
+  /** EX_CANTCREAT: the buffer (or its directory) cannot be opened or created by this user. */
+  CANTCREAT: 73,
+  /** EX_CONFIG: the configuration is invalid, the key is missing, or another daemon holds the buffer. */
   CONFIG: 78,
 } as const;
 

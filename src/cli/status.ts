@@ -4,7 +4,7 @@
  * talking to the daemon and tells when the daemon is gone.
  */
 import { DAEMON_STATE_KEY, type DaemonState } from '../agent.js';
-import type { Store } from '../buffer/store.js';
+import type { LastFix, Store } from '../buffer/store.js';
 
 export interface StatusReport {
   deviceId: string;
@@ -24,6 +24,12 @@ export interface StatusReport {
   nextTracePushMs: number | null;
   activeLoads: Array<{ loadNumber: string; resourceId: string; resourceType: string; nextStop: number | null; startedMs: number }>;
   sources: DaemonState['sources'];
+  /** The last fix of each resource (what a milestone without a position of its own uses), newest first. */
+  lastFixes: Array<LastFix & { ageS: number }>;
+  /** Readings are not being committed (the disk is full, or commits fail), as the daemon last reported. */
+  commits: DaemonState['ingest']['trouble'] | null;
+  disk: DaemonState['disk'] | null;
+  clockJump: DaemonState['clockJump'] | null;
 }
 
 function pidAlive(pid: number): boolean {
@@ -66,6 +72,10 @@ export function buildStatus(store: Store, info: { deviceId: string; configFile: 
       startedMs: l.startedMs,
     })),
     sources: state?.sources ?? [],
+    lastFixes: store.lastFixes().map((f) => ({ ...f, ageS: Math.round((nowMs - f.timeMs) / 1000) })),
+    commits: running ? (state?.ingest.trouble ?? null) : null,
+    disk: state?.disk ?? null,
+    clockJump: state?.clockJump ?? null,
   };
 }
 
@@ -98,6 +108,16 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
   );
   if (q.unassignedReadings) row('', `${q.unassignedReadings} readings kept without a load (privacy.record_without_load)`);
   if (q.deadLetters) row('dead letters', `${q.deadLetters} refused by the service (see "dead-letter list")`);
+  const c = r.commits;
+  if (c) {
+    const what = c.kind === 'disk-full' ? 'DISK FULL' : 'COMMITS FAIL';
+    row(
+      what,
+      `readings not committed since ${ago(c.sinceMs, nowMs)}: ${r.delivery ? '' : ''}${c.attempts} attempt(s), next ${ago(c.nextAttemptMs, nowMs)}; waiting in memory, delivery goes on (${c.lastError})`,
+    );
+  }
+  if (r.disk && r.disk.reserveBytes > 0 && !r.disk.reserve) row('', `the ${Math.round(r.disk.reserveBytes / 1024)} KB reserve for a full disk is not in place (written again once there is room)`);
+  if (r.clockJump) row('clock', `the system clock jumped ${Math.round(r.clockJump.ms / 3_600_000)} h at ${ago(r.clockJump.atMs, nowMs)}; no reading was dropped for its age then`);
   const dropped = Object.entries(r.dropped).filter(([k, v]) => k.startsWith('readings_dropped') && v > 0);
   if (dropped.length) row('dropped', dropped.map(([k, v]) => `${v} readings (${k.replace('readings_dropped_', '').replace('_', ' ')})`).join(', '));
   const d = r.delivery;
@@ -115,6 +135,10 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
   if (r.activeLoads.length === 0) row('active loads', 'none (readings are not kept without a load)');
   for (const [i, l] of r.activeLoads.entries()) {
     row(i === 0 ? 'active loads' : '', `${l.loadNumber} on ${l.resourceId} (${l.resourceType})${l.nextStop ? `, next stop ${l.nextStop}` : ''}`);
+  }
+  if (r.lastFixes.length === 0) row('last fix', 'none yet');
+  for (const [i, f] of r.lastFixes.entries()) {
+    row(i === 0 ? 'last fix' : '', `${f.resourceId} ${f.lat.toFixed(5)}, ${f.lon.toFixed(5)} at ${ago(f.timeMs, nowMs)}`);
   }
   if (r.sources.length === 0) row('sources', 'none reported');
   for (const [i, s] of r.sources.entries()) {

@@ -127,6 +127,23 @@ function absolutise(config: Config, baseDir: string): Config {
   return config;
 }
 
+/**
+ * The device id when the config gives none: the host name plus the first 8 hex digits of the
+ * machine id. Thousands of Raspberry Pis are called `raspberrypi`, and the device id names
+ * every trace point to the service (`traceId`): with the host name alone, trucks collide.
+ */
+export function defaultDeviceId(host = hostname(), machineIdFile = '/etc/machine-id'): string {
+  let id = '';
+  try {
+    id = readFileSync(machineIdFile, 'utf8').trim().toLowerCase();
+  } catch {
+    // No machine id (a container, a minimal image): the host name alone.
+  }
+  const suffix = /^[0-9a-f]{8}/.exec(id)?.[0];
+  const name = host.slice(0, suffix ? 55 : 64);
+  return suffix ? `${name}-${suffix}` : name;
+}
+
 export function loadConfig(file: string): LoadedConfig {
   const text = readConfigText(file);
   const config = parseConfigText(text, file);
@@ -136,13 +153,39 @@ export function loadConfig(file: string): LoadedConfig {
       'api.subscription_key: the key is inline in the config file; prefer api.subscription_key_file or a systemd credential',
     );
   }
-  return { file, config, deviceId: config.device_id ?? hostname(), warnings };
+  if (config.codes.known) {
+    // Old configs kept one list for both kinds of code: its codes stay accepted as either.
+    const extra = config.codes.known;
+    config.codes.events = [...new Set([...config.codes.events, ...extra])];
+    config.codes.reasons = [...new Set([...config.codes.reasons, ...extra])];
+    warnings.push('codes.known: replaced by codes.events (event codes) and codes.reasons (reason codes); its codes are accepted as both for now, move them to the right list');
+  }
+  return { file, config, deviceId: config.device_id ?? defaultDeviceId(), warnings };
+}
+
+/**
+ * A key file other users can read is a key anyone on the device can copy: warned about at
+ * start and by `validate-config` (the service itself still starts).
+ */
+export function keyFileWarning(key: KeyLookup): string | undefined {
+  if (!key.file) return undefined;
+  try {
+    const mode = statSync(key.file).mode & 0o777;
+    if (mode & 0o004) {
+      return `${key.file} is readable by every user on this device (mode ${mode.toString(8).padStart(4, '0')}); make it 0640 root:telematics-agent or 0600: chmod o-rwx ${key.file}`;
+    }
+  } catch {
+    // Read a moment ago; gone now: nothing to warn about.
+  }
+  return undefined;
 }
 
 export interface KeyLookup {
   key: string;
   /** Where the key came from, for logs (never the key itself). */
   origin: string;
+  /** The file it was read from, when it was read from one. */
+  file?: string;
 }
 
 /**
@@ -163,7 +206,7 @@ export function resolveSubscriptionKey(loaded: LoadedConfig, env: NodeJS.Process
     const key = text.trim();
     if (!key) throw new ConfigError(file, [`${origin}: ${path} is empty`]);
     if (/\s/.test(key)) throw new ConfigError(file, [`${origin}: ${path} holds more than one word; expected only the key`]);
-    return { key, origin: `${origin} (${path})` };
+    return { key, origin: `${origin} (${path})`, file: path };
   };
   if (config.api.subscription_key_file) return fromFile(config.api.subscription_key_file, 'api.subscription_key_file');
   const envKey = env[KEY_ENV]?.trim();

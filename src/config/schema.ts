@@ -6,12 +6,42 @@
  */
 import * as z from 'zod';
 import { cronProblem } from '../cron.js';
+import { DEFAULT_LOAD_NUMBER_PATTERN, EVENT_CODES, REASON_CODES, RESOURCE_TYPES, resourceTypeOf } from '../milestones/codes.js';
 
 const positiveInt = z.number().int().positive();
 const nonNegative = z.number().finite().nonnegative();
 
-const resourceType = z.string().min(1).max(32);
+/** `Truck`, `Trailer` or `Driver`; the case is fixed (`trailer` -> `Trailer`). */
+export const resourceTypeSchema = z
+  .string()
+  .transform((s, ctx) => {
+    const t = resourceTypeOf(s);
+    if (!t) {
+      ctx.addIssue({ code: 'custom', message: `expected one of ${RESOURCE_TYPES.join(', ')}` });
+      return z.NEVER;
+    }
+    return t;
+  });
+const resourceType = resourceTypeSchema;
 const resourceId = z.string().min(1).max(64);
+
+/** An event or reason code: letters and digits, upper-cased (`x3` is `X3`). */
+const code = z
+  .string()
+  .regex(/^[A-Za-z0-9]{1,10}$/, 'expected a code of 1-10 letters and digits')
+  .transform((c) => c.toUpperCase());
+
+/**
+ * The unit's TimeoutStopSec (systemd/telematics-agent.service; a test keeps the two equal).
+ * The agent must be gone before systemd kills it, so its own stop is bounded below this.
+ */
+export const UNIT_TIMEOUT_STOP_S = 45;
+
+/**
+ * Settings that take effect only at the next start; a reload (SIGHUP) names them when they
+ * changed. Everything else is applied by the reload itself.
+ */
+const restart = <T extends z.ZodType>(schema: T): T => schema.meta({ restart: true });
 
 const temperatureModel = z.strictObject({
   set_point_c: z.number().finite().default(-18),
@@ -159,8 +189,11 @@ export const sourceSchema = z.discriminatedUnion('type', [
 ]);
 
 export const configSchema = z.strictObject({
-  /** Names this device in logs, references and the trace splay; default: the host name. */
-  device_id: z.string().min(1).max(64).optional(),
+  /**
+   * Names this device in logs, trace references and the trace splay. Default: the host name
+   * and the first 8 hex digits of /etc/machine-id (thousands of devices are called raspberrypi).
+   */
+  device_id: restart(z.string().min(1).max(64).optional()),
   api: z
     .strictObject({
       base_url: z.url({ protocol: /^https?$/, error: 'expected an http:// or https:// URL' }).default('http://127.0.0.1:8787'),
@@ -179,10 +212,43 @@ export const configSchema = z.strictObject({
       temperature_unit: z.enum(['C', 'F']).default('C'),
       /** Fixed top-level fields added to every body, e.g. { source = "carrier" }. */
       extra_fields: z.record(z.string(), z.union([z.string(), z.number(), z.boolean()])).default({}),
+      /**
+       * Load numbers the service accepts (a regular expression for the whole number), checked by
+       * `load start` and `milestone` so a bad one fails on the truck, not as a dead letter.
+       */
+      load_number_pattern: z
+        .string()
+        .superRefine((p, ctx) => {
+          try {
+            new RegExp(p);
+          } catch (err) {
+            ctx.addIssue({ code: 'custom', message: `expected a regular expression (${(err as Error).message})` });
+          }
+        })
+        .default(DEFAULT_LOAD_NUMBER_PATTERN),
+      /** Where a 2xx answer carries the service's correlation id: a body field, else a header. */
+      correlation_id_field: z.string().min(1).default('correlationId'),
+      correlation_id_header: z.string().min(1).toLowerCase().default('x-correlation-id'),
     }),
   buffer: z
     .strictObject({
-      path: z.string().min(1).default('/var/lib/telematics-agent/buffer.db'),
+      path: restart(z.string().min(1).default('/var/lib/telematics-agent/buffer.db')),
+      /**
+       * A buffer SQLite finds corrupt: `stop` (exit 65, nothing touched) or `move-aside`
+       * (renamed to <path>.corrupt-<time> with its -wal and -shm, a fresh one started; the old
+       * one is kept for `telematics-agent buffer salvage`).
+       */
+      on_corrupt: restart(z.enum(['stop', 'move-aside']).default('stop')),
+      /**
+       * Room (KiB) kept in `<path>.reserve` for acknowledging and purging when the disk is full
+       * (at most an eighth of the file system); 0: none.
+       */
+      reserve_kb: restart(z.number().int().nonnegative().max(1_048_576).default(2048)),
+      /**
+       * Readings waiting in memory while they cannot be committed (a full disk); past this the
+       * oldest pending ones are dropped and counted.
+       */
+      max_pending: positiveInt.max(10_000_000).default(20_000),
       /** SQLite synchronous level in WAL mode: NORMAL loses at most the last commits on power loss, never corrupts. */
       synchronous: z.enum(['OFF', 'NORMAL', 'FULL']).default('NORMAL'),
       /**
@@ -239,8 +305,17 @@ export const configSchema = z.strictObject({
       auth_retry_s: z.number().positive().default(300),
       /** Pause between trace requests while a backlog drains. */
       drain_interval_ms: nonNegative.max(60_000).default(50),
-      /** On SIGTERM, how long an in-flight request may take before it is abandoned (kept for the next start). */
-      shutdown_timeout_s: z.number().positive().max(3600).default(20),
+      /**
+       * From SIGTERM to exit, at most (an in-flight request is abandoned before, and kept for the
+       * next start). Below the unit's TimeoutStopSec, or systemd kills the agent mid-stop.
+       */
+      shutdown_timeout_s: z
+        .number()
+        .positive()
+        .refine((v) => v < UNIT_TIMEOUT_STOP_S, `expected a number below ${UNIT_TIMEOUT_STOP_S}, the unit's TimeoutStopSec (systemd kills the agent then)`)
+        .default(20),
+      /** 409 Conflict to a record already sent: the service has it; counted as delivered (a duplicate). */
+      conflict_is_delivered: z.boolean().default(true),
     })
     .prefault({}),
   privacy: z
@@ -252,13 +327,19 @@ export const configSchema = z.strictObject({
   codes: z
     .strictObject({
       /** Reason code sent when none is given. */
-      default_reason: z.string().min(1).default('NS'),
+      default_reason: code.default('NS'),
       /** Codes whose milestone means "left the stop": the next stop becomes the trace's stopsequenceNumber. */
-      departure: z.array(z.string().min(1)).default(['AF', 'D1', 'CD']),
-      /** Codes the service is known to accept; others are sent with a warning. */
-      known: z
-        .array(z.string().min(1))
-        .default(['X3', 'AF', 'X1', 'D1', 'CD', 'X6', 'SD', 'AA', 'AB', 'AG', 'X5', 'AI', 'AO', 'BE', 'AH', 'NS']),
+      departure: z.array(code).default(['AF', 'D1', 'CD']),
+      /** Event codes the service accepts (X12 214 AT7-01); others are refused unless forced. */
+      events: z.array(code).default(Object.keys(EVENT_CODES)),
+      /** Reason codes the service accepts (X12 214 AT7-02); others are refused unless forced. */
+      reasons: z.array(code).default(Object.keys(REASON_CODES)),
+      /** Codes whose time is an appointment, which may lie in the future. */
+      appointments: z.array(code).default(['AA', 'AB']),
+      /** Codes a load may carry more than once for the same stop (delays, en route, changed appointments). */
+      repeatable: z.array(code).default(['SD', 'X6', 'AG', 'AA', 'AB']),
+      /** Replaced by `events` and `reasons`; still read (with a warning) so an old config keeps working. */
+      known: z.array(code).optional(),
     })
     .prefault({}),
   milestones: z
@@ -273,21 +354,23 @@ export const configSchema = z.strictObject({
       dwell_s: nonNegative.max(86_400).default(120),
       /** Consecutive fixes needed to confirm arrival, and outside the exit radius to confirm departure. */
       min_fixes: positiveInt.max(1000).default(3),
+      /** A milestone without a place of its own takes the resource's last fix if it is at most this old. */
+      max_fix_age_s: nonNegative.max(7 * 86_400).default(1800),
       codes: z
         .strictObject({
-          pickup_arrive: z.string().min(1).default('X3'),
-          pickup_depart: z.string().min(1).default('AF'),
-          delivery_arrive: z.string().min(1).default('X1'),
-          delivery_depart: z.string().min(1).default('D1'),
-          other_arrive: z.string().min(1).default('X1'),
-          other_depart: z.string().min(1).default('CD'),
+          pickup_arrive: code.default('X3'),
+          pickup_depart: code.default('AF'),
+          delivery_arrive: code.default('X1'),
+          delivery_depart: code.default('D1'),
+          other_arrive: code.default('X1'),
+          other_depart: code.default('CD'),
         })
         .prefault({}),
       delay: z
         .strictObject({
           enabled: z.boolean().default(true),
-          code: z.string().min(1).default('SD'),
-          reason: z.string().min(1).default('NS'),
+          code: code.default('SD'),
+          reason: code.default('NS'),
           /** Delay milestone when the predicted arrival passes the appointment end by more than this. */
           grace_s: nonNegative.default(900),
           /** Another delay milestone only when the predicted delay grew by this much. */
@@ -319,7 +402,12 @@ export const configSchema = z.strictObject({
       level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
     })
     .prefault({}),
-  sources: z.array(sourceSchema).default([]),
+  sources: z
+    .array(sourceSchema)
+    .superRefine((a, ctx) => {
+      if (a.length === 0) ctx.addIssue({ code: 'custom', message: 'expected at least one [[sources]] table: an agent without a source collects nothing' });
+    })
+    .prefault([]),
   /** Which reading times are believed (see src/sources/time-guard.ts). Not applied to the simulator. */
   sources_time: z
     .strictObject({
@@ -329,9 +417,38 @@ export const configSchema = z.strictObject({
       max_past_days: z.number().positive().default(30),
     })
     .prefault({}),
+}).superRefine((c, ctx) => {
+  // The codes the agent sends by itself must be on the lists the CLI checks against.
+  const events = new Set([...c.codes.events, ...(c.codes.known ?? [])]);
+  const reasons = new Set([...c.codes.reasons, ...(c.codes.known ?? [])]);
+  const need = (ok: boolean, path: PropertyKey[], what: string, list: string) => {
+    if (!ok) ctx.addIssue({ code: 'custom', path, message: `${what} is not in codes.${list}; add it there` });
+  };
+  for (const [k, v] of Object.entries(c.milestones.codes)) need(events.has(v), ['milestones', 'codes', k], v, 'events');
+  need(events.has(c.milestones.delay.code), ['milestones', 'delay', 'code'], c.milestones.delay.code, 'events');
+  need(reasons.has(c.milestones.delay.reason), ['milestones', 'delay', 'reason'], c.milestones.delay.reason, 'reasons');
+  need(reasons.has(c.codes.default_reason), ['codes', 'default_reason'], c.codes.default_reason, 'reasons');
 });
 
 export type Config = z.infer<typeof configSchema>;
+
+/** Dotted paths of the settings marked as needing a restart (see `restart` above). */
+export function restartSettings(schema: z.ZodType = configSchema, prefix = ''): string[] {
+  const out: string[] = [];
+  const walk = (node: z.ZodType, path: string): void => {
+    if ((node.meta() as { restart?: boolean } | undefined)?.restart) {
+      out.push(path);
+      return;
+    }
+    const def = (node as unknown as { _zod: { def: { type: string; innerType?: z.ZodType; in?: z.ZodType; shape?: Record<string, z.ZodType> } } })._zod.def;
+    if (def.type === 'object' && def.shape) {
+      for (const [k, v] of Object.entries(def.shape)) walk(v, path ? `${path}.${k}` : k);
+    } else if (def.innerType) walk(def.innerType, path);
+    else if (def.type === 'pipe' && def.in) walk(def.in, path);
+  };
+  walk(schema, prefix);
+  return out;
+}
 export type SourceConfig = z.infer<typeof sourceSchema>;
 export type SimulatorSourceConfig = z.infer<typeof simulatorSourceSchema>;
 export type GpsdSourceConfig = z.infer<typeof gpsdSourceSchema>;

@@ -7,6 +7,8 @@ import type { PostOutcome } from '../api/client.js';
 export type OutcomeClass =
   /** 2xx: the service has it; the records may leave the buffer. */
   | 'delivered'
+  /** 409 to a record we sent before (delivery.conflict_is_delivered): the service has it already. */
+  | 'duplicate'
   /** Network error, timeout, 408, 425, 429, 5xx: the records are fine, try later. */
   | 'retry'
   /** 3xx: never followed (the key would go to another host); a configuration problem. */
@@ -18,15 +20,45 @@ export type OutcomeClass =
   /** 400, 422, other 4xx: the service refuses something in this request. */
   | 'refused';
 
-export function classify(outcome: PostOutcome): OutcomeClass {
+export interface ClassifyOptions {
+  /** `delivery.conflict_is_delivered`: a 409 means the service already has the record. */
+  conflictIsDelivered?: boolean;
+}
+
+export function classify(outcome: PostOutcome, opts: ClassifyOptions = {}): OutcomeClass {
   if (outcome.kind === 'network') return 'retry';
   const s = outcome.status;
   if (s >= 200 && s < 300) return 'delivered';
+  if (s === 409 && (opts.conflictIsDelivered ?? true)) return 'duplicate';
   if (s >= 300 && s < 400) return 'redirect';
   if (s === 401 || s === 403 || s === 404) return 'auth';
   if (s === 413) return 'too-large';
   if (s === 408 || s === 425 || s === 429 || s >= 500) return 'retry';
   return 'refused';
+}
+
+/** True for the classes that let records leave the buffer. */
+export function isDelivered(cls: OutcomeClass): boolean {
+  return cls === 'delivered' || cls === 'duplicate';
+}
+
+/**
+ * The service's correlation id of an answer: a field of a JSON body (`api.correlation_id_field`),
+ * else a header (`api.correlation_id_header`). Undefined when it gave none.
+ */
+export function correlationIdOf(outcome: PostOutcome, field: string, header: string): string | undefined {
+  if (outcome.kind !== 'response') return undefined;
+  if (outcome.body.startsWith('{')) {
+    try {
+      const v = (JSON.parse(outcome.body) as Record<string, unknown>)[field];
+      if (typeof v === 'string' && v !== '') return v.slice(0, 200);
+      if (typeof v === 'number') return String(v);
+    } catch {
+      // Not JSON after all: the header may still carry it.
+    }
+  }
+  const h = outcome.headers?.[header.toLowerCase()];
+  return h ? h.slice(0, 200) : undefined;
 }
 
 /** A short description for logs and `status`, never containing request headers. */

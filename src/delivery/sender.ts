@@ -3,6 +3,8 @@
  * traces when a push is due (the schedule) and then until the backlog is drained.
  *
  * Only a 2xx lets a record leave the buffer. What the other answers do:
+ * - 409 (delivery.conflict_is_delivered): the service has the record already; delivered,
+ *   counted as a duplicate (a crash after the service took a request repeats it once);
  * - network error, timeout, 408, 425, 429, 5xx: keep, retry with exponential backoff and
  *   full jitter, or after Retry-After (capped);
  * - 3xx: never followed (the key would go to another host); retried with backoff, logged as a
@@ -17,9 +19,11 @@
 import type { Logger } from 'pino';
 import type { ApiClient, PostOutcome } from '../api/client.js';
 import type { Trace } from '../api/schemas.js';
-import type { LoadRow, Store, StoredReading } from '../buffer/store.js';
+import type { Fix } from '../buffer/ingest.js';
+import type { LoadRow, MilestoneRow, Store, StoredReading } from '../buffer/store.js';
 import type { Config } from '../config/schema.js';
-import { backoffMs, classify, describeOutcome, retryAfterMs, type OutcomeClass } from './classify.js';
+import { completePlace } from '../milestones/record.js';
+import { backoffMs, classify, correlationIdOf, describeOutcome, isDelivered, retryAfterMs, type OutcomeClass } from './classify.js';
 import { buildTraceChunk, idempotencyKeyFor, nextStopResolver, traceBody, type TraceBuildOptions, type TraceChunk } from './traces.js';
 
 export interface SenderStatus {
@@ -36,6 +40,8 @@ export interface SenderStatus {
   /** Current trace chunk size (halved on 413). */
   chunkLimit: number;
   sent: { milestones: number; traceRequests: number; tracePoints: number };
+  /** Records the service already had (409): delivered, not sent twice. */
+  duplicates: number;
   deadLettered: { milestones: number; tracePoints: number };
   failures: Record<string, number>;
 }
@@ -48,6 +54,10 @@ export interface SenderDeps {
   log: Logger;
   now?: () => number;
   random?: () => number;
+  /** The daemon's newest fix of a resource (committed or not), for milestones recorded without a place. */
+  fixOf?: (resourceId: string) => Fix | undefined;
+  /** Told of an error a cycle could not get past (the daemon stops on a corrupt buffer). */
+  onError?: (err: unknown) => void;
 }
 
 /** The floor under a jittered delay, so a zero draw cannot turn into a tight loop. */
@@ -101,10 +111,14 @@ export class Sender {
   private abort = new AbortController();
   private readonly now: () => number;
   private readonly random: () => number;
+  private pollMs: number;
+  /** The correlation id of the last trace request delivered, for the load's row. */
+  private lastTraceCorrelation: string | undefined;
 
   constructor(private deps: SenderDeps) {
     this.now = deps.now ?? Date.now;
     this.random = deps.random ?? Math.random;
+    this.pollMs = deps.config.delivery.poll_interval_ms;
     this.status = {
       lastSuccessMs: null,
       lastAttemptMs: null,
@@ -117,6 +131,7 @@ export class Sender {
       lastTracePushMs: null,
       chunkLimit: deps.config.delivery.max_traces_per_request,
       sent: { milestones: 0, traceRequests: 0, tracePoints: 0 },
+      duplicates: 0,
       deadLettered: { milestones: 0, tracePoints: 0 },
       failures: {},
     };
@@ -126,20 +141,35 @@ export class Sender {
   updateConfig(config: Config, client?: ApiClient): void {
     this.deps = { ...this.deps, config, client: client ?? this.deps.client };
     this.status.chunkLimit = config.delivery.max_traces_per_request;
+    if (this.timer && config.delivery.poll_interval_ms !== this.pollMs) {
+      clearInterval(this.timer);
+      this.timer = undefined;
+      this.startTimer();
+    }
     this.retryNow();
+  }
+
+  /** The interval the poll timer runs at now. */
+  get pollIntervalMs(): number {
+    return this.pollMs;
+  }
+
+  private startTimer(): void {
+    this.pollMs = this.deps.config.delivery.poll_interval_ms;
+    this.timer ??= setInterval(() => void this.kick(), this.pollMs);
   }
 
   start(): void {
     this.stopping = false;
     this.abort = new AbortController();
-    this.timer ??= setInterval(() => void this.kick(), this.deps.config.delivery.poll_interval_ms);
+    this.startTimer();
     void this.kick();
   }
 
   /**
-   * Let the in-flight request finish, at most shutdown_timeout_s, then abandon it. An
-   * abandoned request's records stay in the buffer and go again (same idempotency key)
-   * at the next start.
+   * Let the in-flight request finish, within most of delivery.shutdown_timeout_s (the rest
+   * is for committing and closing), then abandon it. An abandoned request's records stay in
+   * the buffer and go again (same idempotency key) at the next start.
    */
   async stop(): Promise<void> {
     this.stopping = true;
@@ -153,7 +183,7 @@ export class Sender {
     const timedOut = await Promise.race([
       running.then(() => false),
       new Promise<boolean>((r) => {
-        timer = setTimeout(() => r(true), this.deps.config.delivery.shutdown_timeout_s * 1000);
+        timer = setTimeout(() => r(true), this.deps.config.delivery.shutdown_timeout_s * 800);
       }),
     ]);
     clearTimeout(timer);
@@ -193,6 +223,7 @@ export class Sender {
       } catch (err) {
         this.deps.log.error({ err: (err as Error).message }, 'delivery cycle failed; will try again');
         this.scheduleRetry('retry', (err as Error).message);
+        this.deps.onError?.(err);
       } finally {
         this.running = undefined;
       }
@@ -218,7 +249,11 @@ export class Sender {
             this.purgePending = true; // the next cycle's end resumes it
             return;
           }
-          if (this.deps.store.purgeAcked(PURGE_SLICE).done) return;
+          if (this.deps.store.purgeAcked(PURGE_SLICE).done) {
+            // The WAL gives its room back (it would otherwise keep its high-water mark).
+            this.deps.store.truncateWal();
+            return;
+          }
           await new Promise<void>((r) => setImmediate(r));
         }
       } catch (err) {
@@ -363,7 +398,7 @@ export class Sender {
   }
 
   private acknowledge(p: Prepared): void {
-    this.deps.store.ackReadings(p.load.loadNumber, p.lastId, p.lastSampleMs);
+    this.deps.store.ackReadings(p.load.loadNumber, p.lastId, p.lastSampleMs, p.json === null ? undefined : this.lastTraceCorrelation);
     this.purgePending = true;
   }
 
@@ -373,30 +408,71 @@ export class Sender {
     for (;;) {
       const batch = store.pendingMilestones(50);
       if (batch.length === 0) return true;
-      for (const m of batch) {
+      for (const m0 of batch) {
         if (this.stopping) return false;
+        const m = m0.needsPlace ? this.withPlace(m0) : m0;
         const body = { ...client.extraFields, ...m.body };
         const outcome = await this.post(() => client.postMilestone(body, m.ref, this.abort.signal));
-        const cls = classify(outcome);
-        if (cls === 'delivered') {
-          store.markMilestoneSent(m.id, this.now());
+        const cls = this.classify(outcome);
+        if (isDelivered(cls) && outcome.kind === 'response') {
+          const api = this.deps.config.api;
+          const correlationId = correlationIdOf(outcome, api.correlation_id_field, api.correlation_id_header);
+          store.markMilestoneSent(m.id, this.now(), { status: outcome.status, correlationId, duplicate: cls === 'duplicate' });
           this.status.sent.milestones += 1;
-          this.deps.log.info({ load: m.loadNumber, code: m.body.eventCode, id: m.id }, 'milestone delivered');
+          if (cls === 'duplicate') {
+            this.status.duplicates += 1;
+            this.deps.log.info({ load: m.loadNumber, code: m.body.eventCode, id: m.id, correlationId }, 'milestone already at the service (HTTP 409): counted as delivered, a duplicate');
+          } else {
+            this.deps.log.info({ load: m.loadNumber, code: m.body.eventCode, id: m.id, correlationId }, 'milestone delivered');
+          }
           continue;
         }
         const why = describeOutcome(outcome);
         if (cls === 'refused' || cls === 'too-large') {
           // This milestone will never be accepted as it is; the ones after it must not wait for it.
-          store.parkMilestone(m, outcome.kind === 'response' ? outcome.status : null, why, this.now());
+          store.parkMilestone(m, outcome.kind === 'response' ? outcome.status : null, outcome.kind === 'response' ? outcome.body : why, this.now(), outcome.kind === 'response' ? outcome.headers : undefined);
           this.status.deadLettered.milestones += 1;
           this.deps.log.error({ load: m.loadNumber, milestone: m.id, code: m.body.eventCode }, `milestone refused and parked in the dead-letter table: ${why}`);
           continue;
         }
-        store.markMilestoneFailed(m.id, why);
+        store.markMilestoneFailed(m.id, why, outcome.kind === 'response' ? outcome.status : null);
         this.fail(cls, why, outcome, { load: m.loadNumber, milestone: m.id });
         return false;
       }
     }
+  }
+
+  private classify(outcome: PostOutcome): OutcomeClass {
+    return classify(outcome, { conflictIsDelivered: this.deps.config.delivery.conflict_is_delivered });
+  }
+
+  /**
+   * A milestone recorded where no position was known (by the CLI right after \`load start\`,
+   * before the first commit): the daemon's newest fix of the resource, committed or not, or
+   * the buffer's last fix, gives it its place and zone now, once, before it is first sent.
+   */
+  private withPlace(m: MilestoneRow): MilestoneRow {
+    const { store, config, log } = this.deps;
+    try {
+      const load = store.getLoad(m.loadNumber);
+      const mine = load && this.deps.fixOf?.(load.resourceId);
+      const stored = load && store.lastFix(load.resourceId);
+      const fix = mine && (!stored || mine.timeMs >= stored.timeMs) ? mine : stored;
+      const body = load && fix ? completePlace(m, fix, config) : undefined;
+      if (body) {
+        store.setMilestoneBody(m.id, body);
+        log.info({ load: m.loadNumber, milestone: m.id, city: body.eventCity, state: body.eventState }, 'milestone recorded without a position: place and zone taken from the newest fix');
+        return { ...m, body, needsPlace: false };
+      }
+      store.setMilestoneBody(m.id, m.body);
+      log.warn(
+        { load: m.loadNumber, milestone: m.id, resource: load?.resourceId },
+        `milestone ${m.id} goes out without a city and state, in the device's zone: no fix of its resource within milestones.max_fix_age_s (${config.milestones.max_fix_age_s} s) of when it was recorded`,
+      );
+    } catch (err) {
+      log.warn({ milestone: m.id, err: (err as Error).message }, 'could not fill in the place of a milestone; sending it as recorded');
+    }
+    return { ...m, needsPlace: false };
   }
 
   private traceOptions(maxPoints = this.status.chunkLimit): TraceBuildOptions {
@@ -496,12 +572,19 @@ export class Sender {
   ): Promise<'delivered' | 'failed'> {
     if (this.stopping) return 'failed';
     const outcome = await this.post(() => this.deps.client.postTraces(body, key, this.abort.signal));
-    const cls = classify(outcome);
-    if (cls === 'delivered') {
+    const cls = this.classify(outcome);
+    if (isDelivered(cls)) {
       delivered.push(...readingIds);
       this.status.sent.traceRequests += 1;
       this.status.sent.tracePoints += readingIds.length;
-      this.deps.log.debug({ load: load.loadNumber, points: readingIds.length }, 'trace request delivered');
+      const api = this.deps.config.api;
+      this.lastTraceCorrelation = correlationIdOf(outcome, api.correlation_id_field, api.correlation_id_header);
+      if (cls === 'duplicate') {
+        this.status.duplicates += 1;
+        this.deps.log.info({ load: load.loadNumber, points: readingIds.length }, 'trace request already at the service (HTTP 409): counted as delivered, a duplicate');
+      } else {
+        this.deps.log.debug({ load: load.loadNumber, points: readingIds.length, correlationId: this.lastTraceCorrelation }, 'trace request delivered');
+      }
       return 'delivered';
     }
     if (cls === 'refused' || cls === 'too-large') {
@@ -524,7 +607,8 @@ export class Sender {
     const why = describeOutcome(outcome);
     if (traces.length === 1) {
       const body = traceBody(load.loadNumber, traces, this.deps.config.api.extra_fields);
-      this.deps.store.parkReading(readingIds[0], load.loadNumber, outcome.kind === 'response' ? outcome.status : null, why, body, this.now());
+      const answer = outcome.kind === 'response' ? outcome : undefined;
+      this.deps.store.parkReading(readingIds[0], load.loadNumber, answer?.status ?? null, answer ? answer.body : why, body, this.now(), answer?.headers);
       this.status.deadLettered.tracePoints += 1;
       this.deps.log.error({ load: load.loadNumber, reading: readingIds[0] }, `trace point refused and parked in the dead-letter table: ${why}`);
       return 'delivered';
@@ -543,7 +627,7 @@ export class Sender {
   private async post(send: () => Promise<PostOutcome>): Promise<PostOutcome> {
     this.status.lastAttemptMs = this.now();
     const outcome = await send();
-    if (classify(outcome) === 'delivered') {
+    if (isDelivered(this.classify(outcome))) {
       if (this.status.paused) this.deps.log.info('the service accepts requests again; delivery resumed');
       this.status.lastSuccessMs = this.now();
       this.status.consecutiveFailures = 0;

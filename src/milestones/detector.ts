@@ -22,27 +22,22 @@
  * A delay milestone goes out when delay > grace_s, and again only when it grew by step_s.
  * No prediction while the truck is at a stop (loading is not driving) or with less than a
  * minute of fixes.
+ *
+ * Each batch's milestones and the stop states that record them are committed in one
+ * transaction (`Store.commitMilestones`): a state write that fails takes the milestone with
+ * it, so a retry cannot report the same arrival twice. A code already recorded for the stop
+ * (by hand, say) is not reported again.
  */
 import type { Logger } from 'pino';
-import type { LoadRow, Store } from '../buffer/store.js';
+import type { LoadRow, NewMilestone, StopState, Store } from '../buffer/store.js';
 import type { Config } from '../config/schema.js';
 import { distanceM } from '../sources/routes.js';
 import type { Reading } from '../sources/types.js';
-import { recordMilestone } from './record.js';
+import { nextStopAfter, prepareMilestone, type MilestoneInput } from './record.js';
 import type { Stop } from './stops.js';
 
-export type StopPhase = 'outside' | 'entering' | 'inside' | 'departed';
-
-export interface StopState {
-  state: StopPhase;
-  firstInsideMs: number | null;
-  lastInsideMs: number | null;
-  insideFixes: number;
-  outsideFixes: number;
-  arrivedMs: number | null;
-  departedMs: number | null;
-  delayReportedS: number | null;
-}
+export type { StopState };
+export type StopPhase = StopState['state'];
 
 export interface Fix {
   timeMs: number;
@@ -111,50 +106,6 @@ export function stepStop(st: StopState, fix: Fix, stop: Stop, p: FenceParams): {
   return { state: s };
 }
 
-interface RawStopState {
-  stop_sequence: number;
-  state: StopPhase;
-  first_inside_ms: number | null;
-  last_inside_ms: number | null;
-  inside_fixes: number;
-  outside_fixes: number;
-  arrived_ms: number | null;
-  departed_ms: number | null;
-  delay_reported_s: number | null;
-}
-
-/** The saved state of each stop of a load (absent: never seen, i.e. outside). */
-export function stopStates(store: Store, loadNumber: string): Map<number, StopState> {
-  const rows = store.db.prepare('SELECT * FROM stop_state WHERE load_number = ?').all(loadNumber) as RawStopState[];
-  return new Map(
-    rows.map((r) => [
-      r.stop_sequence,
-      {
-        state: r.state,
-        firstInsideMs: r.first_inside_ms,
-        lastInsideMs: r.last_inside_ms,
-        insideFixes: r.inside_fixes,
-        outsideFixes: r.outside_fixes,
-        arrivedMs: r.arrived_ms,
-        departedMs: r.departed_ms,
-        delayReportedS: r.delay_reported_s,
-      },
-    ]),
-  );
-}
-
-function saveState(store: Store, loadNumber: string, seq: number, s: StopState): void {
-  store.db
-    .prepare(
-      `INSERT INTO stop_state (load_number, stop_sequence, state, first_inside_ms, last_inside_ms, inside_fixes, outside_fixes, arrived_ms, departed_ms, delay_reported_s)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-       ON CONFLICT (load_number, stop_sequence) DO UPDATE SET state = excluded.state, first_inside_ms = excluded.first_inside_ms,
-         last_inside_ms = excluded.last_inside_ms, inside_fixes = excluded.inside_fixes, outside_fixes = excluded.outside_fixes,
-         arrived_ms = excluded.arrived_ms, departed_ms = excluded.departed_ms, delay_reported_s = excluded.delay_reported_s`,
-    )
-    .run(loadNumber, seq, s.state, s.firstInsideMs, s.lastInsideMs, s.insideFixes, s.outsideFixes, s.arrivedMs, s.departedMs, s.delayReportedS);
-}
-
 /** Average speed (m/s) over recent fixes, or undefined with less than a minute of data. */
 function recentSpeed(fixes: Fix[]): number | undefined {
   if (fixes.length < 2) return undefined;
@@ -206,10 +157,10 @@ export class MilestoneDetector {
     const config = this.config();
     const m = config.milestones;
     const params: FenceParams = { radiusM: m.radius_m, exitRadiusFactor: m.exit_radius_factor, dwellS: m.dwell_s, minFixes: m.min_fixes };
-    const states = stopStates(this.store, load.loadNumber);
+    const states = this.store.stopStates(load.loadNumber);
     const dirty = new Set<number>();
-    let recorded = 0;
-    const window = this.recent.get(resourceId) ?? [];
+    const events: Array<{ item: NewMilestone; input: MilestoneInput; log: () => void }> = [];
+    const window = (this.recent.get(resourceId) ?? []).slice();
     for (const fix of fixes) {
       window.push(fix);
       while (window.length > 1 && fix.timeMs - window[0].timeMs > m.delay.speed_window_s * 1000) window.shift();
@@ -222,62 +173,97 @@ export class MilestoneDetector {
         }
         if (event) {
           const code = m.codes[`${stop.type}_${event.type}` as keyof typeof m.codes];
-          recordMilestone(this.store, config, { loadNumber: load.loadNumber, code, stop: stop.sequence, timeMs: event.timeMs, lat: stop.latitude, lon: stop.longitude }, Date.now(), this.log);
-          this.log.info({ load: load.loadNumber, stop: stop.sequence, code, at: new Date(event.timeMs).toISOString() }, `${event.type === 'arrive' ? 'arrival' : 'departure'} detected`);
-          recorded += 1;
+          // The place is the detector's own fix: where the truck was when it completed the event.
+          const input: MilestoneInput = { loadNumber: load.loadNumber, code, stop: stop.sequence, timeMs: event.timeMs, lat: fix.lat, lon: fix.lon, origin: 'detected' };
+          const type = event.type === 'arrive' ? 'arrival' : 'departure';
+          events.push({
+            item: prepareMilestone(this.store, config, input).item,
+            input,
+            log: () => this.log.info({ load: load.loadNumber, stop: stop.sequence, code, at: new Date(event.timeMs).toISOString() }, `${type} detected`),
+          });
           // Speed while loading is not driving speed: measure afresh from here.
           if (event.type === 'depart') window.splice(0, window.length - 1);
         }
       }
-      if (m.delay.enabled) recorded += this.checkDelay(load, fix, window, states, dirty);
+      if (m.delay.enabled) this.checkDelay(load, fix, window, states, dirty, events);
     }
+    if (events.length === 0 && dirty.size === 0) {
+      this.recent.set(resourceId, window);
+      return 0;
+    }
+    // Milestones and the states that record them: one transaction, or nothing at all.
+    const last = [...events].reverse().find((e) => nextStopAfter(load, String(e.item.body.eventCode), e.input.stop, config));
+    const { rows, skipped } = this.store.commitMilestones(
+      events.map((e) => e.item),
+      Date.now(),
+      {
+        stopStates: [...dirty].map((seq) => ({ loadNumber: load.loadNumber, stop: seq, state: states.get(seq)! })),
+        nextStop: last && nextStopAfter(load, String(last.item.body.eventCode), last.input.stop, config),
+      },
+    );
+    // Only once committed: the window, and the log lines.
     this.recent.set(resourceId, window);
-    for (const seq of dirty) saveState(this.store, load.loadNumber, seq, states.get(seq)!);
-    return recorded;
+    for (const e of events) {
+      const skip = skipped.find((x) => x.item === e.item);
+      if (skip) {
+        this.log.info(
+          { load: load.loadNumber, stop: e.input.stop, code: e.item.body.eventCode, first: skip.existing.id, origin: skip.existing.origin },
+          `${String(e.item.body.eventCode)} for stop ${e.input.stop} was recorded already (milestone ${skip.existing.id}); not reported again`,
+        );
+      } else {
+        e.log();
+      }
+    }
+    return rows.length;
   }
 
-  private checkDelay(load: LoadRow, fix: Fix, window: Fix[], states: Map<number, StopState>, dirty: Set<number>): number {
+  private checkDelay(
+    load: LoadRow,
+    fix: Fix,
+    window: Fix[],
+    states: Map<number, StopState>,
+    dirty: Set<number>,
+    events: Array<{ item: NewMilestone; input: MilestoneInput; log: () => void }>,
+  ): void {
     const config = this.config();
     const d = config.milestones.delay;
     const atStop = load.stops.some((s) => {
       const st = states.get(s.sequence)?.state;
       return st === 'inside' || st === 'entering';
     });
-    if (atStop) return 0;
+    if (atStop) return;
     const next = load.stops.find((s) => {
       const st = states.get(s.sequence)?.state ?? 'outside';
       return st === 'outside' || st === 'entering';
     });
     const end = next?.appointment?.end ? Date.parse(next.appointment.end) : NaN;
-    if (!next || next.latitude === undefined || next.longitude === undefined || Number.isNaN(end)) return 0;
+    if (!next || next.latitude === undefined || next.longitude === undefined || Number.isNaN(end)) return;
     const measured = recentSpeed(window);
-    if (measured === undefined) return 0;
+    if (measured === undefined) return;
     const speed = measured < d.min_speed_kmh / 3.6 ? d.planning_speed_kmh / 3.6 : measured;
     const remaining = distanceM(fix, { lat: next.latitude, lon: next.longitude }) * d.road_factor;
     const eta = fix.timeMs + (remaining / speed) * 1000;
     const delayS = Math.round((eta - end) / 1000);
-    if (delayS <= d.grace_s) return 0;
+    if (delayS <= d.grace_s) return;
     const st = states.get(next.sequence) ?? INITIAL_STATE;
-    if (st.delayReportedS !== null && delayS - st.delayReportedS < d.step_s) return 0;
+    if (st.delayReportedS !== null && delayS - st.delayReportedS < d.step_s) return;
     states.set(next.sequence, { ...st, delayReportedS: delayS });
     dirty.add(next.sequence);
-    recordMilestone(
-      this.store,
-      config,
-      {
-        loadNumber: load.loadNumber,
-        code: d.code,
-        reason: d.reason,
-        stop: next.sequence,
-        timeMs: fix.timeMs,
-        lat: fix.lat,
-        lon: fix.lon,
-        references: [{ name: 'estimatedArrival', value: new Date(Math.round(eta / 1000) * 1000).toISOString() }],
-      },
-      Date.now(),
-      this.log,
-    );
-    this.log.warn({ load: load.loadNumber, stop: next.sequence, delayMin: Math.round(delayS / 60), eta: new Date(eta).toISOString() }, 'delay predicted');
-    return 1;
+    const input: MilestoneInput = {
+      loadNumber: load.loadNumber,
+      code: d.code,
+      reason: d.reason,
+      stop: next.sequence,
+      timeMs: fix.timeMs,
+      lat: fix.lat,
+      lon: fix.lon,
+      origin: 'detected',
+      references: [{ name: 'estimatedArrival', value: new Date(Math.round(eta / 1000) * 1000).toISOString() }],
+    };
+    events.push({
+      item: prepareMilestone(this.store, config, input).item,
+      input,
+      log: () => this.log.warn({ load: load.loadNumber, stop: next.sequence, delayMin: Math.round(delayS / 60), eta: new Date(eta).toISOString() }, 'delay predicted'),
+    });
   }
 }

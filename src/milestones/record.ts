@@ -1,107 +1,297 @@
 /**
- * Recording a milestone: build the body as the service will receive it, validate it with
- * the shared schema, and commit it. The daemon picks it up within `poll_interval_ms`.
- * Used by the CLI (`milestone`), the demo, and automatic detection alike.
+ * Recording a milestone: check it, place it, build the body as the service will receive it,
+ * validate it with the shared schema, and commit it. The daemon picks it up within
+ * `poll_interval_ms`. Used by the CLI (`milestone`), the demo and automatic detection alike.
+ *
+ * What the service receives must be right the first time: a wrong city or zone on a
+ * milestone is worse than a late one, because nobody notices it. So, before anything is
+ * written:
+ * - the load number must match `api.load_number_pattern`, the event code be in
+ *   `codes.events` and the reason in `codes.reasons` (`--force` sends others);
+ * - one milestone per load, code and stop (`codes.repeatable` excepted): a manual X3 for a
+ *   stop the detector already reported is refused, naming the first one;
+ * - the place is, first match wins: a position or city given on the command line; the
+ *   detector's own fix; the stop's coordinates; the resource's last fix if not older than
+ *   `milestones.max_fix_age_s`. Only when none exists does it go without a city and state,
+ *   in the device's zone, with a warning (and the daemon fills the place in from its newest
+ *   fix when it sends it, if it has one by then);
+ * - a `--time` without an offset is read in the zone of that place; a time more than
+ *   `sources_time.max_future_s` ahead is refused (appointments excepted).
  */
 import { randomUUID } from 'node:crypto';
-import { milestoneBodySchema, formatIssues, type MilestoneBody } from '../api/schemas.js';
 import pino, { type Logger } from 'pino';
+import { formatIssues, milestoneBodySchema } from '../api/schemas.js';
 import { withRoom } from '../buffer/bounds.js';
-import type { MilestoneRow, Store } from '../buffer/store.js';
+import { DuplicateEventError, type LoadRow, type MilestoneOrigin, type MilestoneRow, type NewMilestone, type Store } from '../buffer/store.js';
 import type { Config } from '../config/schema.js';
-import { eventTime } from '../geo/timezone.js';
-import { placeAt } from '../geo/places.js';
+import { EXIT } from '../cli/exit.js';
+import { AgentError } from '../errors.js';
+import { placeAt, placeNamed } from '../geo/places.js';
+import { formatTime, hasExplicitOffset, localTimeToInstant, systemZone, zoneAt } from '../geo/timezone.js';
+import { EVENT_CODES, REASON_CODES } from './codes.js';
 
 export interface MilestoneInput {
   loadNumber: string;
   code: string;
   reason?: string;
   stop?: number;
-  /** When it happened; default now. */
+  /** When it happened, as an instant; default now. */
   timeMs?: number;
+  /** When it happened, as typed (`--time`): without an offset it is read in the zone of the place. */
+  timeText?: string;
   city?: string;
   state?: string;
-  /** Where it happened, when known better than the resource's last fix. */
+  /** Where it happened: given on the command line, or the detector's fix. */
   lat?: number;
   lon?: number;
   references?: { name: string; value: string }[];
+  /** Record it even if the code is unknown or the event was recorded already. */
+  force?: boolean;
+  origin?: MilestoneOrigin;
 }
 
 const quietLog = pino({ level: 'silent' });
 
-export class MilestoneError extends Error {
-  readonly code = 'EMILESTONE';
+/** Bad input for a milestone (unknown load or code, bad time): exit 65, nothing written. */
+export class MilestoneError extends AgentError {
+  readonly code: string = 'EMILESTONE';
+  readonly exitCode: number = EXIT.DATA;
+}
+
+/** How the place of a milestone was found. */
+export type PlaceSource = 'command line' | 'detector fix' | 'stop' | 'last fix' | 'none';
+
+export interface Placement {
+  source: PlaceSource;
+  lat?: number;
+  lon?: number;
+  city?: string;
+  state?: string;
+  zone: string;
+  /** Age of the last fix used (or found too old), seconds. */
+  fixAgeS?: number;
+}
+
+export interface PreparedMilestone {
+  item: NewMilestone;
+  load: LoadRow;
+  timeMs: number;
+  placement: Placement;
+  warnings: string[];
 }
 
 export interface RecordedMilestone {
   row: MilestoneRow;
+  timeMs: number;
+  placement: Placement;
   warnings: string[];
 }
 
-export function recordMilestone(store: Store, config: Config, input: MilestoneInput, nowMs = Date.now(), log: Logger = quietLog): RecordedMilestone {
-  const warnings: string[] = [];
-  const load = store.getLoad(input.loadNumber);
-  if (!load) throw new MilestoneError(`load ${input.loadNumber}: no such load (start it with "load start ${input.loadNumber} --resource ID")`);
-  const code = input.code.trim();
-  if (!config.codes.known.includes(code)) {
-    warnings.push(`code ${code} is not in codes.known; sending it anyway (the service may refuse it)`);
+/** The load number is one the service accepts (`api.load_number_pattern`), or a MilestoneError naming the rule. */
+export function checkLoadNumber(loadNumber: string, config: Config): void {
+  const pattern = config.api.load_number_pattern;
+  const anchored = new RegExp(`^(?:${pattern})$`);
+  if (!anchored.test(loadNumber)) {
+    throw new MilestoneError(
+      `load number ${JSON.stringify(loadNumber)} does not match api.load_number_pattern ${pattern}, so the service would refuse it; check the number, or change api.load_number_pattern if the service accepts it`,
+    );
+  }
+}
+
+function checkCode(kind: 'event' | 'reason', raw: string, config: Config, force: boolean, warnings: string[]): string {
+  const code = raw.trim().toUpperCase();
+  if (!/^[A-Z0-9]{1,10}$/.test(code)) throw new MilestoneError(`${kind} code ${JSON.stringify(raw)}: expected 1-10 letters and digits, such as ${kind === 'event' ? 'X3' : 'NS'}`);
+  const list = kind === 'event' ? config.codes.events : config.codes.reasons;
+  if (list.includes(code)) return code;
+  const key = kind === 'event' ? 'codes.events' : 'codes.reasons';
+  const other = kind === 'event' ? (config.codes.reasons.includes(code) ? ` (${code} is a reason code: give it with --reason)` : '') : config.codes.events.includes(code) ? ` (${code} is an event code: give it with --code)` : '';
+  if (force) {
+    warnings.push(`${kind} code ${code} is not in ${key}; recorded anyway (--force): the service may refuse it`);
+    return code;
+  }
+  const examples =
+    kind === 'event'
+      ? 'X12 214 shipment status codes such as X3 arrived at pick-up, AF departed pick-up, X1 arrived at delivery, D1 unloaded, SD delayed, AA/AB appointment'
+      : 'X12 214 status reason codes such as NS normal, AI mechanical breakdown, AO weather, BE road conditions, AH driver related';
+  throw new MilestoneError(
+    `${kind} code ${code} is not in ${key}${other}; the list holds ${examples}. If the service accepts it, add it to ${key} in the config; to send it once anyway, add --force`,
+  );
+}
+
+/** Where the milestone happened and in which zone (see the rule at the top). */
+function place(store: Store, config: Config, load: LoadRow, input: MilestoneInput, nowMs: number, warnings: string[]): Placement {
+  const origin = input.origin ?? 'manual';
+  const onGlobe = (lat: number | undefined, lon: number | undefined): lat is number => typeof lat === 'number' && typeof lon === 'number';
+  const at = (source: PlaceSource, lat: number, lon: number, named?: { city?: string; state?: string }, fixAgeS?: number): Placement => {
+    const found = placeAt(lat, lon);
+    const city = named?.city ?? (named?.state ? undefined : found?.city);
+    const state = named?.state ?? (named?.city ? undefined : found?.state);
+    return { source, lat, lon, city, state, zone: zoneAt(lat, lon), fixAgeS };
+  };
+  // 1. Given on the command line (or the detector's own fix).
+  if (onGlobe(input.lat, input.lon)) {
+    return at(origin === 'detected' ? 'detector fix' : 'command line', input.lat, input.lon!, input.city || input.state ? { city: input.city, state: input.state } : undefined);
   }
   const stop = input.stop === undefined ? undefined : load.stops.find((s) => s.sequence === input.stop);
-  if (input.stop !== undefined && load.stops.length > 0 && !stop) {
-    throw new MilestoneError(
-      `stop ${input.stop}: load ${load.loadNumber} has stops ${load.stops.map((s) => s.sequence).join(', ')}`,
+  // A city given without a position: its coordinates from the gazetteer give the zone.
+  const named = (city: string | undefined, state: string | undefined) => (city && state ? placeNamed(city, state) : undefined);
+  if (input.city || input.state) {
+    const p = named(input.city, input.state);
+    if (p) return { source: 'command line', lat: p.lat, lon: p.lon, city: input.city, state: input.state, zone: zoneAt(p.lat, p.lon) };
+    // Not in the gazetteer: the city as typed; the zone from the stop or the last fix below.
+    const rest = locate();
+    warnings.push(
+      `${[input.city, input.state].filter(Boolean).join(', ')} is not in the gazetteer: sent as typed, with the zone ${rest ? `of the ${rest.source} (${rest.zone})` : `of this device (${systemZone()})`}`,
     );
+    return { ...(rest ?? { source: 'command line', zone: systemZone() }), city: input.city, state: input.state };
   }
-  let lat = input.lat;
-  let lon = input.lon;
-  if (lat === undefined || lon === undefined) {
-    const last = store.latestPosition(load.resourceId);
-    if (last && last.lat !== null && last.lon !== null) {
-      lat = last.lat;
-      lon = last.lon;
-    } else if (stop?.latitude !== undefined && stop.longitude !== undefined) {
-      lat = stop.latitude;
-      lon = stop.longitude;
+  return locate() ?? none();
+
+  function locate(): Placement | undefined {
+    // 3. The stop's coordinates (or, without them, its city found in the gazetteer).
+    if (stop && onGlobe(stop.latitude, stop.longitude)) {
+      return at('stop', stop.latitude, stop.longitude!, stop.city || stop.state ? { city: stop.city, state: stop.state } : undefined);
+    }
+    const p = stop ? named(stop.city, stop.state) : undefined;
+    if (stop && p) return { source: 'stop', lat: p.lat, lon: p.lon, city: stop.city, state: stop.state, zone: zoneAt(p.lat, p.lon) };
+    // 4. The resource's last fix, if recent enough.
+    const fix = store.lastFix(load.resourceId);
+    if (fix) {
+      const ageS = Math.round((nowMs - fix.timeMs) / 1000);
+      if (ageS <= config.milestones.max_fix_age_s) return at('last fix', fix.lat, fix.lon, undefined, ageS);
+    }
+    return undefined;
+  }
+
+  function none(): Placement {
+    const fix = store.lastFix(load.resourceId);
+    const why = fix
+      ? `the last fix of ${load.resourceId} is ${Math.round((nowMs - fix.timeMs) / 1000)} s old (milestones.max_fix_age_s = ${config.milestones.max_fix_age_s})`
+      : `no fix of ${load.resourceId} is in the buffer yet`;
+    const stopWhy = input.stop === undefined ? 'no --stop' : `stop ${input.stop} has no coordinates`;
+    warnings.push(
+      `no position for this milestone (${why}; no --lat/--lon or --city/--state; ${stopWhy}): it is recorded in this device's zone (${systemZone()}) without a city and state${
+        origin === 'manual' ? '; the running agent fills them in from its newest fix when it sends it, if it has one by then' : ''
+      }`,
+    );
+    return { source: 'none', zone: systemZone(), fixAgeS: fix ? Math.round((nowMs - fix.timeMs) / 1000) : undefined };
+  }
+}
+
+function instantOf(input: MilestoneInput, zone: string, nowMs: number): number {
+  if (input.timeMs !== undefined) return input.timeMs;
+  if (input.timeText === undefined) return nowMs;
+  const text = input.timeText.trim();
+  if (hasExplicitOffset(text)) {
+    const ms = Date.parse(text);
+    if (Number.isNaN(ms)) throw new MilestoneError(`--time: expected an ISO 8601 time such as 2026-11-23T10:00:00 (read in the zone of the milestone's place) or 2026-11-23T10:00:00-06:00, got ${JSON.stringify(text)}`);
+    return ms;
+  }
+  try {
+    return localTimeToInstant(text, zone);
+  } catch (err) {
+    throw new MilestoneError(`--time: ${(err as Error).message}`);
+  }
+}
+
+/** Check, place and build a milestone without writing anything (throws MilestoneError). */
+export function prepareMilestone(store: Store, config: Config, input: MilestoneInput, nowMs = Date.now()): PreparedMilestone {
+  const warnings: string[] = [];
+  const origin = input.origin ?? 'manual';
+  const force = input.force ?? false;
+  checkLoadNumber(input.loadNumber, config);
+  const load = store.getLoad(input.loadNumber);
+  if (!load) throw new MilestoneError(`load ${input.loadNumber}: no such load (start it with "load start ${input.loadNumber} --resource ID")`);
+  const code = checkCode('event', input.code, config, force, warnings);
+  const reason = checkCode('reason', input.reason ?? config.codes.default_reason, config, force, warnings);
+  const stop = input.stop === undefined ? undefined : load.stops.find((s) => s.sequence === input.stop);
+  if (input.stop !== undefined && load.stops.length > 0 && !stop) {
+    throw new MilestoneError(`stop ${input.stop}: load ${load.loadNumber} has stops ${load.stops.map((s) => s.sequence).join(', ')}`);
+  }
+  const placement = place(store, config, load, input, nowMs, warnings);
+  const timeMs = instantOf(input, placement.zone, nowMs);
+  if (origin === 'manual' && !config.codes.appointments.includes(code)) {
+    const aheadS = Math.round((timeMs - nowMs) / 1000);
+    if (aheadS > config.sources_time.max_future_s) {
+      throw new MilestoneError(
+        `--time ${new Date(timeMs).toISOString()} is ${aheadS} s ahead of this device's clock (sources_time.max_future_s = ${config.sources_time.max_future_s}): a milestone records what happened. Only appointment codes (codes.appointments: ${config.codes.appointments.join(', ')}) may lie in the future`,
+      );
     }
   }
-  const timeMs = input.timeMs ?? nowMs;
-  const place = input.city || input.state ? undefined : stop?.city ? { city: stop.city, state: stop.state } : lat !== undefined && lon !== undefined ? placeAt(lat, lon) : undefined;
   const ref = randomUUID();
-  const body: Record<string, unknown> = {
-    eventCode: code,
-    reasonCode: (input.reason ?? config.codes.default_reason).trim(),
-    loadNumber: load.loadNumber,
-  };
-  const city = input.city ?? place?.city;
-  const state = input.state ?? place?.state;
-  if (city) body.eventCity = city;
-  if (state) body.eventState = state;
-  body.time = eventTime(new Date(timeMs), lat, lon, config.api.date_time_format);
+  const body: Record<string, unknown> = { eventCode: code, reasonCode: reason, loadNumber: load.loadNumber };
+  if (placement.city) body.eventCity = placement.city;
+  if (placement.state) body.eventState = placement.state;
+  body.time = formatTime(new Date(timeMs), placement.zone, config.api.date_time_format);
   if (input.stop !== undefined) body.stopsequenceNumber = input.stop;
   body.references = [...(input.references ?? []), { name: 'milestoneId', value: ref }];
-
   const parsed = milestoneBodySchema.safeParse(body);
   if (!parsed.success) throw new MilestoneError(formatIssues(parsed.error).join('; '));
-  // A milestone is committed with synchronous = FULL, whatever the buffer's level: with NORMAL
-  // a power cut can roll back the last commits, and a milestone is an event someone will ask
-  // about. Readings keep the cheaper level (there are many of them and they are sampled anyway).
-  const previous = store.db.pragma('synchronous', { simple: true }) as number;
-  store.db.pragma('synchronous = FULL');
+  return {
+    item: {
+      loadNumber: load.loadNumber,
+      ref,
+      body: parsed.data as Record<string, unknown>,
+      origin,
+      needsPlace: placement.source === 'none' && origin === 'manual',
+      unique: !force && !config.codes.repeatable.includes(code),
+    },
+    load,
+    timeMs,
+    placement,
+    warnings,
+  };
+}
+
+/** When a departure code names a stop, the next stop becomes the one traces carry. */
+export function nextStopAfter(load: LoadRow, code: string, stop: number | undefined, config: Config): { loadNumber: string; next: number | null } | undefined {
+  if (stop === undefined || !config.codes.departure.includes(code)) return undefined;
+  const next = load.stops.map((s) => s.sequence).find((s) => s > stop);
+  return { loadNumber: load.loadNumber, next: next ?? null };
+}
+
+/** How a recorded milestone is named in messages: `milestone 4 (detected from positions, 2026-11-23T16:05:00Z, sent)`. */
+export function describeMilestone(m: MilestoneRow): string {
+  const how = m.origin === 'detected' ? 'detected from positions' : m.origin === 'manual' ? 'recorded by hand' : 'recorded by an earlier version';
+  const at = String((m.body.time as { dateTime?: string } | undefined)?.dateTime ?? new Date(m.createdMs).toISOString());
+  const state = m.sentMs !== null ? `sent ${new Date(m.sentMs).toISOString()}` : m.parkedMs !== null ? 'dead-lettered' : 'waiting to be sent';
+  return `milestone ${m.id} (${how}, at ${at}, ${state})`;
+}
+
+export function recordMilestone(store: Store, config: Config, input: MilestoneInput, nowMs = Date.now(), log: Logger = quietLog): RecordedMilestone {
+  const prepared = prepareMilestone(store, config, input, nowMs);
+  const code = String(prepared.item.body.eventCode);
   try {
-    const row = withRoom(store, log, () =>
-      store.db
-        .transaction(() => {
-          const r = store.insertMilestone(load.loadNumber, parsed.data as MilestoneBody, nowMs, ref);
-          if (input.stop !== undefined && config.codes.departure.includes(code)) {
-            const next = load.stops.map((s) => s.sequence).find((s) => s > input.stop!);
-            store.setNextStop(load.loadNumber, next ?? null);
-          }
-          return r;
-        })
-        .immediate(),
+    const { rows } = withRoom(store, log, () => store.commitMilestones([prepared.item], nowMs, { nextStop: nextStopAfter(prepared.load, code, input.stop, config) }));
+    return { row: rows[0], timeMs: prepared.timeMs, placement: prepared.placement, warnings: prepared.warnings };
+  } catch (err) {
+    if (!(err instanceof DuplicateEventError)) throw err;
+    throw new MilestoneError(
+      `load ${prepared.load.loadNumber} already has ${code}${input.stop === undefined ? '' : ` for stop ${input.stop}`}: ${describeMilestone(err.existing)}. One milestone per load, code and stop; to record another anyway, add --force`,
     );
-    return { row, warnings };
-  } finally {
-    store.db.pragma(`synchronous = ${previous}`);
   }
+}
+
+/**
+ * The body of a milestone recorded without a position, placed at `fix` (the daemon's newest)
+ * if the fix is within `milestones.max_fix_age_s` of when the milestone was recorded; else
+ * undefined. The instant does not change, only the zone it is written in.
+ */
+export function completePlace(m: MilestoneRow, fix: { timeMs: number; lat: number; lon: number }, config: Config): Record<string, unknown> | undefined {
+  if (Math.abs(m.createdMs - fix.timeMs) > config.milestones.max_fix_age_s * 1000) return undefined;
+  const timeMs = Date.parse(String((m.body.time as { dateTime?: string } | undefined)?.dateTime));
+  if (Number.isNaN(timeMs)) return undefined;
+  const found = placeAt(fix.lat, fix.lon);
+  const body: Record<string, unknown> = { ...m.body };
+  delete body.eventCity;
+  delete body.eventState;
+  if (found) {
+    body.eventCity = found.city;
+    body.eventState = found.state;
+  }
+  body.time = formatTime(new Date(timeMs), zoneAt(fix.lat, fix.lon), config.api.date_time_format);
+  // The keys in the order a fresh body has them.
+  const { eventCode, reasonCode, loadNumber, eventCity, eventState, time, ...rest } = body;
+  const ordered = { eventCode, reasonCode, loadNumber, ...(eventCity ? { eventCity, eventState } : {}), time, ...rest };
+  return milestoneBodySchema.safeParse(ordered).success ? ordered : undefined;
 }

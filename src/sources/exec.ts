@@ -263,14 +263,18 @@ export class ExecSource implements Source {
 
 /**
  * The agent's environment without what is not the command's business: the subscription key
- * (an adapter that logs its environment must not leak it), systemd's notify socket (a
- * child that speaks sd_notify would speak for the agent) and the agent's NODE_OPTIONS.
+ * and the systemd credentials directory it lies in (an adapter that logs its environment,
+ * or reads that directory, must not get the key), systemd's notify and watchdog variables
+ * (a child that speaks sd_notify would speak for the agent) and the agent's NODE_OPTIONS.
  * `env` from the config comes last.
  */
-function commandEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
-  const env = { ...process.env };
+export function commandEnv(extra: Record<string, string>, base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+  const env = { ...base };
   delete env[KEY_ENV];
+  delete env.CREDENTIALS_DIRECTORY;
   delete env.NOTIFY_SOCKET;
+  delete env.WATCHDOG_USEC;
+  delete env.WATCHDOG_PID;
   // The agent's own heap limits (set by its unit) are not the adapter's: a Node.js adapter
   // gets Node's defaults unless the source's env says otherwise.
   delete env.NODE_OPTIONS;

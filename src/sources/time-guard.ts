@@ -37,20 +37,30 @@ export interface TimeGuardOptions {
   floorMs?: number;
 }
 
-/** Why a reading's time cannot be used, or undefined when it can. Pure: `nowMs` is the system clock. */
-export function timeProblem(timeMs: number, nowMs: number, opts: TimeGuardOptions): string | undefined {
+/**
+ * What "now" is for the check: one instant, or the window of the agent's clocks (see
+ * src/clock.ts): too old is judged against the earliest of them, in the future against the
+ * latest, so a wall clock that jumped cannot make good readings look bad.
+ */
+export type NowWindow = number | { earliestMs: number; latestMs: number };
+
+/** Why a reading's time cannot be used, or undefined when it can. Pure: `now` is the system clock (or its window). */
+export function timeProblem(timeMs: number, now: NowWindow, opts: TimeGuardOptions): string | undefined {
   if (!Number.isFinite(timeMs)) return 'time: not a valid time';
   const floor = opts.floorMs ?? CLOCK_FLOOR_MS;
   const iso = (ms: number) => new Date(ms).toISOString();
   if (timeMs < floor) {
     return `time: ${iso(timeMs)} is before ${iso(floor)}; the clock that stamped it was not set (no GPS time yet, or no RTC)`;
   }
-  if (!Number.isFinite(nowMs) || nowMs < floor) return undefined;
-  const aheadS = (timeMs - nowMs) / 1000;
+  const earliest = typeof now === 'number' ? now : now.earliestMs;
+  const latest = typeof now === 'number' ? now : now.latestMs;
+  if (!Number.isFinite(latest) || latest < floor) return undefined;
+  const aheadS = (timeMs - latest) / 1000;
   if (aheadS > opts.maxFutureS) {
     return `time: ${iso(timeMs)} is ${Math.round(aheadS)} s in the future (sources_time.max_future_s = ${opts.maxFutureS})`;
   }
-  const behindDays = (nowMs - timeMs) / 86_400_000;
+  if (!Number.isFinite(earliest) || earliest < floor) return undefined;
+  const behindDays = (earliest - timeMs) / 86_400_000;
   if (behindDays > opts.maxPastDays) {
     return `time: ${iso(timeMs)} is ${behindDays.toFixed(1)} days in the past (sources_time.max_past_days = ${opts.maxPastDays})`;
   }

@@ -1,0 +1,251 @@
+/**
+ * `telematics-agent buffer salvage FILE`: copy everything still readable of a buffer that was
+ * set aside (corrupt, or from another device) into the running buffer, so its milestones
+ * and undelivered readings still reach the service.
+ *
+ * The old file is only read (a read-only connection: nothing is written to it or its WAL).
+ * Rows are read by id in windows; a window that hits a damaged page is halved until the
+ * damage is fenced off to single ids, which are counted as unreadable. What is copied:
+ * - loads the running buffer does not have (an active one stays active unless its resource
+ *   already has an active load here; then it is copied as ended);
+ * - every milestone, sent or not, with its idempotency reference (one already here is
+ *   skipped); pending ones go out within seconds, and the service sees the same reference;
+ * - readings not yet acknowledged by the service, with new ids; parked ones with their dead
+ *   letters; geofence state of the loads copied; the last fix of each resource if newer.
+ * A file is salvaged once: its identity is recorded, and a second run needs `--force`.
+ */
+import Database from 'better-sqlite3';
+import { BufferError, isCorruption } from '../errors.js';
+import { bufferIdentity } from './db.js';
+import type { Store } from './store.js';
+
+export interface SalvageReport {
+  file: string;
+  loads: number;
+  loadsEnded: string[];
+  milestones: number;
+  pendingMilestones: number;
+  readings: number;
+  deadLetters: number;
+  skippedDelivered: number;
+  /** Ids (or whole tables) that could not be read. */
+  unreadable: Record<string, number | 'table'>;
+}
+
+type Row = Record<string, unknown>;
+
+/** Rows of a table by id, in windows, fencing damaged pages off down to single ids. */
+function* readable(db: Database.Database, table: string, report: SalvageReport): Generator<Row> {
+  let max: number;
+  try {
+    max = (db.prepare(`SELECT max(id) FROM ${table}`).pluck().get() as number | null) ?? 0;
+  } catch (err) {
+    if (!isCorruption(err)) throw err;
+    // The table's root is damaged: the sequence still says how far ids went.
+    try {
+      max = (db.prepare('SELECT seq FROM sqlite_sequence WHERE name = ?').pluck().get(table) as number | undefined) ?? 0;
+    } catch {
+      report.unreadable[table] = 'table';
+      return;
+    }
+  }
+  const window = db.prepare(`SELECT * FROM ${table} WHERE id >= ? AND id < ? ORDER BY id`);
+  const bad = (n: number) => {
+    report.unreadable[table] = ((report.unreadable[table] as number | undefined) ?? 0) + n;
+  };
+  const read = function* (from: number, to: number): Generator<Row> {
+    let rows: Row[];
+    try {
+      rows = window.all(from, to) as Row[];
+    } catch (err) {
+      if (!isCorruption(err)) throw err;
+      if (to - from <= 1) {
+        bad(1);
+        return;
+      }
+      const mid = Math.floor((from + to) / 2);
+      yield* read(from, mid);
+      yield* read(mid, to);
+      return;
+    }
+    yield* rows;
+  };
+  for (let from = 0; from <= max; from += 1000) yield* read(from, from + 1000);
+}
+
+function columns(db: Database.Database, table: string): Set<string> {
+  try {
+    return new Set((db.prepare(`PRAGMA table_info(${table})`).all() as Array<{ name: string }>).map((c) => c.name));
+  } catch {
+    return new Set();
+  }
+}
+
+export function salvage(file: string, target: Store, opts: { force?: boolean; nowMs?: number } = {}): SalvageReport {
+  const nowMs = opts.nowMs ?? Date.now();
+  let src: Database.Database;
+  try {
+    src = new Database(file, { readonly: true, fileMustExist: true });
+    src.pragma('schema_version'); // reads the header and the schema page: not a database fails here
+  } catch (err) {
+    throw new BufferError('corrupt', file, `${file}: cannot be read as a buffer at all (${(err as Error).message}); nothing was copied`);
+  }
+  const report: SalvageReport = { file, loads: 0, loadsEnded: [], milestones: 0, pendingMilestones: 0, readings: 0, deadLetters: 0, skippedDelivered: 0, unreadable: {} };
+  try {
+    let identity: string | undefined;
+    try {
+      identity = bufferIdentity(src);
+    } catch {
+      identity = undefined;
+    }
+    const mark = `salvaged:${identity ?? file}`;
+    const db = target.db;
+    const done = db.prepare('SELECT value FROM meta WHERE key = ?').pluck().get(mark) as string | undefined;
+    if (done && !opts.force) {
+      throw new BufferError('corrupt', file, `${file} was salvaged into this buffer already (${done}); copying it again would send its readings twice. Add --force to copy it anyway`);
+    }
+    if (identity !== undefined && identity === bufferIdentity(db)) {
+      throw new BufferError('corrupt', file, `${file} is this buffer itself (same identity ${identity}); nothing to copy`);
+    }
+
+    // Loads first: readings and milestones refer to them.
+    const ackedOf = new Map<string, number>();
+    const copiedLoads = new Set<string>();
+    const loadCols = columns(src, 'loads');
+    let loads: Row[] = [];
+    try {
+      loads = src.prepare('SELECT * FROM loads').all() as Row[];
+    } catch (err) {
+      if (!isCorruption(err)) throw err;
+      report.unreadable.loads = 'table';
+    }
+    const readingCols = columns(src, 'readings');
+    const milestoneCols = columns(src, 'milestones');
+    const insertLoad = db.prepare(
+      'INSERT INTO loads (load_number, resource_id, resource_type, stops, started_ms, ended_ms, next_stop, last_sample_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+    );
+    const insertReading = db.prepare(
+      'INSERT INTO readings (resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c, source, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+    );
+    const insertMilestone = db.prepare(
+      `INSERT INTO milestones (load_number, ref, body, created_ms, attempts, last_error, sent_ms, parked_ms, code, stop_seq, origin, last_status, correlation_id)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    );
+    const insertDead = db.prepare('INSERT INTO dead_letters (kind, load_number, record_id, status, response, headers, body, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)');
+    const upsertFix = db.prepare(
+      `INSERT INTO last_fix (resource_id, time_ms, lat, lon, speed, heading) VALUES (?, ?, ?, ?, ?, ?)
+         ON CONFLICT (resource_id) DO UPDATE SET time_ms = excluded.time_ms, lat = excluded.lat, lon = excluded.lon,
+           speed = excluded.speed, heading = excluded.heading WHERE excluded.time_ms > last_fix.time_ms`,
+    );
+
+    // Dead letters of the old file, by what they park.
+    const deadByRecord = new Map<string, Row>();
+    for (const d of readable(src, 'dead_letters', report)) deadByRecord.set(`${String(d.kind)}:${String(d.record_id)}`, d);
+    const copyDead = (d: Row | undefined, recordId: number) => {
+      if (!d) return;
+      insertDead.run(d.kind, d.load_number, recordId, d.status ?? null, d.response ?? null, d.headers ?? null, d.body, d.created_ms);
+      report.deadLetters += 1;
+    };
+
+    db.transaction(() => {
+      for (const l of loads) {
+        const n = String(l.load_number);
+        ackedOf.set(n, loadCols.has('acked_id') ? Number(l.acked_id) : 0);
+        if (target.getLoad(n)) continue;
+        let ended = l.ended_ms as number | null;
+        if (ended === null && target.activeLoadOf(String(l.resource_id))) {
+          ended = nowMs;
+          report.loadsEnded.push(n);
+        }
+        insertLoad.run(n, l.resource_id, l.resource_type, l.stops, l.started_ms, ended, l.next_stop ?? null, l.last_sample_ms ?? null);
+        copiedLoads.add(n);
+        report.loads += 1;
+      }
+      // Geofence state of the loads copied, so arrivals are not detected a second time.
+      try {
+        for (const st of src.prepare('SELECT * FROM stop_state').all() as Row[]) {
+          if (!copiedLoads.has(String(st.load_number))) continue;
+          db.prepare(
+            `INSERT OR IGNORE INTO stop_state (load_number, stop_sequence, state, first_inside_ms, last_inside_ms, inside_fixes, outside_fixes, arrived_ms, departed_ms, delay_reported_s)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+          ).run(st.load_number, st.stop_sequence, st.state, st.first_inside_ms, st.last_inside_ms, st.inside_fixes, st.outside_fixes, st.arrived_ms, st.departed_ms, st.delay_reported_s);
+        }
+      } catch (err) {
+        if (!isCorruption(err)) throw err;
+        report.unreadable.stop_state = 'table';
+      }
+    })();
+
+    // Milestones, each in the same transaction as its dead letter.
+    const haveRef = db.prepare('SELECT 1 FROM milestones WHERE ref = ?');
+    const copyMilestones = db.transaction((rows: Row[]) => {
+      for (const m of rows) {
+        if (haveRef.get(m.ref)) continue;
+        const load = String(m.load_number);
+        if (!target.getLoad(load)) continue;
+        const body = JSON.parse(String(m.body)) as Record<string, unknown>;
+        const info = insertMilestone.run(
+          load,
+          m.ref,
+          m.body,
+          m.created_ms,
+          m.attempts ?? 0,
+          m.last_error ?? null,
+          m.sent_ms ?? null,
+          milestoneCols.has('parked_ms') ? (m.parked_ms ?? null) : null,
+          milestoneCols.has('code') && m.code ? m.code : String(body.eventCode),
+          milestoneCols.has('stop_seq') ? (m.stop_seq ?? null) : typeof body.stopsequenceNumber === 'number' ? body.stopsequenceNumber : null,
+          milestoneCols.has('origin') ? (m.origin ?? null) : null,
+          milestoneCols.has('last_status') ? (m.last_status ?? null) : null,
+          milestoneCols.has('correlation_id') ? (m.correlation_id ?? null) : null,
+        );
+        report.milestones += 1;
+        if (m.sent_ms === null && (m.parked_ms ?? null) === null) report.pendingMilestones += 1;
+        if ((m.parked_ms ?? null) !== null) copyDead(deadByRecord.get(`milestone:${String(m.id)}`), Number(info.lastInsertRowid));
+      }
+    });
+    let batch: Row[] = [];
+    for (const m of readable(src, 'milestones', report)) {
+      batch.push(m);
+      if (batch.length >= 500) {
+        copyMilestones(batch);
+        batch = [];
+      }
+    }
+    copyMilestones(batch);
+
+    // Readings not yet acknowledged, in id order, with new ids.
+    const copyReadings = db.transaction((rows: Row[]) => {
+      for (const r of rows) {
+        const load = r.load_number === null ? null : String(r.load_number);
+        const state = readingCols.has('state') ? Number(r.state) : 0;
+        if (load !== null && state === 0 && Number(r.id) <= (ackedOf.get(load) ?? 0)) {
+          report.skippedDelivered += 1;
+          continue;
+        }
+        if (load !== null && !target.getLoad(load)) continue;
+        const dead = state === 1 ? deadByRecord.get(`trace:${String(r.id)}`) : undefined;
+        const info = insertReading.run(r.resource_id, load, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c, r.source ?? null, dead ? 1 : 0);
+        copyDead(dead, Number(info.lastInsertRowid));
+        if (r.lat !== null && r.lon !== null) upsertFix.run(r.resource_id, r.time_ms, r.lat, r.lon, r.speed, r.heading);
+        report.readings += 1;
+      }
+    });
+    batch = [];
+    for (const r of readable(src, 'readings', report)) {
+      batch.push(r);
+      if (batch.length >= 1000) {
+        copyReadings(batch);
+        batch = [];
+      }
+    }
+    copyReadings(batch);
+    db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value').run(
+      mark,
+      `${new Date(nowMs).toISOString()}: ${report.milestones} milestones, ${report.readings} readings from ${file}`,
+    );
+    return report;
+  } finally {
+    src.close();
+  }
+}
