@@ -71,9 +71,12 @@ export interface ReloadResult {
 /** Dotted paths of every leaf that differs between two configs (arrays and records compare whole). */
 export function changedSettings(a: unknown, b: unknown, prefix = ''): string[] {
   const isTable = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-  if (isTable(a) && isTable(b) && prefix.split('.').length < 3 && !['api.extra_fields', 'sources'].includes(prefix)) {
-    const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])].sort();
-    return keys.flatMap((k) => changedSettings(a[k], b[k], prefix ? `${prefix}.${k}` : k));
+  const table = (v: unknown) => (isTable(v) ? v : v === undefined ? {} : undefined);
+  const ta = table(a);
+  const tb = table(b);
+  if (ta && tb && (isTable(a) || isTable(b)) && prefix.split('.').length < 3 && !['api.extra_fields', 'sources'].includes(prefix)) {
+    const keys = [...new Set([...Object.keys(ta), ...Object.keys(tb)])].sort();
+    return keys.flatMap((k) => changedSettings(ta[k], tb[k], prefix ? `${prefix}.${k}` : k));
   }
   return JSON.stringify(a) === JSON.stringify(b) ? [] : [prefix];
 }

@@ -1,0 +1,219 @@
+/**
+ * A reload (SIGHUP) must never say it applied what it did not. Every setting of the schema
+ * is changed at once; each one is then either in force in the part that uses it, or named
+ * as waiting for a restart (and still at its old value). A setting added to the schema
+ * without a decision here fails the first test.
+ */
+import { request } from 'node:http';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Agent, changedSettings } from '../src/agent.js';
+import type { LoadedConfig } from '../src/config/load.js';
+import { configSchema, restartSettings, type Config } from '../src/config/schema.js';
+import { createLogger } from '../src/log.js';
+import { Sandbox } from '../src/sandbox/server.js';
+import { startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile, agentConfig } from './helpers.js';
+
+let tmp: ReturnType<typeof tempDir>;
+let sandbox: Sandbox;
+let agent: Agent | undefined;
+beforeEach(() => {
+  tmp = tempDir('ta-reload-');
+  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
+});
+afterEach(async () => {
+  await agent?.stop();
+  agent = undefined;
+  await sandbox.stop();
+  tmp.cleanup();
+});
+
+const silent = createLogger({ level: 'silent', destination: process.stdout });
+
+function moduleSource(name: string): string {
+  return writeFile(tmp.dir, `${name}.mjs`, 'export function createSource() { return { start() {}, stop() {} }; }\n');
+}
+
+/** Two configs that differ in every setting there is. */
+function configs(url: string): { a: Config; b: Config } {
+  const a = configSchema.parse({
+    device_id: 'dev-a',
+    api: { base_url: url, scac: TEST_SCAC, subscription_key: TEST_KEY, timeout_s: 5 },
+    buffer: { path: join(tmp.dir, 'a.db'), flush_interval_ms: 5000 },
+    health: { listen: '127.0.0.1:0' },
+    log: { level: 'info' },
+    sources: [{ type: 'module', name: 'src-a', path: moduleSource('a') }],
+  });
+  const b = configSchema.parse({
+    device_id: 'dev-b',
+    api: {
+      base_url: url.replace('127.0.0.1', 'localhost'),
+      milestone_path: '/m',
+      trace_path: '/t',
+      scac: 'WXYZ',
+      subscription_key_file: join(tmp.dir, 'key-b'),
+      subscription_key: 'other-inline-key',
+      timeout_s: 7,
+      date_time_format: 'utc',
+      temperature_unit: 'F',
+      extra_fields: { source: 'carrier' },
+      load_number_pattern: '^[0-9-]{4,20}$',
+      correlation_id_field: 'cid',
+      correlation_id_header: 'x-cid',
+    },
+    buffer: {
+      path: join(tmp.dir, 'b.db'),
+      on_corrupt: 'move-aside',
+      reserve_kb: 512,
+      max_pending: 777,
+      synchronous: 'FULL',
+      cache_kb: 1024,
+      batch_size: 7,
+      flush_interval_ms: 150,
+      max_size_mb: 99,
+      max_age_days: 9,
+    },
+    schedule: { traces: '*/5 * * * *', splay_s: 3 },
+    sampling: { interval_s: 5, temperature_max_age_s: 50 },
+    delivery: {
+      max_traces_per_request: 50,
+      poll_interval_ms: 333,
+      retry_initial_s: 2,
+      retry_max_s: 20,
+      retry_after_max_s: 200,
+      auth_retry_s: 30,
+      drain_interval_ms: 5,
+      shutdown_timeout_s: 9,
+      conflict_is_delivered: false,
+    },
+    privacy: { record_without_load: true },
+    codes: {
+      default_reason: 'AI',
+      departure: ['AF'],
+      events: ['X3', 'AF', 'X1', 'D1', 'CD', 'SD', 'X6'],
+      reasons: ['NS', 'AI'],
+      appointments: ['AA'],
+      repeatable: ['SD'],
+      known: ['ZZ'],
+    },
+    milestones: {
+      detect: false,
+      radius_m: 200,
+      exit_radius_factor: 2,
+      dwell_s: 60,
+      min_fixes: 2,
+      max_fix_age_s: 600,
+      codes: { pickup_arrive: 'X1', pickup_depart: 'CD', delivery_arrive: 'X3', delivery_depart: 'AF', other_arrive: 'X3', other_depart: 'AF' },
+      delay: { enabled: false, code: 'X6', reason: 'AI', grace_s: 60, step_s: 60, road_factor: 1.5, speed_window_s: 60, min_speed_kmh: 20, planning_speed_kmh: 60 },
+    },
+    health: { listen: '127.0.0.2:0', source_silent_s: 60 },
+    log: { level: 'debug' },
+    sources: [{ type: 'module', name: 'src-b', path: moduleSource('b') }],
+    sources_time: { max_future_s: 60, max_past_days: 3 },
+  });
+  return { a, b };
+}
+
+const loaded = (config: Config): LoadedConfig => ({ file: '(test)', config, deviceId: config.device_id!, warnings: [] });
+
+function get(port: number, path: string, host = '127.0.0.1'): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host, port, path }, (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+describe('reload (SIGHUP)', () => {
+  it('every setting either takes effect in the part that uses it, or is named as waiting for a restart', async () => {
+    const { url } = await sandbox.start();
+    const { a, b } = configs(url);
+    // The two configs really differ in every setting the schema has.
+    const every = [...new Set([...changedSettings(a, {}), ...changedSettings({}, b)])];
+    expect(changedSettings(a, b).sort()).toEqual(every.sort());
+    expect(every.length).toBeGreaterThan(70);
+
+    agent = new Agent(loaded(a), { key: TEST_KEY, origin: 'test' }, silent);
+    await agent.start();
+    const before = agent.effectiveSettings();
+    const oldHealthPort = agent.healthPort!;
+    expect(await get(oldHealthPort, '/metrics')).toBe(200);
+
+    const result = await agent.reload(loaded(b), { key: 'key-b', origin: 'test' });
+    const restart = restartSettings();
+    expect(result.needsRestart.sort()).toEqual(['buffer.on_corrupt', 'buffer.path', 'buffer.reserve_kb', 'device_id']);
+    expect(result.needsRestart.every((p) => restart.includes(p))).toBe(true);
+    expect([...result.applied, ...result.needsRestart].sort()).toEqual(every.sort());
+
+    // What the agent says it runs with: the new value of every applied setting...
+    const now = agent.config as unknown as Record<string, Record<string, unknown>>;
+    const value = (c: unknown, path: string) => path.split('.').reduce<unknown>((o, k) => (o as Record<string, unknown>)?.[k], c);
+    for (const p of result.applied) expect(value(now, p), p).toEqual(value(b, p));
+    // ...and the old value of every one that waits.
+    for (const p of result.needsRestart) expect(value(now, p), p).toEqual(value(a, p));
+
+    // What the parts really run with, read from the parts themselves.
+    const eff = agent.effectiveSettings();
+    expect(eff).toMatchObject({
+      'buffer.path': before['buffer.path'],
+      device_id: 'dev-a',
+      'buffer.synchronous': 'FULL',
+      'buffer.cache_kb': 1024,
+      'buffer.batch_size': 7,
+      'buffer.flush_interval_ms': 150,
+      'buffer.max_pending': 777,
+      'privacy.record_without_load': true,
+      'delivery.poll_interval_ms': 333,
+      'api.base_url': b.api.base_url,
+      'log.level': 'debug',
+      'schedule.traces': '*/5 * * * *',
+      sources: ['src-b'],
+    });
+    // The health endpoint moved: the new port answers, the old one is closed.
+    expect(eff['health.port']).not.toBe(oldHealthPort);
+    expect(eff['health.listen']).toBe('127.0.0.2:0');
+    expect(await get(eff['health.port'] as number, '/metrics', '127.0.0.2')).toBe(200);
+    await expect(get(oldHealthPort, '/metrics')).rejects.toThrow(/ECONNREFUSED/);
+  });
+
+  it('a reload that turns on record_without_load keeps readings without a load from then on', async () => {
+    const { url } = await sandbox.start();
+    const { a } = configs(url);
+    agent = new Agent(loaded(a), { key: TEST_KEY, origin: 'test' }, silent);
+    await agent.start();
+    agent.ingest.push({ resourceId: 'LOOSE', timeMs: Date.now(), lat: 41.8, lon: -87.6 });
+    agent.ingest.flush(true);
+    expect(agent.store.counts().unassignedReadings).toBe(0);
+    const on = structuredClone(a);
+    on.privacy.record_without_load = true;
+    const r = await agent.reload(loaded(on), { key: TEST_KEY, origin: 'test' });
+    expect(r).toEqual({ applied: ['privacy.record_without_load'], needsRestart: [] });
+    agent.ingest.push({ resourceId: 'LOOSE', timeMs: Date.now(), lat: 41.8, lon: -87.6 });
+    agent.ingest.flush(true);
+    expect(agent.store.counts().unassignedReadings).toBe(1);
+  });
+
+  it('the daemon logs which changed settings wait for a restart', async () => {
+    const { url } = await sandbox.start();
+    const cfg = agentConfig(tmp.dir, url);
+    const d = startDaemon(['--config', cfg]);
+    try {
+      await waitFor(() => d.output().includes('agent started'), 15_000, 'the daemon to start');
+      const { readFileSync, writeFileSync } = await import('node:fs');
+      const text = readFileSync(cfg, 'utf8')
+        .replace('device_id = "test-device"', 'device_id = "renamed"')
+        .replace('poll_interval_ms = 100', 'poll_interval_ms = 250');
+      writeFileSync(cfg, text);
+      d.child.kill('SIGHUP');
+      const line = await waitFor(() => d.output().split('\n').find((l) => l.includes('configuration reloaded')), 10_000, 'the reload');
+      expect(JSON.parse(line)).toMatchObject({ applied: ['delivery.poll_interval_ms'], needsRestart: ['device_id'] });
+      const warn = d.output().split('\n').find((l) => l.includes('apply only after a restart'));
+      expect(JSON.parse(warn!).msg).toBe('changed settings that apply only after a restart (systemctl restart telematics-agent): device_id');
+    } finally {
+      await d.stop();
+    }
+  });
+});
