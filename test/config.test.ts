@@ -87,6 +87,38 @@ speed_kmh = "fast"
     ]);
   });
 
+  it('refuses a config without a source, and one whose detector codes are not on the lists', () => {
+    expect(problems('[api]\nscac = "ABCD"\n')).toEqual(['sources: expected at least one [[sources]] table: an agent without a source collects nothing']);
+    expect(problems(`sources = []\n[api]\nscac = "ABCD"\n`)).toEqual(['sources: expected at least one [[sources]] table: an agent without a source collects nothing']);
+    expect(
+      problems(`[api]\nscac = "ABCD"\n[codes]\nevents = ["X3"]\nreasons = ["ns"]\n[milestones.delay]\nreason = "AI"\n${SRC}`),
+    ).toEqual([
+      'milestones.codes.pickup_depart: AF is not in codes.events; add it there',
+      'milestones.codes.delivery_arrive: X1 is not in codes.events; add it there',
+      'milestones.codes.delivery_depart: D1 is not in codes.events; add it there',
+      'milestones.codes.other_arrive: X1 is not in codes.events; add it there',
+      'milestones.codes.other_depart: CD is not in codes.events; add it there',
+      'milestones.delay.code: SD is not in codes.events; add it there',
+      'milestones.delay.reason: AI is not in codes.reasons; add it there',
+    ]);
+    // Codes are upper-cased where they are read; a resource type's case is fixed.
+    const c = parseConfigText(`[api]\nscac = "ABCD"\n[codes]\ndefault_reason = "ns"\n[[sources]]\ntype = "simulator"\nresource_id = "T1"\nresource_type = "trailer"\n`, 'agent.toml', '/etc');
+    expect(c.codes.default_reason).toBe('NS');
+    expect(c.sources[0]).toMatchObject({ resource_type: 'Trailer' });
+    expect(problems(`[api]\nscac = "ABCD"\n[[sources]]\ntype = "simulator"\nresource_id = "T1"\nresource_type = "Car"\n`)).toEqual([
+      'sources[0].resource_type: expected one of Truck, Trailer, Driver, got "Car"',
+    ]);
+  });
+
+  it('still reads the old codes.known, with a warning, accepting its codes on both lists', () => {
+    const old = loadConfig(writeFile(tmp.dir, 'old.toml', `[api]\nscac = "ABCD"\n[codes]\nknown = ["X3", "ZZ"]\n${SRC}`));
+    expect(old.warnings).toEqual([
+      'codes.known: replaced by codes.events (event codes) and codes.reasons (reason codes); its codes are accepted as both for now, move them to the right list',
+    ]);
+    expect(old.config.codes.events).toContain('ZZ');
+    expect(old.config.codes.reasons).toContain('ZZ');
+  });
+
   it('makes relative paths relative to the config file', () => {
     const c = parseConfigText(`[api]\nscac = "ABCD"\nsubscription_key_file = "key"\n[buffer]\npath = "data/b.db"\n${SRC}`, 'x', '/opt/ta');
     expect(c.buffer.path).toBe('/opt/ta/data/b.db');
