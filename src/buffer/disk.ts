@@ -19,6 +19,7 @@
 import { randomBytes } from 'node:crypto';
 import { closeSync, existsSync, fsyncSync, openSync, statfsSync, statSync, unlinkSync, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { keepOwner } from './db.js';
 
 export interface DiskPlan {
   reserveBytes: number;
@@ -100,6 +101,7 @@ export class DiskRoom {
       const chunk = randomBytes(64 * 1024);
       for (let left = this.plan.reserveBytes; left > 0; left -= chunk.length) writeSync(fd, chunk, 0, Math.min(left, chunk.length));
       fsyncSync(fd);
+      keepOwner(this.reserveFile, [this.reserveFile]);
       return true;
     } catch {
       // No room after all: a partial reserve would only take room from the buffer.
