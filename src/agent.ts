@@ -453,6 +453,9 @@ export class Agent {
       await this.startHealth(config.health.listen);
     }
     void oldClient.close();
+    // The limits apply at once (a lowered buffer.max_age_days or max_size_mb must not wait up
+    // to a minute for the timer), and a clock step since the last check is seen and logged now.
+    this.checkBounds();
     this.writeState(true);
     return { applied, needsRestart };
   }
