@@ -388,13 +388,14 @@ function checkWalIdentity(path: string, mainIdentity: number): void {
 /**
  * An operator running the CLI as root (`sudo telematics-agent load start ...`) must not leave
  * root-owned buffer files behind that the service user can no longer write: files root
- * creates take the owner of the directory they are in.
+ * creates take the owner of the directory they are in. `files`: the buffer and its -wal and
+ * -shm unless told otherwise (the daemon's lock file, see lock.ts).
  */
-function keepOwner(path: string): void {
+export function keepOwner(path: string, files = [path, `${path}-wal`, `${path}-shm`]): void {
   if (typeof process.getuid !== 'function' || process.getuid() !== 0) return;
   const dir = statSync(dirname(path));
   if (dir.uid === 0) return;
-  for (const f of [path, `${path}-wal`, `${path}-shm`]) {
+  for (const f of files) {
     if (!existsSync(f)) continue;
     const st = statSync(f);
     if (st.uid === 0) chownSync(f, dir.uid, dir.gid);

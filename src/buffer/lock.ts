@@ -10,7 +10,7 @@ import { mkdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { BufferError } from '../errors.js';
-import { accessProblem } from './db.js';
+import { accessProblem, keepOwner } from './db.js';
 
 export class BufferLock {
   private constructor(
@@ -34,6 +34,9 @@ export class BufferLock {
       db.prepare('INSERT INTO holder (pid, started_ms) VALUES (?, ?)').run(process.pid, Date.now());
       // In exclusive locking mode the lock stays after the commit, until the connection closes.
       db.exec('COMMIT');
+      // `sudo telematics-agent run` once in the service's directory left a root-owned 0644
+      // lock behind, and the service then failed at every start with exit 73.
+      keepOwner(file, [file]);
       return new BufferLock(db, file);
     } catch (err) {
       if (db?.open) db.close();
