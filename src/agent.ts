@@ -44,6 +44,8 @@ export interface DaemonState {
   disk?: { freeBytes: number | null; reserve: boolean; reserveBytes: number };
   /** The last jump of the wall clock seen (ms, signed) and when. */
   clockJump?: { ms: number; atMs: number };
+  /** The daemon stopped because it found the buffer corrupt (SQLite's words): the next start checks it whole. */
+  corrupt?: string;
 }
 
 /** A fixed share of the splay window for this device, so a fleet spreads over it. */
@@ -115,6 +117,7 @@ export class Agent {
   private clockJump: { ms: number; atMs: number } | undefined;
   private reserveMissing = false;
   private fatal = false;
+  private corruptFound: string | undefined;
 
   constructor(
     private loaded: LoadedConfig,
@@ -219,7 +222,8 @@ export class Agent {
   private openBuffer(): Store {
     const b = this.loaded.config.buffer;
     const opts = { synchronous: b.synchronous, cacheKb: b.cache_kb, reserveKb: b.reserve_kb };
-    const verify = b.path !== ':memory:' && existsSync(b.path) && !this.stoppedCleanly(b.path);
+    const last = b.path !== ':memory:' && existsSync(b.path) ? this.lastStop(b.path) : 'clean';
+    const verify = last === 'clean' ? false : last === 'corrupt' ? 'full' : true;
     try {
       return Store.open(b.path, { ...opts, verify });
     } catch (err) {
@@ -233,14 +237,22 @@ export class Agent {
     }
   }
 
-  /** Whether the daemon that last ran on this buffer stopped cleanly (read-only look). */
-  private stoppedCleanly(path: string): boolean {
+  /**
+   * How the daemon that last ran on this buffer stopped (read-only look): cleanly, not
+   * (killed, power cut), or because it found the buffer corrupt. The last is not a clean
+   * stop although it went through stop(): without this, a buffer found corrupt while
+   * running opened as clean, failed again in the first delivery cycle, and the unit
+   * restarted it every RestartSec forever instead of moving it aside.
+   */
+  private lastStop(path: string): 'clean' | 'unclean' | 'corrupt' {
     let store: Store | undefined;
     try {
       store = Store.open(path, { readonly: true });
-      return store.getState<DaemonState>(DAEMON_STATE_KEY)?.value.running === false;
+      const state = store.getState<DaemonState>(DAEMON_STATE_KEY)?.value;
+      if (state?.corrupt) return 'corrupt';
+      return state?.running === false ? 'clean' : 'unclean';
     } catch {
-      return false;
+      return 'unclean';
     } finally {
       store?.close();
     }
@@ -250,6 +262,8 @@ export class Agent {
   private checkFatal(err: unknown): void {
     if (this.fatal || !isCorruption(err)) return;
     this.fatal = true;
+    // Kept in the state written at stop, so the next start checks the file (see lastStop).
+    this.corruptFound = (err as Error).message;
     const b = this.loaded.config.buffer;
     const e = new BufferError(
       'corrupt',
@@ -515,6 +529,7 @@ export class Agent {
       nextTracePushMs: next !== undefined ? next + splayMs(this.loaded.deviceId, this.config.schedule.splay_s) : null,
       disk: disk ? { freeBytes: free === undefined || !Number.isFinite(free) ? null : free, reserve: disk.hasReserve(), reserveBytes: disk.plan.reserveBytes } : undefined,
       clockJump: this.clockJump,
+      corrupt: this.corruptFound,
     };
   }
 

@@ -184,8 +184,12 @@ export interface OpenOptions {
    * holds, so this is bounded by the room kept in reserve (see disk.ts).
    */
   walLimitBytes?: number;
-  /** Read every page once (`PRAGMA quick_check`): the daemon does it after an unclean stop. */
-  verify?: boolean;
+  /**
+   * Read every page once (`PRAGMA quick_check`): the daemon does it after an unclean stop.
+   * `'full'`: also check every index against its table (`integrity_check`), after the daemon
+   * stopped because it found the buffer corrupt.
+   */
+  verify?: boolean | 'full';
 }
 
 export function migrate(db: DB, target = SCHEMA_VERSION, file = db.name): number {
@@ -322,7 +326,7 @@ export function openDatabase(path: string, opts: OpenOptions = {}): DB {
           db.pragma(`journal_size_limit = ${Math.round(opts.walLimitBytes)}`);
         }
         if (opts.verify) {
-          const result = db.pragma('quick_check(1)', { simple: true }) as string;
+          const result = db.pragma(opts.verify === 'full' ? 'integrity_check(1)' : 'quick_check(1)', { simple: true }) as string;
           if (result !== 'ok') throw corrupt(path, result);
         }
         migrate(db, SCHEMA_VERSION, path);
