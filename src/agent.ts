@@ -194,6 +194,7 @@ export class Agent {
     // `status` reads this row. Written when delivery changed (so a push shows at once),
     // else every stateIntervalMs: few writes, because every write wears the flash.
     this.stateTimer = setInterval(() => {
+      this.store.keepIdentityInWal();
       const sender = JSON.stringify(this.sender.status) + JSON.stringify(this.ingest.stats.trouble);
       if (sender !== this.lastSenderState || Date.now() - this.lastStateWriteMs >= (this.opts.stateIntervalMs ?? 15_000)) {
         this.lastSenderState = sender;

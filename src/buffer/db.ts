@@ -368,12 +368,33 @@ function checkIdentity(db: DB, file: string): void {
 }
 
 /**
+ * The salts in a WAL's header (bytes 16-23), or undefined while it has none. SQLite draws new
+ * ones each time it starts the WAL over, so they name the WAL's current generation.
+ */
+export function walSalts(path: string): string | undefined {
+  let fd: number;
+  try {
+    fd = openSync(`${path}-wal`, 'r');
+  } catch {
+    return undefined;
+  }
+  try {
+    const buf = Buffer.alloc(8);
+    return readSync(fd, buf, 0, 8, 16) === 8 ? buf.toString('hex') : undefined;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
  * A -wal file is applied to whatever database sits beside it, page by page: one left over
  * from another file (a buffer copied in over an old one, a restore from backup) would
  * silently mix two databases. The identity in the main file's header, read here without
  * SQLite, must be the identity seen through the WAL. The look through the WAL is read-only:
  * a read-write connection would fold the WAL into the file when it closes.
  */
+// The identity is on the header page, which a WAL holds only if a transaction of its
+// generation wrote that page; Store.keepIdentityInWal makes sure one does.
 function checkWalIdentity(path: string, mainIdentity: number): void {
   const wal = `${path}-wal`;
   if (!existsSync(wal) || statSync(wal).size === 0) return;
