@@ -80,12 +80,18 @@ export function changedSettings(a: unknown, b: unknown, prefix = ''): string[] {
   return JSON.stringify(a) === JSON.stringify(b) ? [] : [prefix];
 }
 
-/** Move a corrupt buffer (and its -wal and -shm) aside, keeping SQLite's naming so it can be salvaged. */
-export function moveAside(path: string, nowMs = Date.now()): string {
+/**
+ * Move a corrupt buffer (and its -wal and -shm) aside, keeping SQLite's naming so it can be
+ * salvaged. A WAL of another database (`foreignWal`) is not given the -wal name: beside the
+ * moved file SQLite would apply it again, and `buffer salvage` would copy the other
+ * database's loads and readings as this buffer's. It becomes `<moved>.foreign-wal`.
+ */
+export function moveAside(path: string, nowMs = Date.now(), foreignWal = false): string {
   const stamp = new Date(nowMs).toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
   const target = `${path}.corrupt-${stamp}`;
   for (const suffix of ['', '-wal', '-shm']) {
-    if (existsSync(path + suffix)) renameSync(path + suffix, target + suffix);
+    const to = foreignWal && suffix ? `${target}.foreign${suffix}` : target + suffix;
+    if (existsSync(path + suffix)) renameSync(path + suffix, to);
   }
   return target;
 }
@@ -229,10 +235,11 @@ export class Agent {
       return Store.open(b.path, { ...opts, verify });
     } catch (err) {
       if (!(err instanceof BufferError) || (err.problem !== 'corrupt' && err.problem !== 'foreign-wal') || b.on_corrupt !== 'move-aside') throw err;
-      const moved = moveAside(b.path);
+      const foreign = err.problem === 'foreign-wal';
+      const moved = moveAside(b.path, Date.now(), foreign);
       this.log.error(
-        { buffer: b.path, movedTo: moved, problem: err.message },
-        `buffer unusable (${err.problem}); moved aside to ${moved} and started with an empty buffer (buffer.on_corrupt = "move-aside"). Copy what is readable back with: telematics-agent buffer salvage ${moved}`,
+        { buffer: b.path, movedTo: moved, ...(foreign ? { foreignWal: `${moved}.foreign-wal` } : {}), problem: err.message },
+        `buffer unusable (${err.problem}); moved aside to ${moved}${foreign ? ` (the WAL of the other database to ${moved}.foreign-wal)` : ''} and started with an empty buffer (buffer.on_corrupt = "move-aside"). Copy what is readable back with: telematics-agent buffer salvage ${moved}`,
       );
       return Store.open(b.path, opts);
     }
