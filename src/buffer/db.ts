@@ -391,10 +391,10 @@ export function walSalts(path: string): string | undefined {
  * from another file (a buffer copied in over an old one, a restore from backup) would
  * silently mix two databases. The identity in the main file's header, read here without
  * SQLite, must be the identity seen through the WAL. The look through the WAL is read-only:
- * a read-write connection would fold the WAL into the file when it closes.
+ * a read-write connection would fold the WAL into the file when it closes. The identity is
+ * on the header page, which a WAL holds only if a transaction of its generation wrote that
+ * page; the daemon makes sure one does (Store.keepIdentityInWal).
  */
-// The identity is on the header page, which a WAL holds only if a transaction of its
-// generation wrote that page; Store.keepIdentityInWal makes sure one does.
 function checkWalIdentity(path: string, mainIdentity: number): void {
   const wal = `${path}-wal`;
   if (!existsSync(wal) || statSync(wal).size === 0) return;

@@ -395,7 +395,7 @@ export class Store {
    * changes, and the header page changes only when the file grows or its free list moves:
    * the WAL of an idle daemon, or of a few small writes, did not hold it, so the check at
    * open (db.ts, checkWalIdentity) saw this file's identity through another database's WAL
-   * and let that WAL replace the loads. The daemon calls this every second: a 32-byte read,
+   * and let that WAL replace the loads. The daemon calls this every second: an 8-byte read,
    * and one page written per WAL generation.
    */
   keepIdentityInWal(): void {
