@@ -44,6 +44,8 @@ export interface DaemonState {
   disk?: { freeBytes: number | null; reserve: boolean; reserveBytes: number };
   /** The last jump of the wall clock seen (ms, signed) and when. */
   clockJump?: { ms: number; atMs: number };
+  /** The daemon stopped because it found the buffer corrupt (SQLite's words): the next start checks it whole. */
+  corrupt?: string;
 }
 
 /** A fixed share of the splay window for this device, so a fleet spreads over it. */
@@ -81,12 +83,18 @@ export function changedSettings(a: unknown, b: unknown, prefix = ''): string[] {
   return JSON.stringify(a) === JSON.stringify(b) ? [] : [prefix];
 }
 
-/** Move a corrupt buffer (and its -wal and -shm) aside, keeping SQLite's naming so it can be salvaged. */
-export function moveAside(path: string, nowMs = Date.now()): string {
+/**
+ * Move a corrupt buffer (and its -wal and -shm) aside, keeping SQLite's naming so it can be
+ * salvaged. A WAL of another database (`foreignWal`) is not given the -wal name: beside the
+ * moved file SQLite would apply it again, and `buffer salvage` would copy the other
+ * database's loads and readings as this buffer's. It becomes `<moved>.foreign-wal`.
+ */
+export function moveAside(path: string, nowMs = Date.now(), foreignWal = false): string {
   const stamp = new Date(nowMs).toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
   const target = `${path}.corrupt-${stamp}`;
   for (const suffix of ['', '-wal', '-shm']) {
-    if (existsSync(path + suffix)) renameSync(path + suffix, target + suffix);
+    const to = foreignWal && suffix ? `${target}.foreign${suffix}` : target + suffix;
+    if (existsSync(path + suffix)) renameSync(path + suffix, to);
   }
   return target;
 }
@@ -118,6 +126,7 @@ export class Agent {
   private clockJump: { ms: number; atMs: number } | undefined;
   private reserveMissing = false;
   private fatal = false;
+  private corruptFound: string | undefined;
 
   constructor(
     private loaded: LoadedConfig,
@@ -194,6 +203,7 @@ export class Agent {
     // `status` reads this row. Written when delivery changed (so a push shows at once),
     // else every stateIntervalMs: few writes, because every write wears the flash.
     this.stateTimer = setInterval(() => {
+      this.store.keepIdentityInWal();
       const sender = JSON.stringify(this.sender.status) + JSON.stringify(this.ingest.stats.trouble);
       if (sender !== this.lastSenderState || Date.now() - this.lastStateWriteMs >= (this.opts.stateIntervalMs ?? 15_000)) {
         this.lastSenderState = sender;
@@ -222,28 +232,38 @@ export class Agent {
   private openBuffer(): Store {
     const b = this.loaded.config.buffer;
     const opts = { synchronous: b.synchronous, cacheKb: b.cache_kb, reserveKb: b.reserve_kb };
-    const verify = b.path !== ':memory:' && existsSync(b.path) && !this.stoppedCleanly(b.path);
+    const last = b.path !== ':memory:' && existsSync(b.path) ? this.lastStop(b.path) : 'clean';
+    const verify = last === 'clean' ? false : last === 'corrupt' ? 'full' : true;
     try {
       return Store.open(b.path, { ...opts, verify });
     } catch (err) {
       if (!(err instanceof BufferError) || (err.problem !== 'corrupt' && err.problem !== 'foreign-wal') || b.on_corrupt !== 'move-aside') throw err;
-      const moved = moveAside(b.path);
+      const foreign = err.problem === 'foreign-wal';
+      const moved = moveAside(b.path, Date.now(), foreign);
       this.log.error(
-        { buffer: b.path, movedTo: moved, problem: err.message },
-        `buffer unusable (${err.problem}); moved aside to ${moved} and started with an empty buffer (buffer.on_corrupt = "move-aside"). Copy what is readable back with: telematics-agent buffer salvage ${moved}`,
+        { buffer: b.path, movedTo: moved, ...(foreign ? { foreignWal: `${moved}.foreign-wal` } : {}), problem: err.message },
+        `buffer unusable (${err.problem}); moved aside to ${moved}${foreign ? ` (the WAL of the other database to ${moved}.foreign-wal)` : ''} and started with an empty buffer (buffer.on_corrupt = "move-aside"). Copy what is readable back with: telematics-agent buffer salvage ${moved}`,
       );
       return Store.open(b.path, opts);
     }
   }
 
-  /** Whether the daemon that last ran on this buffer stopped cleanly (read-only look). */
-  private stoppedCleanly(path: string): boolean {
+  /**
+   * How the daemon that last ran on this buffer stopped (read-only look): cleanly, not
+   * (killed, power cut), or because it found the buffer corrupt. The last is not a clean
+   * stop although it went through stop(): without this, a buffer found corrupt while
+   * running opened as clean, failed again in the first delivery cycle, and the unit
+   * restarted it every RestartSec forever instead of moving it aside.
+   */
+  private lastStop(path: string): 'clean' | 'unclean' | 'corrupt' {
     let store: Store | undefined;
     try {
       store = Store.open(path, { readonly: true });
-      return store.getState<DaemonState>(DAEMON_STATE_KEY)?.value.running === false;
+      const state = store.getState<DaemonState>(DAEMON_STATE_KEY)?.value;
+      if (state?.corrupt) return 'corrupt';
+      return state?.running === false ? 'clean' : 'unclean';
     } catch {
-      return false;
+      return 'unclean';
     } finally {
       store?.close();
     }
@@ -253,6 +273,8 @@ export class Agent {
   private checkFatal(err: unknown): void {
     if (this.fatal || !isCorruption(err)) return;
     this.fatal = true;
+    // Kept in the state written at stop, so the next start checks the file (see lastStop).
+    this.corruptFound = (err as Error).message;
     const b = this.loaded.config.buffer;
     const e = new BufferError(
       'corrupt',
@@ -456,6 +478,9 @@ export class Agent {
       await this.startHealth(config.health.listen);
     }
     void oldClient.close();
+    // The limits apply at once (a lowered buffer.max_age_days or max_size_mb must not wait up
+    // to a minute for the timer), and a clock step since the last check is seen and logged now.
+    this.checkBounds();
     this.writeState(true);
     return { applied, needsRestart };
   }
@@ -515,6 +540,7 @@ export class Agent {
       nextTracePushMs: next !== undefined ? next + splayMs(this.loaded.deviceId, this.config.schedule.splay_s) : null,
       disk: disk ? { freeBytes: free === undefined || !Number.isFinite(free) ? null : free, reserve: disk.hasReserve(), reserveBytes: disk.plan.reserveBytes } : undefined,
       clockJump: this.clockJump,
+      corrupt: this.corruptFound,
     };
   }
 

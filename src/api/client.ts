@@ -41,14 +41,21 @@ export const MAX_BODY_CHARS = 65_536;
 type RequestFn = typeof plainRequest;
 
 export class ApiClient {
-  private readonly opts: ApiClientOptions;
+  private readonly opts: Omit<ApiClientOptions, 'subscriptionKey'>;
+  /**
+   * The key in a #private field, not in `opts`: a TypeScript `private` is still an own
+   * enumerable property, and `JSON.stringify(client)` or a log line `{ client }` printed it.
+   */
+  readonly #key: string;
   private transport: Promise<{ agent: HttpAgent; request: RequestFn }> | undefined;
   /** Requests under way: close() lets them finish (a reload must not cut one off and send it twice). */
   private readonly inFlight = new Set<Promise<PostOutcome>>();
   private closing = false;
 
   constructor(opts: ApiClientOptions) {
-    this.opts = opts;
+    const { subscriptionKey, ...rest } = opts;
+    this.opts = rest;
+    this.#key = subscriptionKey;
   }
 
   get extraFields(): Record<string, string | number | boolean> {
@@ -62,7 +69,7 @@ export class ApiClient {
   /** The request headers, the key among them: private, so nothing outside can log or pass them on. */
   #headers(idempotencyKey?: string): Record<string, string> {
     const h: Record<string, string> = {
-      'Ocp-Apim-Subscription-Key': this.opts.subscriptionKey,
+      'Ocp-Apim-Subscription-Key': this.#key,
       carrierSCAC: this.opts.scac,
       Accept: 'application/json',
       'Content-Type': 'application/json',

@@ -184,8 +184,12 @@ export interface OpenOptions {
    * holds, so this is bounded by the room kept in reserve (see disk.ts).
    */
   walLimitBytes?: number;
-  /** Read every page once (`PRAGMA quick_check`): the daemon does it after an unclean stop. */
-  verify?: boolean;
+  /**
+   * Read every page once (`PRAGMA quick_check`): the daemon does it after an unclean stop.
+   * `'full'`: also check every index against its table (`integrity_check`), after the daemon
+   * stopped because it found the buffer corrupt.
+   */
+  verify?: boolean | 'full';
 }
 
 export function migrate(db: DB, target = SCHEMA_VERSION, file = db.name): number {
@@ -322,7 +326,7 @@ export function openDatabase(path: string, opts: OpenOptions = {}): DB {
           db.pragma(`journal_size_limit = ${Math.round(opts.walLimitBytes)}`);
         }
         if (opts.verify) {
-          const result = db.pragma('quick_check(1)', { simple: true }) as string;
+          const result = db.pragma(opts.verify === 'full' ? 'integrity_check(1)' : 'quick_check(1)', { simple: true }) as string;
           if (result !== 'ok') throw corrupt(path, result);
         }
         migrate(db, SCHEMA_VERSION, path);
@@ -364,11 +368,32 @@ function checkIdentity(db: DB, file: string): void {
 }
 
 /**
+ * The salts in a WAL's header (bytes 16-23), or undefined while it has none. SQLite draws new
+ * ones each time it starts the WAL over, so they name the WAL's current generation.
+ */
+export function walSalts(path: string): string | undefined {
+  let fd: number;
+  try {
+    fd = openSync(`${path}-wal`, 'r');
+  } catch {
+    return undefined;
+  }
+  try {
+    const buf = Buffer.alloc(8);
+    return readSync(fd, buf, 0, 8, 16) === 8 ? buf.toString('hex') : undefined;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
  * A -wal file is applied to whatever database sits beside it, page by page: one left over
  * from another file (a buffer copied in over an old one, a restore from backup) would
  * silently mix two databases. The identity in the main file's header, read here without
  * SQLite, must be the identity seen through the WAL. The look through the WAL is read-only:
- * a read-write connection would fold the WAL into the file when it closes.
+ * a read-write connection would fold the WAL into the file when it closes. The identity is
+ * on the header page, which a WAL holds only if a transaction of its generation wrote that
+ * page; the daemon makes sure one does (Store.keepIdentityInWal).
  */
 function checkWalIdentity(path: string, mainIdentity: number): void {
   const wal = `${path}-wal`;
@@ -388,7 +413,8 @@ function checkWalIdentity(path: string, mainIdentity: number): void {
 /**
  * An operator running the CLI as root (`sudo telematics-agent load start ...`) must not leave
  * root-owned buffer files behind that the service user can no longer write: files root
- * creates take the owner of the directory they are in.
+ * creates take the owner of the directory they are in. `files`: the buffer and its -wal and
+ * -shm unless told otherwise (the daemon's lock file, see lock.ts).
  */
 export function keepOwner(path: string, files = [path, `${path}-wal`, `${path}-shm`]): void {
   if (typeof process.getuid !== 'function' || process.getuid() !== 0) return;

@@ -34,7 +34,8 @@ export class BufferLock {
       db.prepare('INSERT INTO holder (pid, started_ms) VALUES (?, ?)').run(process.pid, Date.now());
       // In exclusive locking mode the lock stays after the commit, until the connection closes.
       db.exec('COMMIT');
-      // `run` started by hand as root must not leave a lock file the service user cannot open.
+      // `sudo telematics-agent run` once in the service's directory left a root-owned 0644
+      // lock behind, and the service then failed at every start with exit 73.
       keepOwner(file, [file]);
       return new BufferLock(db, file);
     } catch (err) {

@@ -14,7 +14,7 @@ import { randomUUID } from 'node:crypto';
 import type { Statement } from 'better-sqlite3';
 import type { Stop } from '../milestones/stops.js';
 import type { Reading } from '../sources/types.js';
-import { openDatabase, type DB, type OpenOptions } from './db.js';
+import { openDatabase, walSalts, type DB, type OpenOptions } from './db.js';
 import { DiskRoom, diskPlan, isDiskFull } from './disk.js';
 
 export interface LoadRow {
@@ -384,6 +384,35 @@ export class Store {
     } finally {
       this.db.pragma(`synchronous = ${previous}`);
     }
+  }
+
+  /** The WAL generation (its salts) known to hold the header page with the buffer's identity. */
+  private identityInWal: string | undefined;
+
+  /**
+   * Write the header page, which holds the buffer's identity, into the WAL's current
+   * generation if it is not there yet. SQLite puts a page into the WAL only when the page
+   * changes, and the header page changes only when the file grows or its free list moves:
+   * the WAL of an idle daemon, or of a few small writes, did not hold it, so the check at
+   * open (db.ts, checkWalIdentity) saw this file's identity through another database's WAL
+   * and let that WAL replace the loads. The daemon calls this every second: an 8-byte read,
+   * and one page written per WAL generation.
+   */
+  keepIdentityInWal(): void {
+    if (this.db.memory || this.db.readonly || !this.db.open) return;
+    const salts = walSalts(this.db.name);
+    if (salts === undefined || salts === this.identityInWal) return;
+    const identity = this.db.pragma('application_id', { simple: true }) as number;
+    if (identity === 0) return;
+    try {
+      // Setting it to the value it has still writes the page.
+      this.db.pragma(`application_id = ${identity}`);
+    } catch {
+      // Busy or no room: the next call tries again.
+      return;
+    }
+    // This write may itself have started a new generation: remember the one it is in.
+    this.identityInWal = walSalts(this.db.name);
   }
 
   close(): void {
