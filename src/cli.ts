@@ -277,7 +277,7 @@ any, it goes without a city and state, in this device's zone (a warning says so)
   buffer
     .command('salvage')
     .description('copy every readable milestone and undelivered reading of a buffer that was set aside (e.g. buffer.db.corrupt-<time>) into the running buffer')
-    .argument('<file>', 'the old buffer file (its -wal beside it is read too; nothing is written to either)')
+    .argument('<file>', 'the old buffer file (its -wal beside it is read too; their content is never changed, though SQLite may add its -shm index beside them)')
     .option('--force', 'copy it again although it was salvaged into this buffer before (its readings would be sent twice)')
     .option('--json', 'print the report as JSON')
     .addOption(configOption())
