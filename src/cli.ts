@@ -66,6 +66,10 @@ export function buildProgram(): Command {
     // Before any subcommand is added, so they inherit it: errors come back as exceptions
     // and get our exit statuses instead of commander's process.exit(1).
     .exitOverride()
+    // A command's options are its own, read only before its subcommand: `milestone` has
+    // `--load` and a `list` subcommand with `--load` too, and without this the parent took
+    // `milestone list --load L`'s option, leaving `list` to fail with "required option".
+    .enablePositionalOptions()
     .configureOutput({ writeErr: (s) => process.stderr.write(s) })
     .showHelpAfterError('(run with --help for usage)')
     .addHelpText(
@@ -232,7 +236,8 @@ any, it goes without a city and state, in this device's zone (a warning says so)
     .option('--json', 'machine-readable output')
     .addOption(configOption())
     .action((opts: { load: string; json?: boolean; config?: string }) => {
-      const loaded = load(opts.config);
+      // `milestone --config F list ...` gives the option to the parent command.
+      const loaded = load(opts.config ?? (milestone.opts() as { config?: string }).config);
       const rows = withStore(loaded, (store) => {
         if (!store.getLoad(opts.load)) throw new MilestoneError(`load ${opts.load}: no such load`);
         return store.listMilestones(opts.load);
