@@ -285,6 +285,18 @@ describe('load numbers are checked where they are typed (item 7)', () => {
     expect((await cli(['load', 'start', 'A'.repeat(35), '--resource', 'T9'])).code).toBe(0);
   });
 
+  it('a load the buffer holds already (started before the pattern was checked) still has its arrivals detected', async () => {
+    const store = Store.open(buffer);
+    store.startLoad({ loadNumber: 'PO#1', resourceId: 'T1', resourceType: 'Truck', stops: [{ sequence: 1, type: 'pickup', latitude: CHICAGO.lat, longitude: CHICAGO.lon }], nowMs: Date.now() });
+    store.close();
+    detect([arriveAndLeave().arrive]);
+    expect(milestones().map((m) => [m.loadNumber, m.code, m.origin])).toEqual([['PO#1', 'X3', 'detected']]);
+    // Typed by hand, it is refused.
+    const r = await cli(['milestone', '--load', 'PO#1', '--code', 'X6']);
+    expect(r.code).toBe(65);
+    expect(r.stderr).toContain('error: load number "PO#1" does not match api.load_number_pattern');
+  });
+
   it('a pattern of its own: year-prefixed numbers only', async () => {
     cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9', '', { api: "load_number_pattern = '^20\\d{2}-\\d{6}$'" });
     const r = await cli(['load', 'start', 'L1', '--resource', 'T1']);

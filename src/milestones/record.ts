@@ -199,7 +199,10 @@ export function prepareMilestone(store: Store, config: Config, input: MilestoneI
   const warnings: string[] = [];
   const origin = input.origin ?? 'manual';
   const force = input.force ?? false;
-  checkLoadNumber(input.loadNumber, config);
+  // Where the number is typed. The detector reports for loads the buffer holds already: one
+  // started before the pattern was checked (or tightened) made every batch fail, and the
+  // stop's arrival, departure and state were never recorded.
+  if (origin === 'manual') checkLoadNumber(input.loadNumber, config);
   const load = store.getLoad(input.loadNumber);
   if (!load) throw new MilestoneError(`load ${input.loadNumber}: no such load (start it with "load start ${input.loadNumber} --resource ID")`);
   const code = checkCode('event', input.code, config, force, warnings);
