@@ -223,7 +223,9 @@ any, it goes without a city and state, in this device's zone (a warning says so)
         for (const w of warnings) err(`warning: ${w}`);
         if (opts.json) return out(JSON.stringify(row, null, 2));
         const local = formatTime(new Date(timeMs), placement.zone, 'local');
-        const where = row.body.eventCity ? ` at ${String(row.body.eventCity)}, ${String(row.body.eventState)}` : '';
+        // Either may be missing (--city without --state): never print "Chicago, undefined".
+        const named = [row.body.eventCity, row.body.eventState].filter(Boolean).map(String).join(', ');
+        const where = named ? ` at ${named}` : '';
         out(
           `milestone ${row.id} (${row.code} for load ${row.loadNumber}${row.stop === null ? '' : `, stop ${row.stop}`}) committed: ${local.dateTime.replace('T', ' ').replace(/\.\d+/, '')} ${local.timeZoneCode} (${local.timeZoneOffset}) = ${new Date(timeMs).toISOString().replace(/\.000Z$/, 'Z')}${where} (place: ${placement.source}); the running agent sends it within seconds`,
         );

@@ -211,6 +211,18 @@ describe('the place rule, first match wins (CLI against a buffer file)', () => {
     expect(fix.time.dateTime).toMatch(/-06:00$/);
   });
 
+  it('a city without its state is sent as typed, in the zone of the stop, and the warning says why it was not looked up', async () => {
+    const stops = stopsFile([{ sequence: 1, type: 'pickup', latitude: HERMOSILLO.lat, longitude: HERMOSILLO.lon }]);
+    expect((await runCli(['load', 'start', 'L1', '--resource', 'T1', '--stops', stops, '--config', cfg])).code).toBe(0);
+    const r = await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--stop', '1', '--city', 'Chicago', '--config', cfg], { env: CHICAGO_CLI });
+    expect(r.code).toBe(0);
+    expect(r.stderr).toBe('warning: Chicago cannot be looked up in the gazetteer without --state: sent as typed, with the zone of the stop (America/Hermosillo)\n');
+    expect(r.stdout).toMatch(/ MST \(UTC-7\) = \S+ at Chicago \(place: stop\);/);
+    const typo = await runCli(['milestone', '--load', 'L1', '--code', 'AF', '--stop', '1', '--city', 'Chicagoo', '--state', 'IL', '--config', cfg], { env: CHICAGO_CLI });
+    expect(typo.stderr).toBe('warning: Chicagoo, IL is not in the gazetteer: sent as typed, with the zone of the stop (America/Hermosillo)\n');
+    expect(typo.stdout).toMatch(/ at Chicagoo, IL \(place: stop\);/);
+  });
+
   it('a last fix older than milestones.max_fix_age_s is not used, and the warning says how old it is', async () => {
     writeFile(tmp.dir, 'agent.toml', `${readFileSync(cfg, 'utf8')}\n[milestones]\nmax_fix_age_s = 600\n`);
     expect((await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg])).code).toBe(0);

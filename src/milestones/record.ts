@@ -140,8 +140,11 @@ function place(store: Store, config: Config, load: LoadRow, input: MilestoneInpu
     if (p) return { source: 'command line', lat: p.lat, lon: p.lon, city: input.city, state: input.state, zone: zoneAt(p.lat, p.lon) };
     // Not in the gazetteer: the city as typed; the zone from the stop or the last fix below.
     const rest = locate();
+    // A city without its state (or the reverse) cannot be looked up: say so, rather than
+    // claim that Chicago is not in the gazetteer.
+    const lookup = input.city && input.state ? 'is not in the gazetteer' : `cannot be looked up in the gazetteer without ${input.city ? '--state' : '--city'}`;
     warnings.push(
-      `${[input.city, input.state].filter(Boolean).join(', ')} is not in the gazetteer: sent as typed, with the zone ${rest ? `of the ${rest.source} (${rest.zone})` : `of this device (${systemZone()})`}`,
+      `${[input.city, input.state].filter(Boolean).join(', ')} ${lookup}: sent as typed, with the zone ${rest ? `of the ${rest.source} (${rest.zone})` : `of this device (${systemZone()})`}`,
     );
     return { ...(rest ?? { source: 'command line', zone: systemZone() }), city: input.city, state: input.state };
   }
