@@ -132,7 +132,7 @@ opened or created, 78 invalid configuration, no key, or another daemon on the bu
   loadCmd
     .command('start')
     .description('start a load on a resource (tractor, trailer)')
-    .argument('<loadNumber>', 'the load number the service knows')
+    .argument('<loadNumber>', 'the load number the service knows; must match api.load_number_pattern (default ^[A-Za-z0-9-]{1,35}$)')
     .requiredOption('-r, --resource <id>', 'resourceId the readings are tagged with')
     .option('-t, --resource-type <type>', `resourceType sent with traces: ${RESOURCE_TYPES.join(', ')}`, 'Truck')
     .option('-s, --stops <file>', 'JSON file with the load\'s stops (see config/stops.example.json)')
