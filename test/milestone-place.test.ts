@@ -236,12 +236,17 @@ describe('the place rule, first match wins (CLI against a buffer file)', () => {
     expect(bodyOf(recent.id)).toMatchObject({ eventCity: 'Santiago de Querétaro' });
   });
 
-  it('timeZoneOffset is UTC<sign><hours> at the place: UTC+0 with GMT in London in winter, UTC-3:30 in St. John\'s', async () => {
+  it('timeZoneOffset is UTC<sign><hours> at the place: UTC+0 with GMT in London in winter, UTC-3:30 in St. John\'s; UTC+0 on a UTC device', async () => {
     expect((await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg])).code).toBe(0);
     const london = bodyOf((await record(['--code', 'X6', '--lat', '51.5074', '--lon', '-0.1278', '--time', '2026-01-15T10:00:00Z'])).id);
     expect(london.time).toEqual({ dateTime: '2026-01-15T10:00:00.000+00:00', timeZoneCode: 'GMT', timeZoneOffset: 'UTC+0' });
     const stJohns = bodyOf((await record(['--code', 'X6', '--lat', '47.5615', '--lon', '-52.7126', '--time', '2026-01-15T10:00:00Z'])).id);
     expect(stJohns.time).toEqual({ dateTime: '2026-01-15T06:30:00.000-03:30', timeZoneCode: 'NST', timeZoneOffset: 'UTC-3:30' });
     expect(stJohns.eventState).toBe('NL');
+    // No position: the device's zone, with the same rules.
+    for (const [TZ, code] of [['Europe/London', 'GMT'], ['Etc/UTC', 'UTC']]) {
+      const r = await runCli(['milestone', '--load', 'L1', '--code', 'X6', '--time', '2026-01-15T10:00:00', '--json', '--config', cfg], { env: { TZ } });
+      expect((JSON.parse(r.stdout) as { body: Body }).body.time, TZ).toEqual({ dateTime: '2026-01-15T10:00:00.000+00:00', timeZoneCode: code, timeZoneOffset: 'UTC+0' });
+    }
   });
 });
