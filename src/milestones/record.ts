@@ -6,8 +6,8 @@
  * What the service receives must be right the first time: a wrong city or zone on a
  * milestone is worse than a late one, because nobody notices it. So, before anything is
  * written:
- * - the load number must match `api.load_number_pattern`, the event code be in
- *   `codes.events` and the reason in `codes.reasons` (`--force` sends others);
+ * - the load number of one typed by hand must match `api.load_number_pattern`, the event
+ *   code be in `codes.events` and the reason in `codes.reasons` (`--force` sends others);
  * - one milestone per load, code and stop (`codes.repeatable` excepted): a manual X3 for a
  *   stop the detector already reported is refused, naming the first one;
  * - the place is, first match wins: a position or city given on the command line; the
