@@ -66,6 +66,10 @@ export function buildProgram(): Command {
     // Before any subcommand is added, so they inherit it: errors come back as exceptions
     // and get our exit statuses instead of commander's process.exit(1).
     .exitOverride()
+    // A command's options are its own, read only before its subcommand: `milestone` has
+    // `--load` and a `list` subcommand with `--load` too, and without this the parent took
+    // `milestone list --load L`'s option, leaving `list` to fail with "required option".
+    .enablePositionalOptions()
     .configureOutput({ writeErr: (s) => process.stderr.write(s) })
     .showHelpAfterError('(run with --help for usage)')
     .addHelpText(
@@ -128,7 +132,7 @@ opened or created, 78 invalid configuration, no key, or another daemon on the bu
   loadCmd
     .command('start')
     .description('start a load on a resource (tractor, trailer)')
-    .argument('<loadNumber>', 'the load number the service knows')
+    .argument('<loadNumber>', 'the load number the service knows; must match api.load_number_pattern (default ^[A-Za-z0-9-]{1,35}$)')
     .requiredOption('-r, --resource <id>', 'resourceId the readings are tagged with')
     .option('-t, --resource-type <type>', `resourceType sent with traces: ${RESOURCE_TYPES.join(', ')}`, 'Truck')
     .option('-s, --stops <file>', 'JSON file with the load\'s stops (see config/stops.example.json)')
@@ -219,7 +223,9 @@ any, it goes without a city and state, in this device's zone (a warning says so)
         for (const w of warnings) err(`warning: ${w}`);
         if (opts.json) return out(JSON.stringify(row, null, 2));
         const local = formatTime(new Date(timeMs), placement.zone, 'local');
-        const where = row.body.eventCity ? ` at ${String(row.body.eventCity)}, ${String(row.body.eventState)}` : '';
+        // Either may be missing (--city without --state): never print "Chicago, undefined".
+        const named = [row.body.eventCity, row.body.eventState].filter(Boolean).map(String).join(', ');
+        const where = named ? ` at ${named}` : '';
         out(
           `milestone ${row.id} (${row.code} for load ${row.loadNumber}${row.stop === null ? '' : `, stop ${row.stop}`}) committed: ${local.dateTime.replace('T', ' ').replace(/\.\d+/, '')} ${local.timeZoneCode} (${local.timeZoneOffset}) = ${new Date(timeMs).toISOString().replace(/\.000Z$/, 'Z')}${where} (place: ${placement.source}); the running agent sends it within seconds`,
         );
@@ -232,7 +238,8 @@ any, it goes without a city and state, in this device's zone (a warning says so)
     .option('--json', 'machine-readable output')
     .addOption(configOption())
     .action((opts: { load: string; json?: boolean; config?: string }) => {
-      const loaded = load(opts.config);
+      // `milestone --config F list ...` gives the option to the parent command.
+      const loaded = load(opts.config ?? (milestone.opts() as { config?: string }).config);
       const rows = withStore(loaded, (store) => {
         if (!store.getLoad(opts.load)) throw new MilestoneError(`load ${opts.load}: no such load`);
         return store.listMilestones(opts.load);

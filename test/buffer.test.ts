@@ -1,4 +1,4 @@
-import { chownSync, mkdirSync, statSync } from 'node:fs';
+import { chownSync, mkdirSync, statSync, truncateSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -6,7 +6,7 @@ import { Ingest } from '../src/buffer/ingest.js';
 import { MIGRATIONS, SCHEMA_VERSION, migrate, openDatabase } from '../src/buffer/db.js';
 import { Store } from '../src/buffer/store.js';
 import { createLogger } from '../src/log.js';
-import { tempDir } from './helpers.js';
+import { agentConfig, runCli, tempDir } from './helpers.js';
 
 let tmp: ReturnType<typeof tempDir>;
 let path: string;
@@ -59,6 +59,32 @@ describe('buffer file', () => {
     const store = Store.open(path, { cacheKb: 1024 });
     expect(store.db.pragma('cache_size', { simple: true })).toBe(-1024);
     store.close();
+  });
+
+  it('a new buffer opened by several processes at once (daemon and CLI) is created once, and every one of them works', async () => {
+    // Each process used to run the migrations it found missing, whether or not another was
+    // running them: one failed with "table readings already exists" or "duplicate column
+    // name", or took the new buffer's WAL for another database's.
+    const cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9');
+    for (let round = 0; round < 5; round++) {
+      tmp.cleanup();
+      mkdirSync(tmp.dir, { recursive: true });
+      agentConfig(tmp.dir, 'http://127.0.0.1:9');
+      const results = await Promise.all(Array.from({ length: 6 }, () => runCli(['load', 'list', '--config', cfg])));
+      for (const r of results) expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 0, stderr: '' });
+      const db = new Database(path, { readonly: true });
+      expect(db.pragma('user_version', { simple: true })).toBe(SCHEMA_VERSION);
+      db.close();
+    }
+  }, 60_000);
+
+  it('a file really cut short is still refused as truncated, after looking again', () => {
+    const store = Store.open(path);
+    store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
+    store.insertReadings(Array.from({ length: 2000 }, (_, i) => reading(i)));
+    store.close();
+    truncateSync(path, 4096);
+    expect(() => openDatabase(path)).toThrow(/the buffer is corrupt \(truncated: 4096 bytes where its header says \d+\)/);
   });
 
   it('refuses a file written by a newer agent instead of damaging it', () => {

@@ -15,7 +15,7 @@ afterEach(() => tmp.cleanup());
 
 const COMMANDS = [
   ['run'], ['validate-config'], ['status'], ['load'], ['load', 'start'], ['load', 'end'], ['load', 'list'],
-  ['milestone'], ['sandbox'], ['demo'],
+  ['milestone'], ['milestone', 'list'], ['sandbox'], ['demo'],
 ];
 
 describe('command line contract', () => {
@@ -114,6 +114,23 @@ describe('loads and milestones from the command line', () => {
       stopsequenceNumber: 1,
       time: { dateTime: '2026-07-01T09:30:00.000-05:00', timeZoneCode: 'CDT', timeZoneOffset: 'UTC-5' },
     });
+  });
+
+  it('milestone list --load L reaches the list subcommand, whose --load is not taken by milestone itself', async () => {
+    await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg]);
+    const none = await runCli(['milestone', 'list', '--load', 'L1', '--config', cfg]);
+    expect(none).toMatchObject({ code: 0, stdout: 'no milestones for load L1\n', stderr: '' });
+    await runCli(['milestone', '--load', 'L1', '--code', 'X6', '--lat', '41.8781', '--lon', '-87.6298', '--config', cfg]);
+    const one = await runCli(['milestone', 'list', '--load', 'L1', '--json', '--config', cfg]);
+    expect(one.code).toBe(0);
+    expect(JSON.parse(one.stdout)).toMatchObject([{ id: 1, code: 'X6', origin: 'manual', state: 'pending', attempts: 0, correlationId: null, eventCity: 'Chicago' }]);
+    // --config given to the parent still applies.
+    expect((await runCli(['milestone', '--config', cfg, 'list', '--load', 'L1'])).stdout).toMatch(/^1\tX6\tstop -\t\S+\tmanual\tpending\t0 attempt\(s\)\t-\tcorrelation -\n$/);
+    const unknown = await runCli(['milestone', 'list', '--load', 'NOPE', '--config', cfg]);
+    expect(unknown).toMatchObject({ code: 65, stderr: 'error: load NOPE: no such load\n' });
+    const missing = await runCli(['milestone', 'list', '--config', cfg]);
+    expect(missing.code).toBe(64);
+    expect(missing.stderr).toContain("required option '-l, --load <loadNumber>' not specified");
   });
 
   it('status says the daemon is not running (exit 3) and shows queue and loads', async () => {

@@ -1,8 +1,8 @@
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig, parseConfigText, resolveConfigPath, resolveSubscriptionKey } from '../src/config/load.js';
-import { runCli, tempDir, writeFile } from './helpers.js';
+import { ROOT, runCli, tempDir, writeFile } from './helpers.js';
 
 let tmp: ReturnType<typeof tempDir>;
 beforeEach(() => {
@@ -205,6 +205,33 @@ describe('validate-config (real CLI)', () => {
     const r = await runCli(['validate-config', '--config', cfg]);
     expect(r.code).toBe(78);
     expect(r.stderr).toContain('api.subscription_key_file: cannot read');
+  });
+
+  it('the example config shows every key of every table (outside [[sources]]), commented out or set', async () => {
+    const r = await runCli(['validate-config', '--json', '--config', 'config/agent.example.toml'], { env: { TELEMATICS_AGENT_SUBSCRIPTION_KEY: 'example-key' } });
+    const effective = JSON.parse(r.stdout) as Record<string, unknown>;
+    const toml = readFileSync(join(ROOT, 'config', 'agent.example.toml'), 'utf8');
+    /** The lines of one table (`''`: before the first), up to the next header. */
+    const table = (name: string) => {
+      const lines: string[] = [];
+      let on = name === '';
+      for (const line of toml.split('\n')) {
+        const header = /^\[{1,2}([^\]]+)\]{1,2}\s*$/.exec(line);
+        if (header) on = !line.startsWith('[[') && header[1] === name;
+        else if (on) lines.push(line);
+      }
+      return lines.join('\n');
+    };
+    const missing: string[] = [];
+    const walk = (o: Record<string, unknown>, path: string) => {
+      for (const [k, v] of Object.entries(o)) {
+        if (path === '' && k === 'sources') continue;
+        if (v && typeof v === 'object' && !Array.isArray(v) && k !== 'extra_fields') walk(v as Record<string, unknown>, path ? `${path}.${k}` : k);
+        else if (!new RegExp(`^#?\\s*${k}\\s*=`, 'm').test(table(path))) missing.push(path ? `${path}.${k}` : k);
+      }
+    };
+    walk(effective, '');
+    expect(missing).toEqual([]);
   });
 
   it('the example config in config/ is valid', async () => {

@@ -198,6 +198,35 @@ describe('idempotency', () => {
   });
 });
 
+describe('409 Conflict', () => {
+  it('to a trace request: the service has the points; acknowledged, counted as duplicates, never dead-lettered', async () => {
+    addReadings(30);
+    sandbox.setFaults({ forceStatus: 409 });
+    const s = start();
+    s.requestTracePush();
+    await waitFor(drained, 5000, 'the readings acknowledged');
+    expect(store.counts()).toMatchObject({ readings: 0, deadLetters: 0 });
+    expect(s.status.duplicates).toBeGreaterThanOrEqual(1);
+    expect(s.status.deadLettered.tracePoints).toBe(0);
+  });
+
+  it('with conflict_is_delivered = false: refused, the points parked with the answer and its headers', async () => {
+    config.delivery.conflict_is_delivered = false;
+    addReadings(2);
+    sandbox.setFaults({ forceStatus: 409 });
+    const s = start();
+    s.requestTracePush();
+    await waitFor(drained, 5000, 'the readings parked');
+    expect(s.status.duplicates).toBe(0);
+    const dead = store.listDeadLetters();
+    expect(dead.map((d) => [d.kind, d.status])).toEqual([
+      ['trace', 409],
+      ['trace', 409],
+    ]);
+    expect(dead[0].headers).toMatchObject({ 'content-type': 'application/json' });
+  });
+});
+
 describe('bounds', () => {
   it('the size cap drops the oldest readings and never a milestone', () => {
     addReadings(20_000);

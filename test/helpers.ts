@@ -110,21 +110,32 @@ export function idleSource(dir: string): string {
  * in [delivery], the last table, unless it opens its own; without a [[sources]] table of its
  * own, an idle source is added.
  */
-export function agentConfig(dir: string, url: string, extra = '', opts: { traces?: string; sampling?: number } = {}): string {
+export function agentConfig(
+  dir: string,
+  url: string,
+  extra = '',
+  /**
+   * `deviceId: null` leaves device_id out (the default applies); `flushMs` is
+   * buffer.flush_interval_ms; `api` is more lines for the [api] table.
+   */
+  opts: { traces?: string; sampling?: number; flushMs?: number; deviceId?: string | null; api?: string } = {},
+): string {
   const keyFile = writeFile(dir, 'key', `${TEST_KEY}\n`, 0o600);
   const sources = extra.includes('[[sources]]') ? '' : idleSource(dir);
+  const deviceId = opts.deviceId === undefined ? 'test-device' : opts.deviceId;
   return writeFile(
     dir,
     'agent.toml',
-    `device_id = "test-device"
+    `${deviceId === null ? '' : `device_id = "${deviceId}"`}
 [api]
 base_url = "${url}"
 scac = "${TEST_SCAC}"
 subscription_key_file = "${keyFile}"
 timeout_s = 5
+${opts.api ?? ''}
 [buffer]
 path = "${join(dir, 'buffer.db')}"
-flush_interval_ms = 100
+flush_interval_ms = ${opts.flushMs ?? 100}
 [schedule]
 splay_s = 0
 traces = "${opts.traces ?? '*/15 * * * *'}"

@@ -202,12 +202,20 @@ export function migrate(db: DB, target = SCHEMA_VERSION, file = db.name): number
     );
   }
   while (version < target) {
-    const step = MIGRATIONS[version];
-    db.transaction(() => {
-      step(db);
-      db.pragma(`user_version = ${version + 1}`);
-    }).immediate();
-    version += 1;
+    const from = version;
+    version = db
+      .transaction(() => {
+        // Read again under the write lock: another process opening the same new buffer (the
+        // CLI's `load start` while the daemon starts for the first time) may have run this
+        // step while this one waited, and running it twice failed one of them with "table
+        // readings already exists" or "duplicate column name".
+        const now = db.pragma('user_version', { simple: true }) as number;
+        if (now !== from) return now;
+        MIGRATIONS[from](db);
+        db.pragma(`user_version = ${from + 1}`);
+        return from + 1;
+      })
+      .immediate();
   }
   return version;
 }
@@ -237,6 +245,14 @@ function readHeader(path: string): Header | 'empty' | 'not-sqlite' {
   // The page count in the header is valid only when its "version-valid-for" matches the change counter.
   const pages = buf.readUInt32BE(24) === buf.readUInt32BE(92) ? buf.readUInt32BE(28) : undefined;
   return { bytes: size, pageSize, pages, applicationId: buf.readUInt32BE(68) };
+}
+
+/** How many times a header that looks truncated is read again, 50 ms apart. */
+const TRUNCATED_CHECKS = 20;
+const PAUSE = new Int32Array(new SharedArrayBuffer(4));
+
+function isTruncated(h: Header | 'empty' | 'not-sqlite'): h is Header & { pages: number } {
+  return typeof h === 'object' && h.pages !== undefined && h.bytes < h.pages * h.pageSize;
 }
 
 function corrupt(file: string, why: string): BufferError {
@@ -306,11 +322,20 @@ export function openDatabase(path: string, opts: OpenOptions = {}): DB {
   const memory = path === ':memory:';
   try {
     if (!memory && !opts.readonly) mkdirSync(dirname(path), { recursive: true });
-    const header = !memory && existsSync(path) ? readHeader(path) : 'empty';
+    let header = !memory && existsSync(path) ? readHeader(path) : 'empty';
     if (header === 'not-sqlite') throw corrupt(path, 'not an SQLite database');
-    if (header !== 'empty' && header.pages !== undefined && header.bytes < header.pages * header.pageSize) {
+    // A checkpoint in another process (the daemon's, or the first open of a new buffer)
+    // writes page 1 before the pages that make the file longer: a header read in between
+    // claims pages the file does not have yet, and a sound buffer was called truncated. A
+    // truncated file stays truncated: look again for up to a second before saying so.
+    for (let i = 0; i < TRUNCATED_CHECKS && isTruncated(header); i++) {
+      Atomics.wait(PAUSE, 0, 0, 50);
+      header = readHeader(path);
+    }
+    if (isTruncated(header)) {
       throw corrupt(path, `truncated: ${header.bytes} bytes where its header says ${header.pages * header.pageSize}`);
     }
+    if (header === 'not-sqlite') throw corrupt(path, 'not an SQLite database');
     if (header !== 'empty' && !opts.readonly) checkWalIdentity(path, header.applicationId);
     const db = new Database(path, { readonly: opts.readonly ?? false, fileMustExist: opts.readonly ?? false });
     try {
@@ -396,14 +421,17 @@ export function walSalts(path: string): string | undefined {
  * page; the daemon makes sure one does (Store.keepIdentityInWal).
  */
 function checkWalIdentity(path: string, mainIdentity: number): void {
-  const wal = `${path}-wal`;
-  if (!existsSync(wal) || statSync(wal).size === 0) return;
+  // The last connection of another process deletes its WAL when it closes: gone between
+  // an exists and a stat, it failed the open with ENOENT.
+  const wal = statSync(`${path}-wal`, { throwIfNoEntry: false });
+  if (!wal || wal.size === 0) return;
   const ro = new Database(path, { readonly: true, fileMustExist: true });
   try {
     ro.pragma('busy_timeout = 5000');
-    const seen = ro.pragma('application_id', { simple: true }) as number;
+    // Both from one snapshot: read apart, another process's first open could commit the
+    // identity in between (header 0, record set), and a new buffer was called foreign.
+    const { seen, recorded } = ro.transaction(() => ({ seen: ro.pragma('application_id', { simple: true }) as number, recorded: bufferIdentity(ro) }))();
     if (mainIdentity !== 0 && seen !== mainIdentity) throw foreignWal(path, `identity ${seen} in the WAL, ${mainIdentity} in the file`);
-    const recorded = bufferIdentity(ro);
     if (recorded !== undefined && recorded !== String(seen)) throw foreignWal(path, `the header says ${seen}, the buffer's own record ${recorded}`);
   } finally {
     ro.close();
@@ -421,8 +449,12 @@ export function keepOwner(path: string, files = [path, `${path}-wal`, `${path}-s
   const dir = statSync(dirname(path));
   if (dir.uid === 0) return;
   for (const f of files) {
-    if (!existsSync(f)) continue;
-    const st = statSync(f);
-    if (st.uid === 0) chownSync(f, dir.uid, dir.gid);
+    const st = statSync(f, { throwIfNoEntry: false });
+    try {
+      if (st?.uid === 0) chownSync(f, dir.uid, dir.gid);
+    } catch (err) {
+      // Deleted meanwhile by another process closing its last connection (its -wal, -shm).
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    }
   }
 }

@@ -6,8 +6,8 @@
  * What the service receives must be right the first time: a wrong city or zone on a
  * milestone is worse than a late one, because nobody notices it. So, before anything is
  * written:
- * - the load number must match `api.load_number_pattern`, the event code be in
- *   `codes.events` and the reason in `codes.reasons` (`--force` sends others);
+ * - the load number of one typed by hand must match `api.load_number_pattern`, the event
+ *   code be in `codes.events` and the reason in `codes.reasons` (`--force` sends others);
  * - one milestone per load, code and stop (`codes.repeatable` excepted): a manual X3 for a
  *   stop the detector already reported is refused, naming the first one;
  * - the place is, first match wins: a position or city given on the command line; the
@@ -140,8 +140,11 @@ function place(store: Store, config: Config, load: LoadRow, input: MilestoneInpu
     if (p) return { source: 'command line', lat: p.lat, lon: p.lon, city: input.city, state: input.state, zone: zoneAt(p.lat, p.lon) };
     // Not in the gazetteer: the city as typed; the zone from the stop or the last fix below.
     const rest = locate();
+    // A city without its state (or the reverse) cannot be looked up: say so, rather than
+    // claim that Chicago is not in the gazetteer.
+    const lookup = input.city && input.state ? 'is not in the gazetteer' : `cannot be looked up in the gazetteer without ${input.city ? '--state' : '--city'}`;
     warnings.push(
-      `${[input.city, input.state].filter(Boolean).join(', ')} is not in the gazetteer: sent as typed, with the zone ${rest ? `of the ${rest.source} (${rest.zone})` : `of this device (${systemZone()})`}`,
+      `${[input.city, input.state].filter(Boolean).join(', ')} ${lookup}: sent as typed, with the zone ${rest ? `of the ${rest.source} (${rest.zone})` : `of this device (${systemZone()})`}`,
     );
     return { ...(rest ?? { source: 'command line', zone: systemZone() }), city: input.city, state: input.state };
   }
@@ -199,7 +202,10 @@ export function prepareMilestone(store: Store, config: Config, input: MilestoneI
   const warnings: string[] = [];
   const origin = input.origin ?? 'manual';
   const force = input.force ?? false;
-  checkLoadNumber(input.loadNumber, config);
+  // Where the number is typed. The detector reports for loads the buffer holds already: one
+  // started before the pattern was checked (or tightened) made every batch fail, and the
+  // stop's arrival, departure and state were never recorded.
+  if (origin === 'manual') checkLoadNumber(input.loadNumber, config);
   const load = store.getLoad(input.loadNumber);
   if (!load) throw new MilestoneError(`load ${input.loadNumber}: no such load (start it with "load start ${input.loadNumber} --resource ID")`);
   const code = checkCode('event', input.code, config, force, warnings);
