@@ -282,12 +282,15 @@ export class Store {
   private readonly purgeRange: Statement;
   /** No acknowledged row is left at or below this id (0 after opening: a crash may have left some anywhere). */
   private purgeFloor = 0;
+  /** Ids one purge transaction covers at most: a quarter of the WAL limit's worth of rows. */
+  private readonly purgeSliceIds: number;
   /** The purge pass in progress: where it has got to, where it ends, and the floor it leaves behind. */
   private purgePass: { at: number; top: number; floor: number } | null = null;
 
   constructor(db: DB, disk?: DiskRoom) {
     this.db = db;
     this.disk = disk;
+    this.purgeSliceIds = disk ? Math.max(256, Math.floor(disk.plan.walLimitBytes / 4 / READING_BYTES)) : Number.POSITIVE_INFINITY;
     // One row per resource, moved only forward in time: a late reading never replaces a newer fix.
     this.upsertFix = db.prepare(
       `INSERT INTO last_fix (resource_id, time_ms, lat, lon, speed, heading) VALUES (?, ?, ?, ?, ?, ?)
@@ -478,10 +481,11 @@ export class Store {
   /**
    * Delete acknowledged rows (at or below their load's cursor; parked, retried and unassigned
    * rows stay), walking the ids in order so each page is rewritten about once for all the
-   * rows it held. `budget` bounds how many ids one call covers (one transaction), so the
-   * daemon can purge a million rows in slices between other work; without it, the pass runs
-   * to the end (the limits call it that way, so delivered rows make room before any reading
-   * is dropped). `done` is true when the pass has reached the highest acknowledged id.
+   * rows it held. `budget` bounds how many ids one call covers (in transactions of at most
+   * purgeSliceIds ids), so the daemon can purge a million rows in slices between other work;
+   * without it, the pass runs to the end (the limits call it that way, so delivered rows
+   * make room before any reading is dropped). `done` is true when the pass has reached the
+   * highest acknowledged id.
    */
   purgeAcked(budget = Number.POSITIVE_INFINITY): { deleted: number; done: boolean } {
     if (!this.purgePass) {
@@ -493,13 +497,26 @@ export class Store {
         .prepare(`SELECT min(${FIRST_WAITING}) FROM loads l`)
         .pluck()
         .get() as number | null;
-      this.purgePass = { at: this.purgeFloor, top, floor: Math.min(top, waiting === null ? top : waiting - 1) };
+      // From the oldest row, not from id 0: after a restart the floor is 0, and walking a
+      // month of ids that are long gone costs a transaction per slice.
+      const oldest = (this.db.prepare('SELECT coalesce(min(id), 1) FROM readings').pluck().get() as number) - 1;
+      this.purgePass = { at: Math.max(this.purgeFloor, oldest), top, floor: Math.min(top, waiting === null ? top : waiting - 1) };
     }
     const pass = this.purgePass;
-    const to = Math.min(pass.top, pass.at + budget);
-    const deleted = this.withReserve(() => this.db.transaction(() => this.purgeRange.run(pass.at, to).changes)());
-    pass.at = to;
-    if (to < pass.top) return { deleted, done: false };
+    const end = Math.min(pass.top, pass.at + budget);
+    let deleted = 0;
+    // One transaction per slice of the WAL's size, not one for the whole budget: a WAL holds
+    // every page a transaction touches until it commits. Measured on a 4 MB tmpfs: a purge
+    // of 20,000 ids in one transaction grew the WAL to 1.1 MB against a 256 KB limit, took
+    // the whole reserve and failed with SQLITE_FULL, so the rows never went and the room
+    // never came back. Between slices the automatic checkpoint lets the WAL be reused.
+    while (pass.at < end) {
+      const to = Math.min(end, pass.at + this.purgeSliceIds);
+      const at = pass.at;
+      deleted += this.withReserve(() => this.db.transaction(() => this.purgeRange.run(at, to).changes)());
+      pass.at = to;
+    }
+    if (pass.at < pass.top) return { deleted, done: false };
     this.purgeFloor = Math.max(this.purgeFloor, pass.floor);
     this.purgePass = null;
     return { deleted, done: true };
