@@ -178,6 +178,8 @@ export class Agent {
       log: this.log.child({ component: 'sender' }),
       fixOf: (resourceId) => this.ingest.newestFix(resourceId),
       onError: (err) => this.checkFatal(err),
+      // Purging is how a full disk gets room back: readings waiting in memory go in next.
+      onPurged: () => this.ingest.roomMade(),
     });
 
     this.sources = await this.makeSources();

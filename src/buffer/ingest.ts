@@ -84,6 +84,7 @@ export class Ingest {
   /** Dropped pending readings not yet added to the buffer's counter (it may not have room). */
   private uncountedDrops = 0;
   private warnedFull = false;
+  private retryQueued = false;
 
   constructor(
     private readonly store: Store,
@@ -229,6 +230,22 @@ export class Ingest {
     if (this.queue.length === 0 && this.stats.trouble) this.recovered(total);
     if (commits > 0) this.countDrops();
     return total;
+  }
+
+  /**
+   * Delivery deleted rows: while the disk is full, try to commit now instead of at the end
+   * of the backoff. After minutes of a full disk the backoff is at its 60 s cap, and readings
+   * waited (and were dropped past max_pending) that long after the room was back.
+   */
+  roomMade(): void {
+    const t = this.stats.trouble;
+    if (t?.kind !== 'disk-full' || this.retryQueued) return;
+    t.nextAttemptMs = this.now();
+    this.retryQueued = true;
+    setImmediate(() => {
+      this.retryQueued = false;
+      this.flush();
+    });
   }
 
   private failed(err: unknown): void {

@@ -58,6 +58,8 @@ export interface SenderDeps {
   fixOf?: (resourceId: string) => Fix | undefined;
   /** Told of an error a cycle could not get past (the daemon stops on a corrupt buffer). */
   onError?: (err: unknown) => void;
+  /** Told when delivered rows were deleted: room was made (the daemon retries a commit then). */
+  onPurged?: (deleted: number) => void;
 }
 
 /** The floor under a jittered delay, so a zero draw cannot turn into a tight loop. */
@@ -249,7 +251,9 @@ export class Sender {
             this.purgePending = true; // the next cycle's end resumes it
             return;
           }
-          if (this.deps.store.purgeAcked(PURGE_SLICE).done) {
+          const slice = this.deps.store.purgeAcked(PURGE_SLICE);
+          if (slice.deleted > 0) this.deps.onPurged?.(slice.deleted);
+          if (slice.done) {
             // The WAL gives its room back (it would otherwise keep its high-water mark).
             this.deps.store.truncateWal();
             return;
