@@ -42,6 +42,11 @@ export interface IngestStats {
   rejected: number;
   /** Pending readings dropped because more than maxPending waited. */
   droppedPending: number;
+  /**
+   * Of those, the ones not yet in the buffer's counter (readings_dropped_pending): it is
+   * bumped with the next commit, so while the disk is full they are counted only here.
+   */
+  droppedUncounted: number;
   commitErrors: number;
   pending: number;
   lastCommitMs?: number;
@@ -73,6 +78,7 @@ export class Ingest {
     discardedNoLoad: 0,
     rejected: 0,
     droppedPending: 0,
+    droppedUncounted: 0,
     commitErrors: 0,
     pending: 0,
     trouble: null,
@@ -81,8 +87,6 @@ export class Ingest {
   private readonly listeners: Array<(batch: ReadonlyArray<Reading>) => void> = [];
   /** Newest fix per resource, from every reading accepted (for milestones recorded before a commit). */
   private readonly fixes = new Map<string, Fix>();
-  /** Dropped pending readings not yet added to the buffer's counter (it may not have room). */
-  private uncountedDrops = 0;
   private warnedFull = false;
   private retryQueued = false;
 
@@ -144,7 +148,7 @@ export class Ingest {
       this.queue.splice(0, drop);
       this.sources.splice(0, drop);
       this.stats.droppedPending += drop;
-      this.uncountedDrops += drop;
+      this.stats.droppedUncounted += drop;
       if (!this.warnedFull) {
         this.warnedFull = true;
         this.log.error({ maxPending: this.maxPending }, 'buffer.max_pending readings wait in memory: the oldest pending readings are dropped from now on (counted)');
@@ -279,10 +283,10 @@ export class Ingest {
   }
 
   private countDrops(): void {
-    if (this.uncountedDrops === 0) return;
+    if (this.stats.droppedUncounted === 0) return;
     try {
-      this.store.bump(COUNTER_DROPPED_PENDING, this.uncountedDrops);
-      this.uncountedDrops = 0;
+      this.store.bump(COUNTER_DROPPED_PENDING, this.stats.droppedUncounted);
+      this.stats.droppedUncounted = 0;
     } catch {
       // The next commit counts them.
     }
@@ -291,3 +295,13 @@ export class Ingest {
 
 /** Counter of readings dropped from memory because more than buffer.max_pending waited. */
 export const COUNTER_DROPPED_PENDING = 'readings_dropped_pending';
+
+/**
+ * The buffer's drop counters with the pending drops the daemon has not been able to write
+ * yet: while the disk is full, /metrics and `status` showed none of the readings being
+ * dropped from memory, because the counter is bumped only with the next commit.
+ */
+export function dropCounters(counters: Record<string, number>, uncounted: number): Record<string, number> {
+  if (uncounted <= 0) return counters;
+  return { ...counters, [COUNTER_DROPPED_PENDING]: (counters[COUNTER_DROPPED_PENDING] ?? 0) + uncounted };
+}
