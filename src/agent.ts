@@ -180,6 +180,7 @@ export class Agent {
       onError: (err) => this.checkFatal(err),
       // Purging is how a full disk gets room back: readings waiting in memory go in next.
       onPurged: () => this.ingest.roomMade(),
+      roomWanted: () => this.ingest.stats.trouble?.kind === 'disk-full',
     });
 
     this.sources = await this.makeSources();
