@@ -282,15 +282,12 @@ export class Store {
   private readonly purgeRange: Statement;
   /** No acknowledged row is left at or below this id (0 after opening: a crash may have left some anywhere). */
   private purgeFloor = 0;
-  /** Ids one purge transaction covers at most: a quarter of the WAL limit's worth of rows. */
-  private readonly purgeSliceIds: number;
   /** The purge pass in progress: where it has got to, where it ends, and the floor it leaves behind. */
   private purgePass: { at: number; top: number; floor: number } | null = null;
 
   constructor(db: DB, disk?: DiskRoom) {
     this.db = db;
     this.disk = disk;
-    this.purgeSliceIds = disk ? Math.max(256, Math.floor(disk.plan.walLimitBytes / 4 / READING_BYTES)) : Number.POSITIVE_INFINITY;
     // One row per resource, moved only forward in time: a late reading never replaces a newer fix.
     this.upsertFix = db.prepare(
       `INSERT INTO last_fix (resource_id, time_ms, lat, lon, speed, heading) VALUES (?, ?, ?, ?, ?, ?)
@@ -482,7 +479,7 @@ export class Store {
    * Delete acknowledged rows (at or below their load's cursor; parked, retried and unassigned
    * rows stay), walking the ids in order so each page is rewritten about once for all the
    * rows it held. `budget` bounds how many ids one call covers (in transactions of at most
-   * purgeSliceIds ids), so the daemon can purge a million rows in slices between other work;
+   * purgeSliceIds() ids), so the daemon can purge a million rows in slices between other work;
    * without it, the pass runs to the end (the limits call it that way, so delivered rows
    * make room before any reading is dropped). `done` is true when the pass has reached the
    * highest acknowledged id.
@@ -505,13 +502,9 @@ export class Store {
     const pass = this.purgePass;
     const end = Math.min(pass.top, pass.at + budget);
     let deleted = 0;
-    // One transaction per slice of the WAL's size, not one for the whole budget: a WAL holds
-    // every page a transaction touches until it commits. Measured on a 4 MB tmpfs: a purge
-    // of 20,000 ids in one transaction grew the WAL to 1.1 MB against a 256 KB limit, took
-    // the whole reserve and failed with SQLITE_FULL, so the rows never went and the room
-    // never came back. Between slices the automatic checkpoint lets the WAL be reused.
+    const slice = this.purgeSliceIds();
     while (pass.at < end) {
-      const to = Math.min(end, pass.at + this.purgeSliceIds);
+      const to = Math.min(end, pass.at + slice);
       const at = pass.at;
       deleted += this.withReserve(() => this.db.transaction(() => this.purgeRange.run(at, to).changes)());
       pass.at = to;
@@ -520,6 +513,23 @@ export class Store {
     this.purgeFloor = Math.max(this.purgeFloor, pass.floor);
     this.purgePass = null;
     return { deleted, done: true };
+  }
+
+  /**
+   * Ids one purge transaction may cover: any number while the file system has room for the
+   * WAL that takes, else a quarter of the WAL limit's worth, which the room kept free for the
+   * WAL always holds. A WAL keeps every page a transaction touches until it commits: on a
+   * 4 MB tmpfs full of readings, a purge of 20,000 ids in one transaction grew the WAL to
+   * 1.1 MB against a 256 KB limit, took the whole reserve and failed with SQLITE_FULL, so
+   * the rows never went and the room never came back. Not small slices always: with 200
+   * loads' readings interleaved, each slice rewrites the same index pages again, and a 1M
+   * drain wrote 1.2 GB instead of 0.3 GB.
+   */
+  private purgeSliceIds(): number {
+    if (!this.disk) return Number.POSITIVE_INFINITY;
+    const walSlice = Math.max(256, Math.floor(this.disk.plan.walLimitBytes / 4 / READING_BYTES));
+    const spare = this.disk.freeBytes() - this.disk.plan.walLimitBytes;
+    return Math.max(walSlice, Math.floor(spare / (2 * READING_BYTES)));
   }
 
   /** The newest fix of a resource ever committed (never purged with the readings). */
