@@ -190,6 +190,9 @@ export class Agent {
       log: this.log.child({ component: 'sender' }),
       fixOf: (resourceId) => this.ingest.newestFix(resourceId),
       onError: (err) => this.checkFatal(err),
+      // Purging is how a full disk gets room back: readings waiting in memory go in next.
+      onPurged: () => this.ingest.roomMade(),
+      roomWanted: () => this.ingest.stats.trouble?.kind === 'disk-full',
     });
 
     this.sources = await this.makeSources();
@@ -204,6 +207,7 @@ export class Agent {
     // else every stateIntervalMs: few writes, because every write wears the flash.
     this.stateTimer = setInterval(() => {
       this.store.keepIdentityInWal();
+      this.keepReserve();
       const sender = JSON.stringify(this.sender.status) + JSON.stringify(this.ingest.stats.trouble);
       if (sender !== this.lastSenderState || Date.now() - this.lastStateWriteMs >= (this.opts.stateIntervalMs ?? 15_000)) {
         this.lastSenderState = sender;
@@ -419,6 +423,14 @@ export class Agent {
       this.log.error({ err: (err as Error).message }, 'could not apply buffer limits');
       this.checkFatal(err);
     }
+  }
+
+  /**
+   * Write the reserve again as soon as the file system has room for it (checked every
+   * second while it is missing: one statfs). Once a minute was too slow: a disk filled again
+   * within that minute found no reserve, and delivery could not acknowledge.
+   */
+  private keepReserve(): void {
     if (this.reserveMissing && this.store.disk?.ensureReserve()) {
       this.reserveMissing = false;
       this.log.info({ reserve: this.store.disk.reserveFile }, 'the disk has room again: reserve written');

@@ -9,6 +9,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Agent } from './agent.js';
+import { dropCounters } from './buffer/ingest.js';
 
 export function healthProblems(agent: Agent, nowMs = Date.now()): string[] {
   const problems: string[] = [];
@@ -73,7 +74,7 @@ export function metricsText(agent: Agent, nowMs = Date.now()): string {
     'telematics_readings_dropped_total',
     'counter',
     'Readings dropped by the buffer limits.',
-    Object.entries(agent.store.counters()).map(([k, v]): [Record<string, string>, number] => [{ reason: k.replace('readings_dropped_', '') }, v]),
+    Object.entries(dropCounters(agent.store.counters(), agent.ingest.stats.droppedUncounted)).map(([k, v]): [Record<string, string>, number] => [{ reason: k.replace('readings_dropped_', '') }, v]),
   );
   metric('telematics_buffer_bytes', 'gauge', 'Bytes of buffer data in use.', [[{}, agent.store.usedBytes()]]);
   const sources = agent.sources.map((src) => ({ name: src.name, type: src.type, h: src.health() }));

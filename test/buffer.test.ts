@@ -246,6 +246,42 @@ describe('readings', () => {
   });
 });
 
+describe('ingest while commits fail', () => {
+  it('caps what waits, commits it in batch_size transactions when room comes back, and counts the drops', async () => {
+    const store = Store.open(path);
+    store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
+    // Room for this many more readings (the tmpfs case is test/disk-full.test.ts).
+    let room = 0;
+    store.roomForReadings = (n) => n <= room;
+    const transactions: number[] = [];
+    const insert = store.insertReadings.bind(store);
+    store.insertReadings = (batch, keep, sources) => {
+      transactions.push(batch.length);
+      room -= batch.length;
+      return insert(batch, keep, sources);
+    };
+    const ingest = new Ingest(store, { batchSize: 3, flushIntervalMs: 1000, keepWithoutLoad: false, maxPending: 10 }, silent);
+    for (let i = 1; i <= 12; i++) ingest.push(reading(i));
+    expect(ingest.stats.trouble?.kind).toBe('disk-full');
+    expect(ingest.stats).toMatchObject({ pending: 10, droppedPending: 2, droppedUncounted: 2 });
+    room = 7;
+    ingest.flush(true);
+    // Two slices fit; the third finds no room and stays queued with the rest.
+    expect(transactions).toEqual([3, 3]);
+    expect(ingest.stats.pending).toBe(4);
+    expect(ingest.stats.trouble?.kind).toBe('disk-full');
+    // Delivery purged: tried at once, not at the end of the backoff.
+    room = Number.POSITIVE_INFINITY;
+    ingest.roomMade();
+    await new Promise((r) => setImmediate(r));
+    expect(transactions).toEqual([3, 3, 3, 1]);
+    expect(ingest.stats).toMatchObject({ pending: 0, trouble: null, droppedUncounted: 0 });
+    expect(store.counts().readings).toBe(10);
+    expect(store.counters()).toMatchObject({ readings_dropped_pending: 2 });
+    store.close();
+  });
+});
+
 describe('ingest listeners', () => {
   it('a listener that throws does not put a committed batch back in the queue', () => {
     const store = Store.open(path);

@@ -60,6 +60,8 @@ export function isDiskFull(err: unknown): boolean {
 
 export class DiskRoom {
   readonly reserveFile: string;
+  /** No new attempt to write the reserve before this (epoch ms), after one failed. */
+  private retryWriteMs = 0;
 
   constructor(
     readonly bufferPath: string,
@@ -91,10 +93,14 @@ export class DiskRoom {
    * more. Random bytes, so a compressing file system cannot store it in nothing. Returns
    * true when the reserve is in place afterwards.
    */
-  ensureReserve(): boolean {
+  ensureReserve(nowMs = Date.now()): boolean {
     if (this.plan.reserveBytes <= 0) return false;
     if (this.hasReserve()) return true;
     if (this.freeBytes() < this.plan.reserveBytes + this.plan.walLimitBytes) return false;
+    // The daemon asks every second while the reserve is missing: a write that fails although
+    // statfs said there was room (a quota) must not rewrite megabytes of flash every second.
+    if (nowMs < this.retryWriteMs) return false;
+    this.retryWriteMs = nowMs + 60_000;
     let fd: number | undefined;
     try {
       fd = openSync(this.reserveFile, 'w', 0o640);
@@ -102,6 +108,7 @@ export class DiskRoom {
       for (let left = this.plan.reserveBytes; left > 0; left -= chunk.length) writeSync(fd, chunk, 0, Math.min(left, chunk.length));
       fsyncSync(fd);
       keepOwner(this.reserveFile, [this.reserveFile]);
+      this.retryWriteMs = 0;
       return true;
     } catch {
       // No room after all: a partial reserve would only take room from the buffer.

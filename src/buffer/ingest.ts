@@ -42,6 +42,11 @@ export interface IngestStats {
   rejected: number;
   /** Pending readings dropped because more than maxPending waited. */
   droppedPending: number;
+  /**
+   * Of those, the ones not yet in the buffer's counter (readings_dropped_pending): it is
+   * bumped with the next commit, so while the disk is full they are counted only here.
+   */
+  droppedUncounted: number;
   commitErrors: number;
   pending: number;
   lastCommitMs?: number;
@@ -73,6 +78,7 @@ export class Ingest {
     discardedNoLoad: 0,
     rejected: 0,
     droppedPending: 0,
+    droppedUncounted: 0,
     commitErrors: 0,
     pending: 0,
     trouble: null,
@@ -81,9 +87,8 @@ export class Ingest {
   private readonly listeners: Array<(batch: ReadonlyArray<Reading>) => void> = [];
   /** Newest fix per resource, from every reading accepted (for milestones recorded before a commit). */
   private readonly fixes = new Map<string, Fix>();
-  /** Dropped pending readings not yet added to the buffer's counter (it may not have room). */
-  private uncountedDrops = 0;
   private warnedFull = false;
+  private retryQueued = false;
 
   constructor(
     private readonly store: Store,
@@ -143,7 +148,7 @@ export class Ingest {
       this.queue.splice(0, drop);
       this.sources.splice(0, drop);
       this.stats.droppedPending += drop;
-      this.uncountedDrops += drop;
+      this.stats.droppedUncounted += drop;
       if (!this.warnedFull) {
         this.warnedFull = true;
         this.log.error({ maxPending: this.maxPending }, 'buffer.max_pending readings wait in memory: the oldest pending readings are dropped from now on (counted)');
@@ -173,44 +178,78 @@ export class Ingest {
   }
 
   /**
-   * Commit everything queued now. While commits fail, an attempt is made only when the
-   * backoff allows it (`force` skips the wait). On failure the readings stay queued.
+   * Commit everything queued now, in transactions of at most batch_size readings. While
+   * commits fail, an attempt is made only when the backoff allows it (`force` skips the
+   * wait). What a failed transaction held stays queued.
    */
   flush(force = false): number {
     if (this.queue.length === 0) return 0;
     const trouble = this.stats.trouble;
     if (trouble && !force && this.now() < trouble.nextAttemptMs) return 0;
-    const batch = this.queue;
-    const sources = this.sources;
-    let kept: number;
-    try {
-      // Not the last of the room: acknowledging and purging need it to make more (disk.ts).
-      if (!this.store.roomForReadings(batch.length)) {
-        throw Object.assign(new Error('database or disk is full (no room left beyond what delivery needs to make more)'), { code: 'SQLITE_FULL' });
-      }
-      kept = this.store.insertReadings(batch, this.opts.keepWithoutLoad, sources);
-    } catch (err) {
-      this.failed(err);
-      return 0;
-    }
-    this.queue = [];
-    this.sources = [];
-    this.stats.pending = 0;
-    this.stats.committed += kept;
-    this.stats.discardedNoLoad += batch.length - kept;
-    this.stats.lastCommitMs = this.now();
-    if (this.stats.trouble) this.recovered(kept);
-    this.countDrops();
-    // Outside the commit's error handling: a listener that throws must not put a batch that
-    // is already committed back in the queue (it would be stored twice).
-    for (const fn of this.listeners) {
+    let total = 0;
+    let commits = 0;
+    while (this.queue.length > 0) {
+      // Slices, not the whole queue: after a full disk up to max_pending readings wait, and
+      // one transaction of them all needs that much free room at once and grows the WAL
+      // past its limit (it holds every page until the commit; measured on a 4 MB tmpfs).
+      const all = this.queue.length <= this.opts.batchSize;
+      const batch = all ? this.queue : this.queue.slice(0, this.opts.batchSize);
+      const sources = all ? this.sources : this.sources.slice(0, this.opts.batchSize);
+      let kept: number;
       try {
-        fn(batch);
+        // Not the last of the room: acknowledging and purging need it to make more (disk.ts).
+        if (!this.store.roomForReadings(batch.length)) {
+          throw Object.assign(new Error('database or disk is full (no room left beyond what delivery needs to make more)'), { code: 'SQLITE_FULL' });
+        }
+        kept = this.store.insertReadings(batch, this.opts.keepWithoutLoad, sources);
       } catch (err) {
-        this.log.error({ err: (err as Error).message }, 'processing committed readings failed');
+        this.failed(err);
+        break;
+      }
+      if (all) {
+        this.queue = [];
+        this.sources = [];
+      } else {
+        this.queue.splice(0, batch.length);
+        this.sources.splice(0, batch.length);
+      }
+      this.stats.pending = this.queue.length;
+      this.stats.committed += kept;
+      this.stats.discardedNoLoad += batch.length - kept;
+      this.stats.lastCommitMs = this.now();
+      total += kept;
+      commits += 1;
+      // Outside the commit's error handling: a listener that throws must not put a batch that
+      // is already committed back in the queue (it would be stored twice).
+      for (const fn of this.listeners) {
+        try {
+          fn(batch);
+        } catch (err) {
+          this.log.error({ err: (err as Error).message }, 'processing committed readings failed');
+        }
       }
     }
-    return kept;
+    // Recovered once everything that waited is in: a slice that still finds no room keeps the
+    // trouble (and its one log line) instead of flapping between two states in one flush.
+    if (this.queue.length === 0 && this.stats.trouble) this.recovered(total);
+    if (commits > 0) this.countDrops();
+    return total;
+  }
+
+  /**
+   * Delivery deleted rows: while the disk is full, try to commit now instead of at the end
+   * of the backoff. After minutes of a full disk the backoff is at its 60 s cap, and readings
+   * waited (and were dropped past max_pending) that long after the room was back.
+   */
+  roomMade(): void {
+    const t = this.stats.trouble;
+    if (t?.kind !== 'disk-full' || this.retryQueued) return;
+    t.nextAttemptMs = this.now();
+    this.retryQueued = true;
+    setImmediate(() => {
+      this.retryQueued = false;
+      this.flush();
+    });
   }
 
   private failed(err: unknown): void {
@@ -244,10 +283,10 @@ export class Ingest {
   }
 
   private countDrops(): void {
-    if (this.uncountedDrops === 0) return;
+    if (this.stats.droppedUncounted === 0) return;
     try {
-      this.store.bump(COUNTER_DROPPED_PENDING, this.uncountedDrops);
-      this.uncountedDrops = 0;
+      this.store.bump(COUNTER_DROPPED_PENDING, this.stats.droppedUncounted);
+      this.stats.droppedUncounted = 0;
     } catch {
       // The next commit counts them.
     }
@@ -256,3 +295,13 @@ export class Ingest {
 
 /** Counter of readings dropped from memory because more than buffer.max_pending waited. */
 export const COUNTER_DROPPED_PENDING = 'readings_dropped_pending';
+
+/**
+ * The buffer's drop counters with the pending drops the daemon has not been able to write
+ * yet: while the disk is full, /metrics and `status` showed none of the readings being
+ * dropped from memory, because the counter is bumped only with the next commit.
+ */
+export function dropCounters(counters: Record<string, number>, uncounted: number): Record<string, number> {
+  if (uncounted <= 0) return counters;
+  return { ...counters, [COUNTER_DROPPED_PENDING]: (counters[COUNTER_DROPPED_PENDING] ?? 0) + uncounted };
+}

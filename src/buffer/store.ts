@@ -507,10 +507,11 @@ export class Store {
   /**
    * Delete acknowledged rows (at or below their load's cursor; parked, retried and unassigned
    * rows stay), walking the ids in order so each page is rewritten about once for all the
-   * rows it held. `budget` bounds how many ids one call covers (one transaction), so the
-   * daemon can purge a million rows in slices between other work; without it, the pass runs
-   * to the end (the limits call it that way, so delivered rows make room before any reading
-   * is dropped). `done` is true when the pass has reached the highest acknowledged id.
+   * rows it held. `budget` bounds how many ids one call covers (in transactions of at most
+   * purgeSliceIds() ids), so the daemon can purge a million rows in slices between other work;
+   * without it, the pass runs to the end (the limits call it that way, so delivered rows
+   * make room before any reading is dropped). `done` is true when the pass has reached the
+   * highest acknowledged id.
    */
   purgeAcked(budget = Number.POSITIVE_INFINITY): { deleted: number; done: boolean } {
     if (!this.purgePass) {
@@ -522,16 +523,42 @@ export class Store {
         .prepare(`SELECT min(${FIRST_WAITING}) FROM loads l`)
         .pluck()
         .get() as number | null;
-      this.purgePass = { at: this.purgeFloor, top, floor: Math.min(top, waiting === null ? top : waiting - 1) };
+      // From the oldest row, not from id 0: after a restart the floor is 0, and walking a
+      // month of ids that are long gone costs a transaction per slice.
+      const oldest = (this.db.prepare('SELECT coalesce(min(id), 1) FROM readings').pluck().get() as number) - 1;
+      this.purgePass = { at: Math.max(this.purgeFloor, oldest), top, floor: Math.min(top, waiting === null ? top : waiting - 1) };
     }
     const pass = this.purgePass;
-    const to = Math.min(pass.top, pass.at + budget);
-    const deleted = this.withReserve(() => this.db.transaction(() => this.purgeRange.run(pass.at, to).changes)());
-    pass.at = to;
-    if (to < pass.top) return { deleted, done: false };
+    const end = Math.min(pass.top, pass.at + budget);
+    let deleted = 0;
+    const slice = this.purgeSliceIds();
+    while (pass.at < end) {
+      const to = Math.min(end, pass.at + slice);
+      const at = pass.at;
+      deleted += this.withReserve(() => this.db.transaction(() => this.purgeRange.run(at, to).changes)());
+      pass.at = to;
+    }
+    if (pass.at < pass.top) return { deleted, done: false };
     this.purgeFloor = Math.max(this.purgeFloor, pass.floor);
     this.purgePass = null;
     return { deleted, done: true };
+  }
+
+  /**
+   * Ids one purge transaction may cover: any number while the file system has room for the
+   * WAL that takes, else a quarter of the WAL limit's worth, which the room kept free for the
+   * WAL always holds. A WAL keeps every page a transaction touches until it commits: on a
+   * 4 MB tmpfs full of readings, a purge of 20,000 ids in one transaction grew the WAL to
+   * 1.1 MB against a 256 KB limit, took the whole reserve and failed with SQLITE_FULL, so
+   * the rows never went and the room never came back. Not small slices always: with 200
+   * loads' readings interleaved, each slice rewrites the same index pages again, and a 1M
+   * drain wrote 1.2 GB instead of 0.3 GB.
+   */
+  private purgeSliceIds(): number {
+    if (!this.disk) return Number.POSITIVE_INFINITY;
+    const walSlice = Math.max(256, Math.floor(this.disk.plan.walLimitBytes / 4 / READING_BYTES));
+    const spare = this.disk.freeBytes() - this.disk.plan.walLimitBytes;
+    return Math.max(walSlice, Math.floor(spare / (2 * READING_BYTES)));
   }
 
   /** The newest fix of a resource ever committed (never purged with the readings). */

@@ -4,6 +4,7 @@
  * talking to the daemon and tells when the daemon is gone.
  */
 import { DAEMON_STATE_KEY, type DaemonState } from '../agent.js';
+import { dropCounters } from '../buffer/ingest.js';
 import type { LastFix, Store } from '../buffer/store.js';
 
 export interface StatusReport {
@@ -61,7 +62,7 @@ export function buildStatus(store: Store, info: { deviceId: string; configFile: 
     buffer: info.buffer,
     daemon: { running, pid: state?.pid ?? null, startedMs: state?.startedMs ?? null, stateUpdatedMs: state?.updatedMs ?? null, note },
     queue: store.counts(),
-    dropped: store.counters(),
+    dropped: dropCounters(store.counters(), running ? (state?.ingest.droppedUncounted ?? 0) : 0),
     delivery: state?.sender ?? null,
     nextTracePushMs: running ? (state?.nextTracePushMs ?? null) : null,
     activeLoads: store.listLoads(false).map((l) => ({

@@ -58,6 +58,10 @@ export interface SenderDeps {
   fixOf?: (resourceId: string) => Fix | undefined;
   /** Told of an error a cycle could not get past (the daemon stops on a corrupt buffer). */
   onError?: (err: unknown) => void;
+  /** Told when delivered rows were deleted: room was made (the daemon retries a commit then). */
+  onPurged?: (deleted: number) => void;
+  /** True while readings wait for room (a full disk): delivered rows are then purged chunk by chunk. */
+  roomWanted?: () => boolean;
 }
 
 /** The floor under a jittered delay, so a zero draw cannot turn into a tight loop. */
@@ -249,7 +253,9 @@ export class Sender {
             this.purgePending = true; // the next cycle's end resumes it
             return;
           }
-          if (this.deps.store.purgeAcked(PURGE_SLICE).done) {
+          const slice = this.deps.store.purgeAcked(PURGE_SLICE);
+          if (slice.deleted > 0) this.deps.onPurged?.(slice.deleted);
+          if (slice.done) {
             // The WAL gives its room back (it would otherwise keep its high-water mark).
             this.deps.store.truncateWal();
             return;
@@ -400,6 +406,22 @@ export class Sender {
   private acknowledge(p: Prepared): void {
     this.deps.store.ackReadings(p.load.loadNumber, p.lastId, p.lastSampleMs, p.json === null ? undefined : this.lastTraceCorrelation);
     this.purgePending = true;
+    // On a full disk the rows just delivered go at once, not after the whole drain: purging is
+    // how the room comes back, and on a 4 MB tmpfs the readings in memory waited until the
+    // last of a backlog drained a chunk every drain_interval_ms (with a week's backlog on a
+    // cellular link, long enough to drop the oldest past buffer.max_pending).
+    if (this.deps.roomWanted?.()) this.purgeSlice();
+  }
+
+  /** One slice of the purge now, in the middle of a drain; the rest waits for the end as usual. */
+  private purgeSlice(): void {
+    try {
+      const slice = this.deps.store.purgeAcked(PURGE_SLICE);
+      if (slice.deleted > 0) this.deps.onPurged?.(slice.deleted);
+    } catch (err) {
+      // The purge after the drain tries again and says so.
+      this.deps.log.debug({ err: (err as Error).message }, 'could not delete delivered readings during the drain');
+    }
   }
 
   /** Send pending milestones in the order they were recorded. False when delivery must pause. */
