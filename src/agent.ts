@@ -24,29 +24,10 @@ import { addSecret } from './log.js';
 import { MilestoneDetector } from './milestones/detector.js';
 import { createSource, sourceName } from './sources/index.js';
 import { systemClockUnset, timeProblem } from './sources/time-guard.js';
-import type { Source, SourceHealth } from './sources/types.js';
+import type { Source } from './sources/types.js';
+import { DAEMON_STATE_KEY, type DaemonState } from './daemon-state.js';
 
-export const DAEMON_STATE_KEY = 'daemon';
-
-export interface DaemonState {
-  pid: number;
-  deviceId: string;
-  configFile: string;
-  startedMs: number;
-  updatedMs: number;
-  running: boolean;
-  keyOrigin: string;
-  sender: SenderStatus;
-  ingest: Ingest['stats'];
-  sources: Array<{ name: string; type: string; timeRejected?: number } & SourceHealth>;
-  nextTracePushMs: number | null;
-  /** Room on the buffer's disk: free bytes, whether the reserve is in place. */
-  disk?: { freeBytes: number | null; reserve: boolean; reserveBytes: number };
-  /** The last jump of the wall clock seen (ms, signed) and when. */
-  clockJump?: { ms: number; atMs: number };
-  /** The daemon stopped because it found the buffer corrupt (SQLite's words): the next start checks it whole. */
-  corrupt?: string;
-}
+export { DAEMON_STATE_KEY, type DaemonState };
 
 /** A fixed share of the splay window for this device, so a fleet spreads over it. */
 export function splayMs(deviceId: string, splayS: number): number {

@@ -3,7 +3,7 @@
  * state the daemon writes every few seconds (pushes, errors, sources), so it works without
  * talking to the daemon and tells when the daemon is gone.
  */
-import { DAEMON_STATE_KEY, type DaemonState } from '../agent.js';
+import { DAEMON_STATE_KEY, type DaemonState } from '../daemon-state.js';
 import { dropCounters } from '../buffer/ingest.js';
 import type { LastFix, Store } from '../buffer/store.js';
 

@@ -1,0 +1,31 @@
+/**
+ * What the daemon writes to the buffer's `state` table every few seconds, for `status` and
+ * for its own next start (did it stop cleanly? was the buffer found corrupt?). A type of
+ * its own, so that readers (the CLI) do not load the daemon to read it.
+ */
+import type { Ingest } from './buffer/ingest.js';
+import type { SenderStatus } from './delivery/sender.js';
+import type { SourceHealth } from './sources/types.js';
+
+export const DAEMON_STATE_KEY = 'daemon';
+
+export interface DaemonState {
+  pid: number;
+  deviceId: string;
+  configFile: string;
+  startedMs: number;
+  updatedMs: number;
+  running: boolean;
+  keyOrigin: string;
+  sender: SenderStatus;
+  ingest: Ingest['stats'];
+  sources: Array<{ name: string; type: string; timeRejected?: number } & SourceHealth>;
+  nextTracePushMs: number | null;
+  /** Room on the buffer's disk: free bytes, whether the reserve is in place. */
+  disk?: { freeBytes: number | null; reserve: boolean; reserveBytes: number };
+  /** The last jump of the wall clock seen (ms, signed) and when. */
+  clockJump?: { ms: number; atMs: number };
+  /** The daemon stopped because it found the buffer corrupt (SQLite's words): the next start checks it whole. */
+  corrupt?: string;
+}
+
