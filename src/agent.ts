@@ -451,8 +451,10 @@ export class Agent {
     if (warning) this.log.warn(`subscription key: ${warning}`);
     this.log.level = config.log.level;
     const b = config.buffer;
-    if (b.synchronous !== old.buffer.synchronous) this.store.db.pragma(`synchronous = ${b.synchronous}`);
-    if (b.cache_kb !== old.buffer.cache_kb) this.store.db.pragma(`cache_size = -${Math.round(b.cache_kb)}`);
+    this.store.tune({
+      synchronous: b.synchronous !== old.buffer.synchronous ? b.synchronous : undefined,
+      cacheKb: b.cache_kb !== old.buffer.cache_kb ? b.cache_kb : undefined,
+    });
     this.ingest.configure(this.ingestOptions(config));
     const oldClient = this.client;
     this.client = this.makeClient();
@@ -483,11 +485,11 @@ export class Agent {
    * from the config they were given): what a reload test compares with the new file.
    */
   effectiveSettings(): Record<string, unknown> {
-    const pragma = (name: string) => this.store.db.pragma(name, { simple: true });
+    const connection = this.store.connectionSettings();
     return {
-      'buffer.path': this.store.db.name,
-      'buffer.synchronous': ['OFF', 'NORMAL', 'FULL'][pragma('synchronous') as number],
-      'buffer.cache_kb': -(pragma('cache_size') as number),
+      'buffer.path': connection.path,
+      'buffer.synchronous': connection.synchronous,
+      'buffer.cache_kb': connection.cacheKb,
       'buffer.batch_size': this.ingest.options.batchSize,
       'buffer.flush_interval_ms': this.ingest.options.flushIntervalMs,
       'buffer.max_pending': this.ingest.options.maxPending,

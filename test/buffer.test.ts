@@ -341,8 +341,8 @@ describe('milestone durability', () => {
     store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: 1 });
     const seen: number[] = [];
     // Observe the level in force inside the milestone's transaction (the one-per-event check runs there).
-    const find = store.findMilestone.bind(store);
-    store.findMilestone = (...args) => {
+    const find = store.milestones.findMilestone.bind(store.milestones);
+    store.milestones.findMilestone = (...args) => {
       seen.push(store.db.pragma('synchronous', { simple: true }) as number);
       return find(...args);
     };

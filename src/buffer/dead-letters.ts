@@ -1,0 +1,86 @@
+/**
+ * Dead letters: what the service refused (400, 422...), parked with its whole answer so the
+ * rest goes on, until the operator puts it back (`dead-letter retry`).
+ */
+import type { DB } from './db.js';
+import type { BufferContext } from './store.js';
+import { MAX_ANSWER_CHARS, ReadingState, type DeadLetter, type MilestoneRow } from './types.js';
+
+interface RawDeadLetter {
+  id: number;
+  kind: 'milestone' | 'trace';
+  load_number: string;
+  record_id: number;
+  status: number | null;
+  response: string | null;
+  headers: string | null;
+  body: string;
+  created_ms: number;
+}
+
+export class DeadLetters {
+  private readonly db: DB;
+
+  constructor(private readonly ctx: BufferContext) {
+    this.db = ctx.db;
+  }
+
+  /** The service refused this milestone: park it with the answer, so the queue moves on. */
+  parkMilestone(m: MilestoneRow, status: number | null, response: string, nowMs: number, headers?: Record<string, string>): void {
+    this.ctx.withReserve(() =>
+      this.db.transaction(() => {
+        this.db
+          .prepare('UPDATE milestones SET parked_ms = ?, attempts = attempts + 1, last_error = ?, last_status = ? WHERE id = ?')
+          .run(nowMs, response.slice(0, 500), status, m.id);
+        this.db
+          .prepare('INSERT INTO dead_letters (kind, load_number, record_id, status, response, headers, body, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
+          .run('milestone', m.loadNumber, m.id, status, response.slice(0, MAX_ANSWER_CHARS), headers ? JSON.stringify(headers) : null, JSON.stringify(m.body), nowMs);
+      })(),
+    );
+  }
+
+  /** The service refused the trace point built from this reading: park the reading. */
+  parkReading(readingId: number, loadNumber: string, status: number | null, response: string, body: unknown, nowMs: number, headers?: Record<string, string>): void {
+    this.ctx.withReserve(() =>
+      this.db.transaction(() => {
+        this.db.prepare(`UPDATE readings SET state = ${ReadingState.PARKED} WHERE id = ?`).run(readingId);
+        this.db
+          .prepare('INSERT INTO dead_letters (kind, load_number, record_id, status, response, headers, body, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
+          .run('trace', loadNumber, readingId, status, response.slice(0, MAX_ANSWER_CHARS), headers ? JSON.stringify(headers) : null, JSON.stringify(body), nowMs);
+      })(),
+    );
+  }
+
+  listDeadLetters(): DeadLetter[] {
+    return (this.db.prepare('SELECT * FROM dead_letters ORDER BY id').all() as RawDeadLetter[]).map((r) => ({
+      id: r.id,
+      kind: r.kind,
+      loadNumber: r.load_number,
+      recordId: r.record_id,
+      status: r.status,
+      response: r.response,
+      headers: r.headers === null ? null : (JSON.parse(r.headers) as Record<string, string>),
+      body: JSON.parse(r.body) as unknown,
+      createdMs: r.created_ms,
+    }));
+  }
+
+  /**
+   * Put dead letters back in the queue after the operator fixed the cause. Milestones return
+   * to their place (oldest first); readings are sent again as their own trace points.
+   * Returns how many were put back.
+   */
+  retryDeadLetters(ids: number[] | 'all'): number {
+    return this.db.transaction(() => {
+      const rows = (ids === 'all'
+        ? this.db.prepare('SELECT * FROM dead_letters').all()
+        : ids.map((id) => this.db.prepare('SELECT * FROM dead_letters WHERE id = ?').get(id)).filter(Boolean)) as RawDeadLetter[];
+      for (const r of rows) {
+        if (r.kind === 'milestone') this.db.prepare('UPDATE milestones SET parked_ms = NULL, last_error = NULL WHERE id = ?').run(r.record_id);
+        else this.db.prepare(`UPDATE readings SET state = ${ReadingState.RETRY} WHERE id = ?`).run(r.record_id);
+        this.db.prepare('DELETE FROM dead_letters WHERE id = ?').run(r.id);
+      }
+      return rows.length;
+    })();
+  }
+}

@@ -1,0 +1,195 @@
+/**
+ * The buffer's schema and its history. The version lives in `PRAGMA user_version`.
+ * Migrations run one step at a time, each in its own transaction, so a power cut in the
+ * middle of an upgrade leaves the file at the last complete version, never between two.
+ */
+import { randomInt } from 'node:crypto';
+import { BufferError } from '../errors.js';
+import type { DB } from './db.js';
+
+/** Each entry takes the database from version i to i + 1. Append only; never edit a shipped step. */
+export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
+  // 0 -> 1: readings, loads, milestones, daemon state.
+  (db) => {
+    db.exec(`
+      -- AUTOINCREMENT: ids are never reused after the table drains, because they name
+      -- trace points to the service (traceId) and must not repeat.
+      CREATE TABLE readings (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        resource_id TEXT    NOT NULL,
+        load_number TEXT,
+        time_ms     INTEGER NOT NULL,
+        lat         REAL,
+        lon         REAL,
+        speed       REAL,
+        heading     REAL,
+        odometer    REAL,
+        temp_c      REAL,
+        source      TEXT
+      );
+      CREATE INDEX readings_by_load ON readings (load_number, id);
+      CREATE INDEX readings_by_resource ON readings (resource_id, id);
+
+      CREATE TABLE loads (
+        load_number    TEXT PRIMARY KEY,
+        resource_id    TEXT    NOT NULL,
+        resource_type  TEXT    NOT NULL,
+        stops          TEXT    NOT NULL DEFAULT '[]',
+        started_ms     INTEGER NOT NULL,
+        ended_ms       INTEGER,
+        next_stop      INTEGER,
+        last_sample_ms INTEGER
+      );
+      -- One active load per resource: a reading must belong to exactly one load.
+      CREATE UNIQUE INDEX loads_one_active_per_resource ON loads (resource_id) WHERE ended_ms IS NULL;
+
+      CREATE TABLE milestones (
+        id          INTEGER PRIMARY KEY,
+        load_number TEXT    NOT NULL,
+        ref         TEXT    NOT NULL UNIQUE,
+        body        TEXT    NOT NULL,
+        created_ms  INTEGER NOT NULL,
+        attempts    INTEGER NOT NULL DEFAULT 0,
+        last_error  TEXT,
+        sent_ms     INTEGER
+      );
+      CREATE INDEX milestones_pending ON milestones (id) WHERE sent_ms IS NULL;
+
+      CREATE TABLE state (
+        key        TEXT PRIMARY KEY,
+        value      TEXT    NOT NULL,
+        updated_ms INTEGER NOT NULL
+      );
+    `);
+  },
+  // 1 -> 2: dead letters. A record the service refuses is parked, not deleted and not retried
+  // forever: readings get a state (0 waiting, 1 parked, 2 retry requested), milestones a parked time.
+  (db) => {
+    db.exec(`
+      ALTER TABLE readings ADD COLUMN state INTEGER NOT NULL DEFAULT 0;
+      ALTER TABLE milestones ADD COLUMN parked_ms INTEGER;
+      DROP INDEX milestones_pending;
+      CREATE INDEX milestones_pending ON milestones (id) WHERE sent_ms IS NULL AND parked_ms IS NULL;
+      CREATE INDEX readings_parked ON readings (state) WHERE state <> 0;
+      CREATE TABLE dead_letters (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind        TEXT    NOT NULL CHECK (kind IN ('milestone', 'trace')),
+        load_number TEXT    NOT NULL,
+        record_id   INTEGER NOT NULL,
+        status      INTEGER,
+        response    TEXT,
+        body        TEXT    NOT NULL,
+        created_ms  INTEGER NOT NULL
+      );
+      CREATE TABLE counters (
+        name  TEXT PRIMARY KEY,
+        value INTEGER NOT NULL
+      );
+    `);
+  },
+  // 2 -> 3: geofence and delay state per (load, stop), so detection survives a restart.
+  (db) => {
+    db.exec(`
+      CREATE TABLE stop_state (
+        load_number       TEXT    NOT NULL,
+        stop_sequence     INTEGER NOT NULL,
+        state             TEXT    NOT NULL DEFAULT 'outside',
+        first_inside_ms   INTEGER,
+        last_inside_ms    INTEGER,
+        inside_fixes      INTEGER NOT NULL DEFAULT 0,
+        outside_fixes     INTEGER NOT NULL DEFAULT 0,
+        arrived_ms        INTEGER,
+        departed_ms       INTEGER,
+        delay_reported_s  INTEGER,
+        PRIMARY KEY (load_number, stop_sequence)
+      );
+    `);
+  },
+  // 3 -> 4: acknowledgement by cursor. A delivered chunk moves its load's acked_id instead of
+  // deleting its rows at once: the rows of 200 interleaved loads sit on shared pages, and a
+  // DELETE per chunk rewrote about one page per reading (8 KB written per reading delivered).
+  // Rows at or below the cursor are purged later in bulk (Store.purgeAcked).
+  // The resource index goes: it was read only to find a resource's last position for a manual
+  // milestone, and kept up on every insert and delete it cost a quarter of the buffer's writes.
+  (db) => {
+    db.exec(`
+      ALTER TABLE loads ADD COLUMN acked_id INTEGER NOT NULL DEFAULT 0;
+      DROP INDEX readings_by_resource;
+    `);
+  },
+  // 4 -> 5: what a field device needs to trust its buffer and its events.
+  // - meta: the buffer's identity (also in the header's application_id), checked at every open
+  //   so a -wal file of another database is never applied silently.
+  // - last_fix: the newest position of each resource, kept when its readings are purged, so a
+  //   milestone recorded after a push still knows where the truck is.
+  // - milestones: the event's code, stop and origin as columns (one per load, code and stop),
+  //   and the service's last answer and correlation id.
+  // - dead_letters: the answer's headers; loads: the correlation id of the last trace request.
+  (db) => {
+    const appId = randomIdentity();
+    db.exec(`
+      CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+      );
+      CREATE TABLE last_fix (
+        resource_id TEXT PRIMARY KEY,
+        time_ms     INTEGER NOT NULL,
+        lat         REAL    NOT NULL,
+        lon         REAL    NOT NULL,
+        speed       REAL,
+        heading     REAL
+      );
+      INSERT INTO last_fix (resource_id, time_ms, lat, lon, speed, heading)
+        SELECT r.resource_id, r.time_ms, r.lat, r.lon, r.speed, r.heading
+          FROM readings r JOIN (SELECT max(id) AS id FROM readings WHERE lat IS NOT NULL GROUP BY resource_id) n ON n.id = r.id;
+      ALTER TABLE milestones ADD COLUMN code TEXT;
+      ALTER TABLE milestones ADD COLUMN stop_seq INTEGER;
+      ALTER TABLE milestones ADD COLUMN origin TEXT;
+      ALTER TABLE milestones ADD COLUMN needs_place INTEGER NOT NULL DEFAULT 0;
+      ALTER TABLE milestones ADD COLUMN last_status INTEGER;
+      ALTER TABLE milestones ADD COLUMN correlation_id TEXT;
+      UPDATE milestones SET code = json_extract(body, '$.eventCode'), stop_seq = json_extract(body, '$.stopsequenceNumber');
+      CREATE INDEX milestones_by_event ON milestones (load_number, code, stop_seq);
+      ALTER TABLE dead_letters ADD COLUMN headers TEXT;
+      ALTER TABLE loads ADD COLUMN correlation_id TEXT;
+    `);
+    db.prepare("INSERT INTO meta (key, value) VALUES ('identity', ?)").run(String(appId));
+    db.pragma(`application_id = ${appId}`);
+  },
+];
+
+export const SCHEMA_VERSION = MIGRATIONS.length;
+
+/** A buffer's identity: a random non-zero 31-bit number, kept in the header and in `meta`. */
+function randomIdentity(): number {
+  return randomInt(1, 2 ** 31 - 1);
+}
+
+export function migrate(db: DB, target = SCHEMA_VERSION, file = db.name): number {
+  let version = db.pragma('user_version', { simple: true }) as number;
+  if (version > SCHEMA_VERSION) {
+    throw new BufferError(
+      'newer',
+      file,
+      `${file}: written by a newer version of telematics-agent (buffer schema ${version}; this version understands up to ${SCHEMA_VERSION}); nothing was changed. Install the newer version again, or move the file (with its -wal and -shm) aside to start with an empty buffer: its data then waits there for the newer version.`,
+    );
+  }
+  while (version < target) {
+    const from = version;
+    version = db
+      .transaction(() => {
+        // Read again under the write lock: another process opening the same new buffer (the
+        // CLI's `load start` while the daemon starts for the first time) may have run this
+        // step while this one waited, and running it twice failed one of them with "table
+        // readings already exists" or "duplicate column name".
+        const now = db.pragma('user_version', { simple: true }) as number;
+        if (now !== from) return now;
+        MIGRATIONS[from](db);
+        db.pragma(`user_version = ${from + 1}`);
+        return from + 1;
+      })
+      .immediate();
+  }
+  return version;
+}

@@ -1,0 +1,134 @@
+/**
+ * The rows the buffer hands out and takes in, shared by its modules and their callers.
+ */
+import type { Stop } from '../milestones/stops.js';
+
+/**
+ * What a reading waits for: to be sent (WAITING), nothing (PARKED: the service refused its
+ * trace point; it sits in the dead-letter table), or to be sent again on its own (RETRY: the
+ * operator put its dead letter back).
+ */
+export const ReadingState = { WAITING: 0, PARKED: 1, RETRY: 2 } as const;
+
+/** What a dead letter keeps of an answer: all of it up to this size. */
+export const MAX_ANSWER_CHARS = 65_536;
+
+export interface LoadRow {
+  loadNumber: string;
+  resourceId: string;
+  resourceType: string;
+  stops: Stop[];
+  startedMs: number;
+  endedMs: number | null;
+  nextStop: number | null;
+  lastSampleMs: number | null;
+  /** Readings of this load with an id up to this one are delivered (or sampled away). */
+  ackedId: number;
+  /** The correlation id the service gave the last trace request of this load. */
+  correlationId: string | null;
+}
+
+export interface StoredReading {
+  id: number;
+  resource_id: string;
+  load_number: string | null;
+  time_ms: number;
+  lat: number | null;
+  lon: number | null;
+  speed: number | null;
+  heading: number | null;
+  odometer: number | null;
+  temp_c: number | null;
+}
+
+export type MilestoneOrigin = 'detected' | 'manual';
+
+export interface MilestoneRow {
+  id: number;
+  loadNumber: string;
+  ref: string;
+  body: Record<string, unknown>;
+  createdMs: number;
+  attempts: number;
+  lastError: string | null;
+  sentMs: number | null;
+  parkedMs: number | null;
+  code: string;
+  stop: number | null;
+  /** Null for milestones recorded before the origin was kept. */
+  origin: MilestoneOrigin | null;
+  /** Recorded without a position: the daemon fills the place in from its newest fix when it sends. */
+  needsPlace: boolean;
+  lastStatus: number | null;
+  correlationId: string | null;
+}
+
+/** A milestone about to be committed. */
+export interface NewMilestone {
+  loadNumber: string;
+  ref: string;
+  body: Record<string, unknown>;
+  origin: MilestoneOrigin;
+  needsPlace?: boolean;
+  /**
+   * One per load, code and stop: an earlier one makes a detected milestone be skipped and a
+   * manual one be refused (DuplicateEventError), checked inside the commit's transaction.
+   */
+  unique?: boolean;
+}
+
+/** The newest known position of a resource, kept when its readings are purged. */
+export interface LastFix {
+  resourceId: string;
+  timeMs: number;
+  lat: number;
+  lon: number;
+  speed: number | null;
+  heading: number | null;
+}
+
+/** What the service said when it took a record. */
+export interface Receipt {
+  status: number;
+  correlationId?: string;
+  /** 409: the service already had it. */
+  duplicate?: boolean;
+}
+
+/** Geofence and delay state of one stop of a load (see milestones/detector.ts). */
+export interface StopState {
+  state: 'outside' | 'entering' | 'inside' | 'departed';
+  firstInsideMs: number | null;
+  lastInsideMs: number | null;
+  insideFixes: number;
+  outsideFixes: number;
+  arrivedMs: number | null;
+  departedMs: number | null;
+  delayReportedS: number | null;
+}
+
+export interface DeadLetter {
+  id: number;
+  kind: 'milestone' | 'trace';
+  loadNumber: string;
+  /** Milestone id or reading id. */
+  recordId: number;
+  status: number | null;
+  response: string | null;
+  /** The answer's headers, when there was an answer. */
+  headers: Record<string, string> | null;
+  body: unknown;
+  createdMs: number;
+}
+
+interface RawDeadLetter {
+  id: number;
+  kind: 'milestone' | 'trace';
+  load_number: string;
+  record_id: number;
+  status: number | null;
+  response: string | null;
+  headers: string | null;
+  body: string;
+  created_ms: number;
+}
