@@ -3,7 +3,6 @@
  * Constructed from a loaded config; `start()` and `stop()` do the work, so a test can run
  * an agent in-process against a sandbox and stop it deterministically.
  */
-import { createHash } from 'node:crypto';
 import { existsSync, renameSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { ApiClient } from './api/client.js';
@@ -14,8 +13,8 @@ import { Store } from './buffer/store.js';
 import { TrustedClock } from './clock.js';
 import { keyFileWarning, type KeyLookup, type LoadedConfig } from './config/load.js';
 import { restartSettings, type Config } from './config/schema.js';
-import { Cron, CronSchedule } from './cron.js';
-import { Sender, type SenderStatus } from './delivery/sender.js';
+import { splayMs, TraceSchedule } from './delivery/schedule.js';
+import { Sender } from './delivery/sender.js';
 import { BufferError, isCorruption } from './errors.js';
 import { ruleSourceOf, systemZone } from './geo/timezone.js';
 import { zoneinfoDir } from './geo/tzif.js';
@@ -29,12 +28,7 @@ import { DAEMON_STATE_KEY, type DaemonState } from './daemon-state.js';
 
 export { DAEMON_STATE_KEY, type DaemonState };
 
-/** A fixed share of the splay window for this device, so a fleet spreads over it. */
-export function splayMs(deviceId: string, splayS: number): number {
-  if (splayS <= 0) return 0;
-  const h = createHash('sha256').update(deviceId).digest().readUInt32BE(0);
-  return h % Math.round(splayS * 1000);
-}
+export { splayMs };
 
 export interface AgentOptions {
   /** Sources built by the caller (the demo's simulator, tests); used instead of the config's. */
@@ -88,11 +82,7 @@ export class Agent {
   sources: Source[] = [];
   readonly clock: TrustedClock;
   private lock: BufferLock | undefined;
-  private cron: CronSchedule | undefined;
-  /** The expression the running schedule was built from. */
-  private scheduleText: string | undefined;
   private boundsTimer: NodeJS.Timeout | undefined;
-  private splayTimer: NodeJS.Timeout | undefined;
   private stateTimer: NodeJS.Timeout | undefined;
   private readonly startedMs = Date.now();
   private health: HealthServer | undefined;
@@ -128,8 +118,7 @@ export class Agent {
 
   /** The push interval of the trace schedule (the gap between its next two runs). */
   pushIntervalMs(): number {
-    const runs = this.cron?.nextRuns(2);
-    return runs && runs.length === 2 ? runs[1] - runs[0] : 15 * 60_000;
+    return this.sender.schedule.intervalMs();
   }
 
   async start(): Promise<void> {
@@ -174,12 +163,12 @@ export class Agent {
       // Purging is how a full disk gets room back: readings waiting in memory go in next.
       onPurged: () => this.ingest.roomMade(),
       roomWanted: () => this.ingest.stats.trouble?.kind === 'disk-full',
+      schedule: TraceSchedule.fromConfig(config.schedule, deviceId),
     });
 
     this.sources = await this.makeSources();
     this.ingest.start();
     await this.startSources();
-    this.startSchedule();
     this.sender.start();
     this.checkBounds();
     this.boundsTimer = setInterval(() => this.checkBounds(), 60_000);
@@ -357,24 +346,6 @@ export class Agent {
     }
   }
 
-  private startSchedule(): void {
-    const { config, deviceId } = this.loaded;
-    const splay = splayMs(deviceId, config.schedule.splay_s);
-    this.scheduleText = config.schedule.traces;
-    this.cron = new CronSchedule(Cron.parse(config.schedule.traces), () => {
-      clearTimeout(this.splayTimer);
-      this.splayTimer = setTimeout(() => this.sender.requestTracePush(), splay);
-    });
-    this.cron.start();
-  }
-
-  private stopSchedule(): void {
-    this.cron?.stop();
-    this.cron = undefined;
-    this.scheduleText = undefined;
-    clearTimeout(this.splayTimer);
-  }
-
   private async startHealth(listen: string): Promise<void> {
     this.healthListen = listen;
     this.healthPort = undefined;
@@ -459,10 +430,7 @@ export class Agent {
     const oldClient = this.client;
     this.client = this.makeClient();
     this.sender.updateConfig(config, this.client);
-    if (changed.some((p) => p.startsWith('schedule.'))) {
-      this.stopSchedule();
-      this.startSchedule();
-    }
+    this.sender.schedule.reconfigure(config.schedule, this.loaded.deviceId);
     if (changed.some((p) => p === 'sources' || p.startsWith('sources_time.'))) {
       await this.stopSources();
       this.sources = await this.makeSources();
@@ -499,7 +467,7 @@ export class Agent {
       'health.port': this.healthPort,
       'api.base_url': this.client.baseUrl,
       'log.level': this.log.level,
-      'schedule.traces': this.scheduleText,
+      'schedule.traces': this.sender.schedule.expression,
       sources: this.sources.map((s) => s.name),
       device_id: this.loaded.deviceId,
     };
@@ -518,7 +486,6 @@ export class Agent {
   }
 
   state(running: boolean): DaemonState {
-    const next = this.cron?.nextRun;
     const disk = this.store.disk;
     const free = disk?.freeBytes();
     return {
@@ -532,7 +499,7 @@ export class Agent {
       sender: this.sender.status,
       ingest: this.ingest.stats,
       sources: this.sources.map((s) => ({ name: s.name, type: s.type, ...s.health(), timeRejected: this.timeCounts.get(s)?.timeRejected ?? 0 })),
-      nextTracePushMs: next !== undefined ? next + splayMs(this.loaded.deviceId, this.config.schedule.splay_s) : null,
+      nextTracePushMs: this.sender.schedule.nextPushMs(),
       disk: disk ? { freeBytes: free === undefined || !Number.isFinite(free) ? null : free, reserve: disk.hasReserve(), reserveBytes: disk.plan.reserveBytes } : undefined,
       clockJump: this.clockJump,
       corrupt: this.corruptFound,
@@ -558,7 +525,8 @@ export class Agent {
    */
   async stop(): Promise<void> {
     await this.stopHealth();
-    this.stopSchedule();
+    // No new push from here on; the one under way may finish (sender.stop below).
+    this.sender.schedule.stop();
     clearInterval(this.stateTimer);
     clearInterval(this.boundsTimer);
     await this.stopSources();

@@ -4,7 +4,7 @@
  * its own, so that readers (the CLI) do not load the daemon to read it.
  */
 import type { Ingest } from './buffer/ingest.js';
-import type { SenderStatus } from './delivery/sender.js';
+import type { SenderStatus } from './delivery/context.js';
 import type { SourceHealth } from './sources/types.js';
 
 export const DAEMON_STATE_KEY = 'daemon';

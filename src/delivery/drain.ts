@@ -1,0 +1,223 @@
+/**
+ * A trace push: every waiting reading goes out, one chunk per load in turn, the load waiting
+ * longest first. A depot's backlog drains oldest first across the fleet, no load waits
+ * behind another's week of data, and the rows acknowledged together are neighbours on disk,
+ * so the purge rewrites each page about once instead of once per chunk.
+ *
+ * The next chunk is built while a request is on the wire: building is CPU, sending is
+ * mostly waiting. A chunk is acknowledged before the next is sent, so a crash can repeat at
+ * most one request, with the same Idempotency-Key. After an outage, each load's newest
+ * position goes first, alone, so the service learns where the truck is now.
+ */
+import type { LoadRow, StoredReading } from '../buffer/store.js';
+import type { DeliveryContext, Step } from './context.js';
+import type { MilestoneSender } from './milestones.js';
+import type { Prepared, TracePoster } from './post-traces.js';
+import type { Purger } from './purge.js';
+import { buildTraceChunk, nextStopResolver, type TraceBuildOptions } from './traces.js';
+
+/** The readings up to `lastId`, and none after (newer ones may have been committed since). */
+function* upToId(readings: Iterable<StoredReading>, lastId: number): Generator<StoredReading> {
+  for (const r of readings) {
+    if (r.id > lastId) return;
+    yield r;
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export class Drain {
+  /** Loads whose newest position already went out first in the current push. */
+  private newestFirstDone = new Set<string>();
+
+  constructor(
+    private readonly ctx: DeliveryContext,
+    private readonly poster: TracePoster,
+    private readonly milestones: MilestoneSender,
+    private readonly purger: Purger,
+  ) {}
+
+  /** A new push begins: each load's newest position may go first again. */
+  newPush(): void {
+    this.newestFirstDone = new Set();
+  }
+
+  /** Send every waiting reading; 'failed' when delivery must pause (the push is then not done). */
+  async run(): Promise<Step> {
+    const { ctx } = this;
+    const { store, config } = ctx.deps;
+    // What is buffered when the push starts: readings committed meanwhile wait for the next
+    // push, so a push ends even while many loads keep adding points faster than a pass takes.
+    const lastId = store.lastReadingId();
+    let queue = store.loadsWithReadings();
+    for (const loadNumber of queue) {
+      if (this.newestFirstDone.has(loadNumber)) continue;
+      this.newestFirstDone.add(loadNumber);
+      if ((await this.sendNewestFirst(loadNumber)) === 'failed') {
+        this.newestFirstDone.delete(loadNumber);
+        return 'failed';
+      }
+    }
+    // Per drain: the load and its stop resolver, and where the next chunk of each load starts
+    // (ahead of the buffer's cursor while a chunk is in flight).
+    const loads = new Map<string, { load: LoadRow; stopAt: (timeMs: number) => number | undefined } | null>();
+    const cursors = new Map<string, { afterId: number; lastSampleMs: number | null }>();
+    const build = (): Prepared | undefined => {
+      for (;;) {
+        const loadNumber = queue.shift();
+        if (loadNumber === undefined) return undefined;
+        let entry = loads.get(loadNumber);
+        if (entry === undefined) {
+          const load = store.getLoad(loadNumber);
+          entry = load ? { load, stopAt: this.stopResolver(load) } : null;
+          loads.set(loadNumber, entry);
+        }
+        if (!entry) continue;
+        const from = cursors.get(loadNumber) ?? { afterId: 0, lastSampleMs: entry.load.lastSampleMs };
+        const load = { ...entry.load, lastSampleMs: from.lastSampleMs };
+        const { stopAt } = entry;
+        const opts = this.traceOptions();
+        const final = load.endedMs !== null;
+        const chunk = buildTraceChunk(load, upToId(store.iterateReadings(loadNumber, from.afterId), lastId), stopAt, opts, final);
+        if (!chunk) continue;
+        cursors.set(loadNumber, { afterId: chunk.lastId, lastSampleMs: chunk.lastSampleMs });
+        // A full chunk may have more behind it: the load takes its turn again after the others.
+        if (chunk.points >= opts.maxPoints) queue.push(loadNumber);
+        const upTo = chunk.lastId;
+        const pointIds = new Set(chunk.readingIds);
+        return {
+          load,
+          // Serialised now: 500 trace objects kept alive across a request would outlive V8's
+          // young generation and be promoted, which made the drain mostly garbage collection.
+          json: chunk.body ? JSON.stringify(chunk.body) : null,
+          key: chunk.idempotencyKey,
+          points: chunk.points,
+          readingIds: chunk.readingIds,
+          lastId: chunk.lastId,
+          lastSampleMs: chunk.lastSampleMs,
+          // Exactly the points that were sent (less any a limit dropped meanwhile).
+          rebuild: () => buildTraceChunk(load, upToId(store.iterateReadings(loadNumber, from.afterId), upTo), stopAt, { ...opts, maxPoints: chunk.points, pointIds }, true),
+        };
+      }
+    };
+
+    let current = build();
+    let first = true;
+    while (current) {
+      if (ctx.stopping) return 'failed';
+      if (store.hasPendingMilestones()) {
+        // Milestones jump the queue: one recorded during a long drain goes out next. A
+        // departure changes the stop of later points, so what was built ahead is built again.
+        if (!(await this.milestones.send())) return 'failed';
+        loads.clear();
+        cursors.clear();
+        queue = store.loadsWithReadings();
+        current = build();
+        continue;
+      }
+      // A backlog drains at a steady pace, not as fast as the service will take it.
+      if (!first && config.delivery.drain_interval_ms > 0) await sleep(config.delivery.drain_interval_ms);
+      first = false;
+      const prepared = current;
+      if (prepared.json === null) {
+        // Only readings sampling skipped, at the end of an ended load: consumed, nothing to send.
+        this.acknowledge(prepared);
+        current = build();
+        continue;
+      }
+      const delivered: number[] = [];
+      const sending = this.poster.deliverPrepared(prepared, prepared.json, delivered);
+      // Let the request reach the socket first (node:http writes it on a later tick), or the
+      // work below would run before it and nothing would overlap.
+      await new Promise<void>((r) => setImmediate(r));
+      const next = build();
+      if ((await sending) === 'failed') {
+        // Part of a split chunk got through before the failure: those points must not go twice.
+        store.deleteReadings(delivered);
+        return 'failed';
+      }
+      // Every point is at the service or parked: the chunk, and the readings sampling skipped, are done.
+      this.acknowledge(prepared);
+      current = next;
+    }
+    return 'empty';
+  }
+
+  /** Dead letters the operator put back (`dead-letter retry`): each reading as its own point. */
+  async sendRetriedReadings(): Promise<Step> {
+    const { store } = this.ctx.deps;
+    const rows = store.retryReadings(this.ctx.status.chunkLimit);
+    if (rows.length === 0) return 'empty';
+    const byLoad = new Map<string, typeof rows>();
+    for (const r of rows) byLoad.set(r.load_number ?? '', [...(byLoad.get(r.load_number ?? '') ?? []), r]);
+    for (const [loadNumber, readings] of byLoad) {
+      const load = store.getLoad(loadNumber);
+      if (!load) {
+        store.deleteReadings(readings.map((r) => r.id));
+        continue;
+      }
+      const chunk = buildTraceChunk({ ...load, lastSampleMs: null }, readings, this.stopResolver(load), { ...this.traceOptions(), samplingMs: 0 }, true);
+      if (!chunk?.body) {
+        store.deleteReadings(readings.map((r) => r.id));
+        continue;
+      }
+      const delivered: number[] = [];
+      const result = await this.poster.deliverTraces(load, chunk.body.traces, chunk.readingIds, delivered);
+      store.deleteReadings(delivered);
+      if (result === 'failed') return 'failed';
+    }
+    return 'sent';
+  }
+
+  private acknowledge(p: Prepared): void {
+    const { store, roomWanted } = this.ctx.deps;
+    store.ackReadings(p.load.loadNumber, p.lastId, p.lastSampleMs, p.json === null ? undefined : this.poster.lastCorrelation);
+    this.purger.pending = true;
+    // On a full disk the rows just delivered go at once, not after the whole drain: purging is
+    // how the room comes back, and on a 4 MB tmpfs the readings in memory waited until the
+    // last of a backlog drained a chunk every drain_interval_ms (with a week's backlog on a
+    // cellular link, long enough to drop the oldest past buffer.max_pending).
+    if (roomWanted?.()) this.purger.slice();
+  }
+
+  private traceOptions(maxPoints = this.ctx.status.chunkLimit): TraceBuildOptions {
+    const c = this.ctx.deps.config;
+    return {
+      samplingMs: c.sampling.interval_s * 1000,
+      maxPoints: Math.min(maxPoints, c.delivery.max_traces_per_request),
+      dateForm: c.api.date_time_format,
+      deviceId: this.ctx.deps.deviceId,
+      temperatureMaxAgeMs: c.sampling.temperature_max_age_s * 1000,
+      temperatureUnit: c.api.temperature_unit,
+      extraFields: c.api.extra_fields,
+    };
+  }
+
+  private stopResolver(load: LoadRow) {
+    const { store, config } = this.ctx.deps;
+    return nextStopResolver(load, store.listMilestones(load.loadNumber), config.codes.departure);
+  }
+
+  /**
+   * After an outage the service first learns where the truck is now: when a load's backlog
+   * is more than one chunk, its newest position goes alone, before the oldest-first drain.
+   */
+  private async sendNewestFirst(loadNumber: string): Promise<Step> {
+    const { store, log } = this.ctx.deps;
+    const load = store.getLoad(loadNumber);
+    if (!load) return 'empty';
+    const { newest, oldestMs } = store.backlogOf(loadNumber);
+    if (!newest || oldestMs === null) return 'empty';
+    const opts = this.traceOptions();
+    const spanMs = newest.time_ms - oldestMs;
+    const backlog = opts.samplingMs > 0 ? spanMs > opts.samplingMs * opts.maxPoints : spanMs > opts.maxPoints * 1000;
+    if (!backlog) return 'empty';
+    const chunk = buildTraceChunk({ ...load, lastSampleMs: null }, [newest], this.stopResolver(load), { ...opts, samplingMs: 0 }, true);
+    if (!chunk?.body) return 'empty';
+    const delivered: number[] = [];
+    const result = await this.poster.deliverTraces(load, chunk.body.traces, chunk.readingIds, delivered);
+    store.deleteReadings(delivered);
+    if (result === 'delivered') log.info({ load: loadNumber, backlogS: Math.round(spanMs / 1000) }, 'newest position sent ahead of the backlog');
+    return result === 'delivered' ? 'sent' : 'failed';
+  }
+}

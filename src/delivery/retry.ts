@@ -1,0 +1,83 @@
+/**
+ * When to try again after a failure, and what the failure means for the operator:
+ * - network error, timeout, 408, 425, 429, 5xx: exponential backoff with full jitter
+ *   (`delivery.retry_initial_s` to `retry_max_s`), or the service's Retry-After (capped at
+ *   `retry_after_max_s`: a misconfigured proxy saying "a year" must not park us);
+ * - 3xx: never followed (the key would go to another host); retried with backoff, logged as
+ *   a configuration problem;
+ * - 401, 403, 404: the data is not at fault. Pause, retry every `auth_retry_s`, and resume at
+ *   once when the key or config is reloaded (SIGHUP).
+ */
+import type { Logger } from 'pino';
+import type { PostOutcome } from '../api/client.js';
+import type { Config } from '../config/schema.js';
+import { backoffMs, retryAfterMs, type OutcomeClass } from './classify.js';
+import type { SenderStatus } from './context.js';
+
+/** The floor under a jittered delay, so a zero draw cannot turn into a tight loop. */
+const MIN_DELAY_MS = 250;
+
+export class RetryPolicy {
+  constructor(
+    private readonly status: SenderStatus,
+    private readonly config: () => Config,
+    private readonly log: () => Logger,
+    private readonly now: () => number,
+    private readonly random: () => number,
+  ) {}
+
+  /** True while a backoff is in force. */
+  waiting(): boolean {
+    return this.status.nextAttemptMs !== null && this.now() < this.status.nextAttemptMs;
+  }
+
+  /** The service took a request: no backoff, no pause. */
+  succeeded(): void {
+    if (this.status.paused) this.log().info('the service accepts requests again; delivery resumed');
+    this.status.lastSuccessMs = this.now();
+    this.status.consecutiveFailures = 0;
+    this.status.nextAttemptMs = null;
+    this.status.paused = null;
+  }
+
+  /** Forget the backoff and the pause (after a key or config change). */
+  reset(): void {
+    this.status.nextAttemptMs = null;
+    this.status.paused = null;
+  }
+
+  /** A failed request: count it, say what it means, and wait before the next. */
+  failed(cls: OutcomeClass, why: string, outcome: PostOutcome, context: Record<string, unknown>): void {
+    this.status.failures[cls] = (this.status.failures[cls] ?? 0) + 1;
+    const hint =
+      cls === 'auth'
+        ? ' (the service refuses the key, SCAC or address: check api.subscription_key_file, api.scac, api.base_url and the paths, then reload with SIGHUP; data is kept)'
+        : cls === 'redirect'
+          ? ' (api.base_url probably points at the wrong address; redirects are never followed so the key stays here)'
+          : '';
+    const retryAfter = outcome.kind === 'response' ? retryAfterMs(outcome.retryAfter, this.now()) : undefined;
+    this.schedule(cls, why + hint, retryAfter);
+    if (cls === 'auth') this.status.paused = `service refuses our credentials or address (${outcome.kind === 'response' ? `HTTP ${outcome.status}` : cls})`;
+    const level = cls === 'auth' || cls === 'redirect' ? 'error' : 'warn';
+    this.log()[level]({ ...context, class: cls, retryInMs: (this.status.nextAttemptMs ?? 0) - this.now() }, `delivery failed: ${why}${hint}`);
+  }
+
+  /** Set the next attempt after a failure of this class (or the service's Retry-After). */
+  schedule(cls: OutcomeClass, why: string, retryAfter?: number): void {
+    const d = this.config().delivery;
+    this.status.consecutiveFailures += 1;
+    this.status.lastError = why;
+    this.status.lastErrorMs = this.now();
+    this.status.lastErrorClass = cls;
+    let delay: number;
+    if (cls === 'auth') {
+      // Retrying a refused key quickly achieves nothing but noise; a reload retries at once.
+      delay = d.auth_retry_s * 1000;
+    } else if (retryAfter !== undefined) {
+      delay = Math.max(MIN_DELAY_MS, Math.min(retryAfter, d.retry_after_max_s * 1000));
+    } else {
+      delay = Math.max(MIN_DELAY_MS, backoffMs(this.status.consecutiveFailures - 1, d.retry_initial_s * 1000, d.retry_max_s * 1000, this.random));
+    }
+    this.status.nextAttemptMs = this.now() + delay;
+  }
+}
