@@ -3,16 +3,17 @@
  * Constructed from a loaded config; `start()` and `stop()` do the work, so a test can run
  * an agent in-process against a sandbox and stop it deterministically.
  */
-import { existsSync, renameSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { ApiClient } from './api/client.js';
 import { enforceBounds } from './buffer/bounds.js';
 import { Ingest, type IngestOptions } from './buffer/ingest.js';
 import { BufferLock } from './buffer/lock.js';
+import { openBuffer } from './buffer/recover.js';
 import { Store } from './buffer/store.js';
 import { TrustedClock } from './clock.js';
 import { keyFileWarning, type KeyLookup, type LoadedConfig } from './config/load.js';
-import { restartSettings, type Config } from './config/schema.js';
+import { planReload, type ReloadResult } from './config/reload.js';
+import type { Config } from './config/schema.js';
 import { splayMs, TraceSchedule } from './delivery/schedule.js';
 import { Sender } from './delivery/sender.js';
 import { BufferError, isCorruption } from './errors.js';
@@ -27,6 +28,8 @@ import type { Source } from './sources/types.js';
 import { DAEMON_STATE_KEY, type DaemonState } from './daemon-state.js';
 
 export { DAEMON_STATE_KEY, type DaemonState };
+export { changedSettings, type ReloadResult } from './config/reload.js';
+export { moveAside } from './buffer/recover.js';
 
 export { splayMs };
 
@@ -37,41 +40,6 @@ export interface AgentOptions {
   stateIntervalMs?: number;
   /** Told when the agent cannot go on (a buffer found corrupt while running): the caller exits. */
   onFatal?: (err: BufferError | Error) => void;
-}
-
-/** What a reload did: settings applied, and settings that wait for a restart. */
-export interface ReloadResult {
-  applied: string[];
-  needsRestart: string[];
-}
-
-/** Dotted paths of every leaf that differs between two configs (arrays and records compare whole). */
-export function changedSettings(a: unknown, b: unknown, prefix = ''): string[] {
-  const isTable = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-  const table = (v: unknown) => (isTable(v) ? v : v === undefined ? {} : undefined);
-  const ta = table(a);
-  const tb = table(b);
-  if (ta && tb && (isTable(a) || isTable(b)) && prefix.split('.').length < 3 && !['api.extra_fields', 'sources'].includes(prefix)) {
-    const keys = [...new Set([...Object.keys(ta), ...Object.keys(tb)])].sort();
-    return keys.flatMap((k) => changedSettings(ta[k], tb[k], prefix ? `${prefix}.${k}` : k));
-  }
-  return JSON.stringify(a) === JSON.stringify(b) ? [] : [prefix];
-}
-
-/**
- * Move a corrupt buffer (and its -wal and -shm) aside, keeping SQLite's naming so it can be
- * salvaged. A WAL of another database (`foreignWal`) is not given the -wal name: beside the
- * moved file SQLite would apply it again, and `buffer salvage` would copy the other
- * database's loads and readings as this buffer's. It becomes `<moved>.foreign-wal`.
- */
-export function moveAside(path: string, nowMs = Date.now(), foreignWal = false): string {
-  const stamp = new Date(nowMs).toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
-  const target = `${path}.corrupt-${stamp}`;
-  for (const suffix of ['', '-wal', '-shm']) {
-    const to = foreignWal && suffix ? `${target}.foreign${suffix}` : target + suffix;
-    if (existsSync(path + suffix)) renameSync(path + suffix, to);
-  }
-  return target;
 }
 
 export class Agent {
@@ -129,7 +97,7 @@ export class Agent {
     // The lock before the buffer: a second daemon must not even open (or move aside) it.
     if (config.buffer.path !== ':memory:') this.lock = BufferLock.acquire(config.buffer.path);
     try {
-      this.store = this.openBuffer();
+      this.store = openBuffer(config.buffer, this.log);
     } catch (err) {
       this.lock?.release();
       throw err;
@@ -195,51 +163,6 @@ export class Agent {
         { timeZone: zone, zoneinfo: zoneinfoDir() },
         "no zoneinfo file for the machine's zone (is tzdata installed?): time zones come from Node's ICU data instead, which costs about 8 MB more memory",
       );
-    }
-  }
-
-  /**
-   * Open the buffer. After an unclean stop every page is read once (a power cut is when a
-   * file gets damaged). A corrupt buffer stops the agent (`buffer.on_corrupt = "stop"`, exit
-   * 65) or is moved aside for `buffer salvage` and replaced by an empty one (`"move-aside"`).
-   */
-  private openBuffer(): Store {
-    const b = this.loaded.config.buffer;
-    const opts = { synchronous: b.synchronous, cacheKb: b.cache_kb, reserveKb: b.reserve_kb };
-    const last = b.path !== ':memory:' && existsSync(b.path) ? this.lastStop(b.path) : 'clean';
-    const verify = last === 'clean' ? false : last === 'corrupt' ? 'full' : true;
-    try {
-      return Store.open(b.path, { ...opts, verify });
-    } catch (err) {
-      if (!(err instanceof BufferError) || (err.problem !== 'corrupt' && err.problem !== 'foreign-wal') || b.on_corrupt !== 'move-aside') throw err;
-      const foreign = err.problem === 'foreign-wal';
-      const moved = moveAside(b.path, Date.now(), foreign);
-      this.log.error(
-        { buffer: b.path, movedTo: moved, ...(foreign ? { foreignWal: `${moved}.foreign-wal` } : {}), problem: err.message },
-        `buffer unusable (${err.problem}); moved aside to ${moved}${foreign ? ` (the WAL of the other database to ${moved}.foreign-wal)` : ''} and started with an empty buffer (buffer.on_corrupt = "move-aside"). Copy what is readable back with: telematics-agent buffer salvage ${moved}`,
-      );
-      return Store.open(b.path, opts);
-    }
-  }
-
-  /**
-   * How the daemon that last ran on this buffer stopped (read-only look): cleanly, not
-   * (killed, power cut), or because it found the buffer corrupt. The last is not a clean
-   * stop although it went through stop(): without this, a buffer found corrupt while
-   * running opened as clean, failed again in the first delivery cycle, and the unit
-   * restarted it every RestartSec forever instead of moving it aside.
-   */
-  private lastStop(path: string): 'clean' | 'unclean' | 'corrupt' {
-    let store: Store | undefined;
-    try {
-      store = Store.open(path, { readonly: true });
-      const state = store.getState<DaemonState>(DAEMON_STATE_KEY)?.value;
-      if (state?.corrupt) return 'corrupt';
-      return state?.running === false ? 'clean' : 'unclean';
-    } catch {
-      return 'unclean';
-    } finally {
-      store?.close();
     }
   }
 
@@ -404,17 +327,7 @@ export class Agent {
 
   private async reloadNow(next: LoadedConfig, key: KeyLookup): Promise<ReloadResult> {
     const old = this.loaded.config;
-    const changed = changedSettings({ ...old, device_id: this.loaded.deviceId }, { ...next.config, device_id: next.deviceId });
-    const restartKeys = restartSettings();
-    const waits = (path: string) => restartKeys.some((k) => path === k || path.startsWith(`${k}.`));
-    const needsRestart = changed.filter(waits);
-    const applied = changed.filter((p) => !waits(p));
-    // What waits for a restart keeps its running value.
-    const config = structuredClone(next.config);
-    config.buffer.path = old.buffer.path;
-    config.buffer.on_corrupt = old.buffer.on_corrupt;
-    config.buffer.reserve_kb = old.buffer.reserve_kb;
-    config.device_id = old.device_id;
+    const { changed, applied, needsRestart, config } = planReload(old, this.loaded.deviceId, next.config, next.deviceId);
     this.loaded = { ...next, config, deviceId: this.loaded.deviceId };
     this.key = key;
     addSecret(key.key);
