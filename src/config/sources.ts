@@ -1,0 +1,176 @@
+/**
+ * The `[[sources]]` tables of the config, one schema per source type (the part of the one
+ * config schema that grows with every new kind of device).
+ */
+import * as z from 'zod';
+import { RESOURCE_TYPES, resourceTypeOf } from '../milestones/codes.js';
+
+export const positiveInt = z.number().int().positive();
+export const nonNegative = z.number().finite().nonnegative();
+
+/** `Truck`, `Trailer` or `Driver`; the case is fixed (`trailer` -> `Trailer`). */
+export const resourceTypeSchema = z
+  .string()
+  .transform((s, ctx) => {
+    const t = resourceTypeOf(s);
+    if (!t) {
+      ctx.addIssue({ code: 'custom', message: `expected one of ${RESOURCE_TYPES.join(', ')}` });
+      return z.NEVER;
+    }
+    return t;
+  });
+const resourceType = resourceTypeSchema;
+export const resourceId = z.string().min(1).max(64);
+
+const temperatureModel = z.strictObject({
+  set_point_c: z.number().finite().default(-18),
+  ambient_c: z.number().finite().default(22),
+  noise_c: nonNegative.default(0.2),
+  /** Simulated seconds after the start of the route when the door opens; negative: never. */
+  door_open_at_s: z.number().finite().default(-1),
+  door_open_duration_s: nonNegative.default(600),
+  /** Fraction of the gap to the target closed per simulated minute. */
+  response_per_min: z.number().gt(0).max(1).default(0.15),
+});
+
+const stopSchemaForSimulator = z.strictObject({
+  /** Index of the route point where the truck stops. */
+  at_point: z.number().int().nonnegative(),
+  dwell_s: nonNegative.default(1800),
+});
+
+export const simulatorSourceSchema = z.strictObject({
+  type: z.literal('simulator'),
+  name: z.string().min(1).optional(),
+  resource_id: resourceId,
+  resource_type: resourceType.default('Truck'),
+  /** `builtin:chicago-indianapolis`, or a path to a GPX, GeoJSON (LineString) or CSV (lat,lon) file. */
+  route: z.string().min(1).default('builtin:chicago-indianapolis'),
+  speed_kmh: z.number().positive().max(200).default(88),
+  /** Simulated seconds per wall-clock second. */
+  time_scale: z.number().positive().max(100_000).default(1),
+  /** Simulated seconds between readings. */
+  interval_s: z.number().positive().default(1),
+  /** Where the simulated clock starts: `now`, or an ISO 8601 time. */
+  start_time: z.string().default('now'),
+  /** Pauses at route points (loading, unloading). */
+  stops: z.array(stopSchemaForSimulator).default([]),
+  /** Start again from the beginning after the end of the route instead of stopping. */
+  loop: z.boolean().default(false),
+  temperature: temperatureModel.prefault({}),
+  odometer_start_km: nonNegative.default(120_000),
+});
+
+/** Name in logs and `status`; default: `<type>:<what it reads>`. */
+const sourceNameKey = z.string().min(1).optional();
+/** Longest line a source accepts; a longer one is skipped as it arrives, never buffered whole. */
+const maxLineBytes = (d: number) => positiveInt.min(256).max(16 * 1_048_576).default(d);
+const BAUD_RATES = [1200, 2400, 4800, 9600, 19200, 38400, 57600, 115200, 230400, 460800, 921600];
+
+/** A gpsd daemon over TCP (its JSON protocol). */
+export const gpsdSourceSchema = z.strictObject({
+  type: z.literal('gpsd'),
+  name: sourceNameKey,
+  resource_id: resourceId,
+  host: z.string().min(1).default('127.0.0.1'),
+  port: z.number().int().min(1).max(65535).default(2947),
+  /** Only this device's reports (gpsd may serve several); default: every device. */
+  device: z.string().min(1).optional(),
+  /** No device report (TPV, SKY...) for this long: unhealthy, and the connection is opened again. 0: off. */
+  no_data_timeout_s: nonNegative.default(30),
+  reconnect_initial_s: z.number().positive().default(1),
+  reconnect_max_s: z.number().positive().default(60),
+  max_line_bytes: maxLineBytes(65_536),
+}).refine((c) => c.reconnect_max_s >= c.reconnect_initial_s, { path: ['reconnect_max_s'], message: 'expected a number >= reconnect_initial_s' });
+
+/** NMEA 0183 sentences from a serial device, a FIFO or a recorded file. */
+export const nmeaSourceSchema = z.strictObject({
+  type: z.literal('nmea'),
+  name: sourceNameKey,
+  resource_id: resourceId,
+  /** A tty (e.g. /dev/ttyUSB0, set with stty to `baud`), a FIFO, or a regular file read once. */
+  device: z.string().min(1),
+  /** Line speed of a tty (ignored for FIFOs and files). */
+  baud: z
+    .number()
+    .int()
+    .refine((b) => BAUD_RATES.includes(b), `expected a baud rate (${BAUD_RATES.join(', ')})`)
+    .default(4800),
+  /** No bytes for this long from a tty or FIFO: unhealthy, and a tty is opened again. 0: off. */
+  no_data_timeout_s: nonNegative.default(30),
+  reopen_initial_s: z.number().positive().default(1),
+  reopen_max_s: z.number().positive().default(60),
+  /** Sentences are at most 82 characters; proprietary ones a little more. */
+  max_line_bytes: maxLineBytes(4096),
+}).refine((c) => c.reopen_max_s >= c.reopen_initial_s, { path: ['reopen_max_s'], message: 'expected a number >= reopen_initial_s' });
+
+/** DS18B20 (and other w1_therm) temperature sensors through the Linux 1-Wire sysfs. */
+export const onewireSourceSchema = z.strictObject({
+  type: z.literal('onewire'),
+  name: sourceNameKey,
+  /** Where the kernel lists 1-Wire devices (a fake tree in tests). */
+  sysfs_root: z.string().min(1).default('/sys/bus/w1/devices'),
+  /** Sensor id (the directory name, e.g. "28-0316a2792aff") = resource id. Unlisted sensors are ignored. */
+  sensors: z
+    .record(z.string(), resourceId)
+    .superRefine((m, ctx) => {
+      if (Object.keys(m).length === 0) ctx.addIssue({ code: 'custom', message: 'expected at least one sensor: "28-..." = "TRAILER-1"' });
+      for (const id of Object.keys(m)) {
+        if (!/^[0-9a-f]{2}-[0-9a-f]{12}$/.test(id)) ctx.addIssue({ code: 'custom', path: [id], message: 'expected a 1-Wire id such as 28-0316a2792aff' });
+      }
+    }),
+  /** Seconds between reads of all sensors (each read takes ~0.75 s on the bus). */
+  interval_s: z.number().positive().max(86_400).default(30),
+  /** `w1_slave` (CRC line checked), `temperature` (newer kernels), or `auto`: w1_slave when present. */
+  file: z.enum(['auto', 'w1_slave', 'temperature']).default('auto'),
+});
+
+/** A command printing one JSON reading per line (the universal adapter). */
+export const execSourceSchema = z.strictObject({
+  type: z.literal('exec'),
+  name: sourceNameKey,
+  /** A string runs under /bin/sh -c; an array is the program and its arguments, no shell. */
+  command: z.union([
+    z.string().min(1),
+    z.array(z.string().min(1)).refine((a) => a.length > 0, 'expected the program and its arguments, e.g. ["reefer-reader", "--port", "/dev/ttyS1"]'),
+  ]),
+  /** Working directory of the command; default: the agent's. */
+  cwd: z.string().min(1).optional(),
+  /** Extra environment variables for the command. */
+  env: z.record(z.string(), z.string()).default({}),
+  max_line_bytes: maxLineBytes(65_536),
+  /** After the command exits it is started again, waiting restart_initial_s, doubling up to restart_max_s. */
+  restart_initial_s: z.number().positive().default(1),
+  restart_max_s: z.number().positive().default(60),
+  /** No output line for this long: unhealthy (the command is left running). 0: off. */
+  no_data_timeout_s: nonNegative.default(0),
+  /** On stop, SIGTERM to the command's process group, then SIGKILL after this long. */
+  stop_timeout_s: z.number().positive().max(600).default(5),
+}).refine((c) => c.restart_max_s >= c.restart_initial_s, { path: ['restart_max_s'], message: 'expected a number >= restart_initial_s' });
+
+/** A JavaScript module exporting a source factory. */
+export const moduleSourceSchema = z.strictObject({
+  type: z.literal('module'),
+  name: sourceNameKey,
+  /** The module file (ESM, .js or .mjs). */
+  path: z.string().min(1),
+  /** Passed as it is to the factory's second argument. */
+  options: z.record(z.string(), z.unknown()).default({}),
+});
+
+export const sourceSchema = z.discriminatedUnion('type', [
+  simulatorSourceSchema,
+  gpsdSourceSchema,
+  nmeaSourceSchema,
+  onewireSourceSchema,
+  execSourceSchema,
+  moduleSourceSchema,
+]);
+
+export type SourceConfig = z.infer<typeof sourceSchema>;
+export type SimulatorSourceConfig = z.infer<typeof simulatorSourceSchema>;
+export type GpsdSourceConfig = z.infer<typeof gpsdSourceSchema>;
+export type NmeaSourceConfig = z.infer<typeof nmeaSourceSchema>;
+export type OnewireSourceConfig = z.infer<typeof onewireSourceSchema>;
+export type ExecSourceConfig = z.infer<typeof execSourceSchema>;
+export type ModuleSourceConfig = z.infer<typeof moduleSourceSchema>;
