@@ -247,74 +247,6 @@ export function zoneOffsetMinutes(zone: string, ms: number): number {
   return zoneState(zone).rules.offsetMinutes(ms);
 }
 
-/** `YYYY-MM-DDTHH:MM[:SS[.fff]]`, `T` or a space between date and time, nothing after. */
-const LOCAL_DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,3}))?)?$/;
-
-/** A time of day followed by `Z` or a numeric offset (`+02:00`, `-0600`, `+05`), maybe after a space. */
-const EXPLICIT_OFFSET = /\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?\s?(?:Z|[+-]\d{2}(?::?\d{2})?)$/i;
-
-/**
- * Whether a date-time string names an instant by itself: it ends, after its time of day, in
- * `Z` or a UTC offset (`2026-11-23T16:00:00Z`, `2026-11-23T10:00:00-06:00`, `...-0600`). A CLI
- * applies a zone (`localTimeToInstant`) only to a string without one, so that a typed offset
- * is never silently replaced by the zone's.
- */
-export function hasExplicitOffset(text: string): boolean {
-  return EXPLICIT_OFFSET.test(text.trim());
-}
-
-/**
- * The instant (epoch ms) of a local date and time in `zone`, for times people type (a CLI's
- * `--time`), read once per command: `localTimeToInstant('2026-11-23T10:00:00', 'America/Chicago')`
- * is 2026-11-23T16:00:00Z.
- *
- * Accepts `YYYY-MM-DDTHH:MM`, `YYYY-MM-DDTHH:MM:SS` and `YYYY-MM-DDTHH:MM:SS.f` to `.fff`
- * (milliseconds), with `T` or a space; anything else is a RangeError that quotes the text, and
- * says so when the text carries an offset or `Z` (see `hasExplicitOffset`): such a text is an
- * instant already, and a zone applied to it would move it. An unknown zone is a RangeError too.
- *
- * Clock changes, as most calendar software treats them:
- * - a time that occurs twice (fall back) is its first occurrence, the one in daylight time:
- *   01:30 on 2026-11-01 in Chicago is 01:30 CDT (06:30Z), not 01:30 CST an hour later;
- * - a time that does not exist (spring forward) is moved forward by the length of the gap,
- *   that is, read with the offset in force before the change: 02:30 on 2026-03-08 in Chicago
- *   is 03:30 CDT (08:30Z).
- *
- * The zone rules are those `formatTime` uses (`zoneOffsetMinutes`: zoneinfo, else Intl), in
- * whole minutes. The offsets a day before and a day after are the only candidates, which
- * assumes at most one change of offset in any two days: true of every zone in the tz database
- * (the closest two changes are four days apart, Africa/Freetown in 1939).
- */
-export function localTimeToInstant(text: string, zone: string): number {
-  const m = LOCAL_DATE_TIME.exec(text);
-  if (!m) {
-    throw new RangeError(
-      hasExplicitOffset(text)
-        ? `${JSON.stringify(text)} carries a UTC offset or Z: it is an instant already, no zone applies`
-        : `expected a local date and time YYYY-MM-DDTHH:MM[:SS[.fff]] without offset, got ${JSON.stringify(text)}`,
-    );
-  }
-  const [y, mo, d, h, mi, s] = m.slice(1, 7).map((v) => Number(v ?? 0));
-  const ms = Number((m[7] ?? '').padEnd(3, '0'));
-  // setUTCFullYear, not Date.UTC: Date.UTC reads years 0-99 as 1900-1999.
-  const date = new Date(0);
-  date.setUTCFullYear(y, mo - 1, d);
-  date.setUTCHours(h, mi, s, ms);
-  if (mo < 1 || mo > 12 || date.getUTCMonth() !== mo - 1 || date.getUTCDate() !== d || h > 23 || mi > 59 || s > 59) {
-    throw new RangeError(`${JSON.stringify(text)} is not a date and time that exists on a calendar`);
-  }
-  const local = date.getTime(); // the wall-clock reading, as if it were UTC
-  const before = zoneOffsetMinutes(zone, local - DAY_MS);
-  const after = zoneOffsetMinutes(zone, local + DAY_MS);
-  // The larger offset gives the earlier instant: tried first, it picks the first occurrence.
-  for (const offset of before >= after ? [before, after] : [after, before]) {
-    const t = local - offset * 60_000;
-    if (zoneOffsetMinutes(zone, t) === offset) return t;
-  }
-  // In no reading is this wall-clock time shown: a spring-forward gap.
-  return local - before * 60_000;
-}
-
 /** The rules `formatTime` uses for `zone`: `tzif` when its zoneinfo file was read, else `intl`. */
 export function ruleSourceOf(zone: string): 'tzif' | 'intl' {
   return zoneState(zone).rules.kind;
@@ -453,3 +385,5 @@ function localDateTime(ms: number, offsetMin: number): string {
   const sign = offsetMin < 0 ? '-' : '+';
   return `${ymdhms(local)}.${frac}${sign}${pad2(Math.floor(abs / 60))}:${pad2(abs % 60)}`;
 }
+
+export { hasExplicitOffset, localTimeToInstant } from './localtime.js';
