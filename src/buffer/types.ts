@@ -120,15 +120,3 @@ export interface DeadLetter {
   body: unknown;
   createdMs: number;
 }
-
-interface RawDeadLetter {
-  id: number;
-  kind: 'milestone' | 'trace';
-  load_number: string;
-  record_id: number;
-  status: number | null;
-  response: string | null;
-  headers: string | null;
-  body: string;
-  created_ms: number;
-}
