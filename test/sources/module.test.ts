@@ -13,17 +13,17 @@ afterEach(async () => {
   while (cleanup.length) await cleanup.pop()!();
 });
 
-/** The fenced block of README.md that starts with `first`: the documentation is what is tested. */
+/** The fenced block of docs/sources.md that starts with `first`: the documentation is what is tested. */
 function readmeBlock(lang: string, first: string): string {
-  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const readme = readFileSync(join(ROOT, 'docs', 'sources.md'), 'utf8');
   const start = readme.indexOf(`\`\`\`${lang}\n${first}`);
-  expect(start, `README block ${first}`).toBeGreaterThan(-1);
+  expect(start, `docs/sources.md block ${first}`).toBeGreaterThan(-1);
   const body = readme.slice(start + lang.length + 4);
   return body.slice(0, body.indexOf('```'));
 }
 
 describe('module source', () => {
-  it("runs the README's example exactly as documented", async () => {
+  it('runs the documented example (docs/sources.md) exactly as written', async () => {
     const t = tempDir();
     cleanup.push(t.cleanup);
     const modulePath = join(t.dir, 'my-source.js');
@@ -36,7 +36,7 @@ describe('module source', () => {
       renameSync(`${tempFile}.new`, tempFile);
     };
     put('-18.5\n');
-    // The README's [[sources]] table, with its paths pointed at the temp dir.
+    // The documented [[sources]] table, with its paths pointed at the temp dir.
     const toml = readmeBlock('toml', '[[sources]]\ntype = "module"').replace('/opt/telematics/my-source.js', modulePath).replace('/run/reefer/temperature', tempFile);
     const cfg = sourceSchema.parse((parseToml(toml) as { sources: unknown[] }).sources[0]);
     expect(cfg).toMatchObject({ type: 'module', options: { resource_id: 'TRAILER-7', interval_s: 10 } });
