@@ -7,18 +7,17 @@ import { Command, CommanderError, Option } from 'commander';
 import { Agent } from './agent.js';
 import { accessProblem } from './buffer/db.js';
 import { Store } from './buffer/store.js';
-import { CliError, EXIT } from './cli/exit.js';
+import { EXIT } from './cli/exit.js';
 import { buildStatus, formatStatus } from './cli/status.js';
 import { ConfigError, keyFileWarning, loadConfig, resolveConfigPath, resolveSubscriptionKey, type LoadedConfig } from './config/load.js';
-import { AgentError } from './errors.js';
+import { AgentError, CliError } from './errors.js';
 import { formatTime } from './geo/timezone.js';
 import { createLogger } from './log.js';
 import { resourceTypeOf, RESOURCE_TYPES } from './milestones/codes.js';
 import { checkLoadNumber, describeMilestone, MilestoneError, recordMilestone } from './milestones/record.js';
-import { readStopsFile, StopsFileError } from './milestones/stops.js';
+import { readStopsFile } from './milestones/stops.js';
 import { SystemdNotifier } from './notify.js';
 import { packageVersion } from './paths.js';
-import { LoadError } from './buffer/store.js';
 
 const VERSION = packageVersion();
 
@@ -494,26 +493,15 @@ export async function main(argv = process.argv): Promise<void> {
   }
 }
 
+/** Print what ended the command and give its exit status: each AgentError carries its own. */
 function exitCodeFor(e: unknown): number {
   if (e instanceof CommanderError) {
-    // --help and --version come through here too, with exit code 0.
+    // Commander has printed its message. --help and --version come through here too, with exit code 0.
     return e.exitCode === 0 ? EXIT.OK : EXIT.USAGE;
   }
-  if (e instanceof ConfigError) {
-    err(e.message);
-    return EXIT.CONFIG;
-  }
-  if (e instanceof CliError) {
-    err(`error: ${e.message}`);
-    return e.exitCode;
-  }
   if (e instanceof AgentError) {
-    err(`error: ${e.message}`);
+    err(e.report());
     return e.exitCode;
-  }
-  if (e instanceof LoadError || e instanceof StopsFileError) {
-    err(`error: ${e.message}`);
-    return EXIT.DATA;
   }
   err(`error: ${(e as Error)?.message ?? String(e)}`);
   return EXIT.FAILURE;

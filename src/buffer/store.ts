@@ -12,6 +12,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Statement } from 'better-sqlite3';
+import { DataError } from '../errors.js';
 import type { Stop } from '../milestones/stops.js';
 import type { Reading } from '../sources/types.js';
 import { openDatabase, walSalts, type DB, type OpenOptions } from './db.js';
@@ -148,7 +149,7 @@ interface RawDeadLetter {
   created_ms: number;
 }
 
-export class LoadError extends Error {
+export class LoadError extends DataError {
   readonly code = 'ELOAD';
 }
 

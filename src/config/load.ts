@@ -8,6 +8,8 @@ import { hostname } from 'node:os';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { parse as parseToml, TomlError } from 'smol-toml';
 import type * as z from 'zod';
+import { EXIT } from '../cli/exit.js';
+import { AgentError } from '../errors.js';
 import { configSchema, type Config } from './schema.js';
 
 export const DEFAULT_CONFIG_PATH = '/etc/telematics-agent/agent.toml';
@@ -16,13 +18,20 @@ export const KEY_ENV = 'TELEMATICS_AGENT_SUBSCRIPTION_KEY';
 /** Name of the credential in `LoadCredential=subscription-key:/etc/...` of the unit. */
 export const CREDENTIAL_NAME = 'subscription-key';
 
-export class ConfigError extends Error {
+/** The config file cannot be read or is invalid, or the key cannot be found: exit 78, and the unit does not restart. */
+export class ConfigError extends AgentError {
   readonly code = 'ECONFIG';
+  readonly exitCode = EXIT.CONFIG;
   constructor(
     readonly file: string,
     readonly problems: string[],
   ) {
     super(`${file}: invalid configuration\n${problems.map((p) => `  ${p}`).join('\n')}`);
+  }
+
+  /** The message names the file and lists one problem a line: no `error:` before it. */
+  override report(): string {
+    return this.message;
   }
 }
 

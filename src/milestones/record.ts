@@ -24,8 +24,7 @@ import { formatIssues, milestoneBodySchema } from '../api/schemas.js';
 import { withRoom } from '../buffer/bounds.js';
 import { DuplicateEventError, type LoadRow, type MilestoneOrigin, type MilestoneRow, type NewMilestone, type Store } from '../buffer/store.js';
 import type { Config } from '../config/schema.js';
-import { EXIT } from '../cli/exit.js';
-import { AgentError } from '../errors.js';
+import { DataError } from '../errors.js';
 import { placeAt, placeNamed } from '../geo/places.js';
 import { formatTime, hasExplicitOffset, localTimeToInstant, systemZone, zoneAt } from '../geo/timezone.js';
 import { EVENT_CODES, REASON_CODES } from './codes.js';
@@ -53,9 +52,8 @@ export interface MilestoneInput {
 const quietLog = pino({ level: 'silent' });
 
 /** Bad input for a milestone (unknown load or code, bad time): exit 65, nothing written. */
-export class MilestoneError extends AgentError {
+export class MilestoneError extends DataError {
   readonly code: string = 'EMILESTONE';
-  readonly exitCode: number = EXIT.DATA;
 }
 
 /** How the place of a milestone was found. */

@@ -4,6 +4,7 @@
  */
 import { readFileSync } from 'node:fs';
 import * as z from 'zod';
+import { DataError } from '../errors.js';
 
 const isoTime = z.string().refine((s) => !Number.isNaN(Date.parse(s)), 'expected an ISO 8601 time');
 
@@ -41,7 +42,8 @@ export const stopsSchema = z
 
 export type Stop = z.infer<typeof stopSchema>;
 
-export class StopsFileError extends Error {
+/** The stops file cannot be read or is invalid: exit 65, no load started. */
+export class StopsFileError extends DataError {
   readonly code = 'ESTOPS';
 }
 
