@@ -8,8 +8,9 @@
  * package's entry reaches (zod's alone pulls in some 40 locale modules it never uses), and
  * every module record costs memory; the bundle keeps only what is used, in a few files.
  *
- * - Code splitting keeps what cli.ts and the sources load with `import()` in chunks of its
- *   own, loaded only when needed (a truck with only gpsd never loads the NMEA parser).
+ * - Code splitting keeps what the commands (src/cli/commands/) and the sources load with
+ *   `import()` in chunks of its own, loaded only when needed (a truck with only gpsd never
+ *   loads the NMEA parser).
  * - Only the packages in BUNDLED are inlined. The others stay imports resolved from
  *   node_modules at run time: native addons (better-sqlite3), packages that start workers or
  *   processes from files beside their own (pino with its transports, pino-pretty),

@@ -14,6 +14,8 @@
  * Our own instead of a library's because the ones at hand compute local time through `Intl`,
  * which maps ~8 MB of ICU data into a daemon that otherwise never needs it.
  */
+import { EXIT } from './cli/exit.js';
+import { AgentError } from './errors.js';
 import { systemZone, zoneOffsetMinutes } from './geo/timezone.js';
 
 interface Field {
@@ -36,7 +38,14 @@ const MAX_DAYS = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
 /** How far ahead `next` looks before it gives up (a leap day on a given weekday is within 28 years). */
 const HORIZON_S = 30 * 366 * 86_400;
 
-export class CronError extends Error {}
+/**
+ * A cron expression that cannot be parsed. The schema refuses one in the config first
+ * (cronProblem), so reaching a command it would be a configuration problem: exit 78.
+ */
+export class CronError extends AgentError {
+  readonly code = 'ECRON';
+  readonly exitCode = EXIT.CONFIG;
+}
 
 export class Cron {
   private constructor(

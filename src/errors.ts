@@ -4,6 +4,10 @@
  * `RestartPreventExitStatus=` lists the statuses of the failures a restart cannot fix, so a
  * broken buffer or config leaves the unit failed with its message instead of looping every
  * RestartSec.
+ *
+ * The CLI exits with `exitCode` of whatever AgentError ends a command; anything else is a
+ * run-time failure (exit 1). A class that belongs to one part lives there (ConfigError in
+ * config/load.ts, LoadError in buffer/store.ts, ...) and extends one of these.
  */
 import { EXIT } from './cli/exit.js';
 
@@ -12,6 +16,31 @@ export abstract class AgentError extends Error {
   abstract readonly exitCode: number;
   /** True when the same command may succeed later without anyone changing anything. */
   readonly retryable: boolean = false;
+
+  /** What a command prints on stderr before it exits with `exitCode`. */
+  report(): string {
+    return `error: ${this.message}`;
+  }
+}
+
+/** The input named on the command line is wrong (unknown load, bad stops file, bad time): nothing was written. */
+export abstract class DataError extends AgentError {
+  readonly exitCode: number = EXIT.DATA;
+}
+
+/**
+ * The command line itself is wrong in a way commander cannot see (options that go together, a
+ * number out of range): usage (64), or data (65) when the value is well-formed but refused.
+ */
+export class CliError extends AgentError {
+  readonly code: string;
+  constructor(
+    message: string,
+    readonly exitCode: typeof EXIT.USAGE | typeof EXIT.DATA,
+  ) {
+    super(message);
+    this.code = exitCode === EXIT.USAGE ? 'EUSAGE' : 'EDATA';
+  }
 }
 
 export type BufferProblem = 'corrupt' | 'newer' | 'foreign-wal' | 'access' | 'locked';

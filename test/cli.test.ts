@@ -74,7 +74,7 @@ describe('loads and milestones from the command line', () => {
     const r = await runCli(['load', 'start', 'L1', '--resource', 'T1', '--stops', stops, '--config', cfg]);
     expect(r.code).toBe(65);
     expect(r.stderr).toBe(
-      `error: ${stops}: [0].sequence: Too small: expected number to be >=1\n${stops}: [1].type: Invalid option: expected one of "pickup"|"delivery"|"other"\n`,
+      `error: ${stops}: [0].sequence: expected a number >= 1, got 0\n${stops}: [1].type: expected one of "pickup", "delivery", "other", got "lunch"\n`,
     );
   });
 

@@ -130,7 +130,7 @@ describe('daemon under faults', () => {
     const d = daemon(cfg);
     await waitFor(() => remaining().readings === 0 && remaining().deadLetters === 1, 15_000, 'one parked point');
     const list = await runCli(['dead-letter', 'list', '--config', cfg]);
-    expect(list.stdout).toMatch(/^1\t\S+\tload L1\ttrace point \(reading 4\)\tHTTP 400\t.*traces\.0: refused by the service/);
+    expect(list.stdout).toMatch(/^1\t\S+\tload L1\ttrace point \(reading 4\)\tHTTP 400\t.*traces\[0\]: refused by the service/);
     expect((await runCli(['dead-letter', 'retry', '--config', cfg])).code).toBe(64);
     sandbox.setFaults({ rejectTraceRefs: [] });
     const retry = await runCli(['dead-letter', 'retry', '--id', '1', '--config', cfg]);

@@ -78,10 +78,10 @@ describe('sandbox --strict and the real agent', () => {
     expect(sandbox!.stats.accepted).toBe(0);
 
     const milestone = events.find((e) => e.kind === 'milestone' && e.status === 400)!;
-    expect(milestone.problem).toMatch(/^source: required \(a non-empty string such as "carrier"\); time\.dateTime: expected UTC with whole seconds \(YYYY-MM-DDTHH:MM:SSZ\), got "[^"]+"$/);
+    expect(milestone.problem).toMatch(/^source: required \(expected a non-empty string such as "carrier"\); time\.dateTime: expected UTC with whole seconds \(YYYY-MM-DDTHH:MM:SSZ\), got "[^"]+"$/);
     // The simulator's points carry a temperature: its dateTime is named too.
-    const single = events.find((e) => e.kind === 'trace' && e.status === 400 && !/traces\.1\./.test(e.problem ?? ''))!;
-    expect(single.problem!.split('; ').map((p) => p.split(':')[0])).toEqual(['source', 'traces.0.time.dateTime', 'traces.0.temperature.dateTime']);
+    const single = events.find((e) => e.kind === 'trace' && e.status === 400 && !/traces\[1\]\./.test(e.problem ?? ''))!;
+    expect(single.problem!.split('; ').map((p) => p.split(':')[0])).toEqual(['source', 'traces[0].time.dateTime', 'traces[0].temperature.dateTime']);
 
     // What an operator reads in `dead-letter list`: the status and the sandbox's reasons.
     const m = dead.find((r) => r.kind === 'milestone')!;
@@ -90,7 +90,7 @@ describe('sandbox --strict and the real agent', () => {
     expect(m.response).toContain('time.dateTime: expected UTC with whole seconds');
     const t = dead.find((r) => r.kind !== 'milestone')!;
     expect(t.status).toBe(400);
-    expect(t.response).toContain('traces.0.time.dateTime: expected UTC with whole seconds');
+    expect(t.response).toContain('traces[0].time.dateTime: expected UTC with whole seconds');
   });
 
   it('accepts an agent configured with date_time_format = "utc" and extra_fields = { source = "carrier" }', async () => {
@@ -164,7 +164,7 @@ describe('telematics-agent sandbox --strict', () => {
         body: JSON.stringify({ eventCode: 'X3', reasonCode: 'NS', loadNumber: 'L 1', time: { dateTime: '2026-11-22T20:05:03Z', timeZoneCode: 'CST', timeZoneOffset: 'UTC-6' } }),
       });
       expect(res.status).toBe(400);
-      expect((await res.json()).problems).toEqual(['source: required (a non-empty string such as "carrier")', 'loadNumber: expected a match for ^[A-Za-z0-9-]{1,35}$, got "L 1"']);
+      expect((await res.json()).problems).toEqual(['source: required (expected a non-empty string such as "carrier")', 'loadNumber: expected a match for ^[A-Za-z0-9-]{1,35}$, got "L 1"']);
     } finally {
       child.kill('SIGTERM');
       const timer = setTimeout(() => child.kill('SIGKILL'), 5000);

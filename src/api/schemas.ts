@@ -6,7 +6,7 @@
  * The specification names the fields and their types but not which are required.
  * We require what a receiver cannot do without (the load, the code, the time) and
  * treat the rest as optional; unknown top-level fields pass, because deployments
- * add their own (`api.extra_fields`).
+ * add their own (`api.extra_fields`). Problems are put into words by src/validation.ts.
  */
 import * as z from 'zod';
 
@@ -15,8 +15,9 @@ const ISO_WITH_OFFSET = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]
 
 export const dateTimeSchema = z
   .string()
-  .regex(ISO_WITH_OFFSET, 'expected an ISO 8601 timestamp with a UTC offset')
-  .refine((s) => !Number.isNaN(Date.parse(s)), 'not a real date');
+  // Not the form: the date check below would only repeat the refusal.
+  .regex(ISO_WITH_OFFSET, { error: 'expected an ISO 8601 timestamp with a UTC offset', abort: true })
+  .refine((s) => !Number.isNaN(Date.parse(s)), 'expected a date that exists');
 
 /**
  * `UTC-5`, `UTC+1`, `UTC-3:30`, `UTC+0`: always a sign, no zero padding, minutes only when not
@@ -83,8 +84,3 @@ export type Reference = z.infer<typeof referenceSchema>;
 export type MilestoneBody = z.infer<typeof milestoneBodySchema>;
 export type Trace = z.infer<typeof traceSchema>;
 export type TraceBody = z.infer<typeof traceBodySchema>;
-
-/** `traces.3.coordinate.latitude: Too big: expected number to be <=90` */
-export function formatIssues(error: z.ZodError): string[] {
-  return error.issues.map((i) => `${i.path.length ? i.path.join('.') : '(body)'}: ${i.message}`);
-}

@@ -2,11 +2,12 @@
  * Loads: a load number on a resource (tractor, trailer) from `load start` to `load end`, its
  * stops, and where its delivery stands (the acknowledgement cursor, the sampling point).
  */
+import { DataError } from '../errors.js';
 import type { Stop } from '../milestones/stops.js';
 import type { DB } from './db.js';
 import type { LoadRow } from './types.js';
 
-export class LoadError extends Error {
+export class LoadError extends DataError {
   readonly code = 'ELOAD';
 }
 

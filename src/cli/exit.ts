@@ -1,6 +1,7 @@
 /**
  * Exit statuses, from sysexits.h where one fits, so scripts and systemd can tell
- * "fix the config" (78, which the unit refuses to restart on) from "try again".
+ * "fix the config" (78, which the unit refuses to restart on) from "try again". Each failure
+ * carries its status (`exitCode` of the classes in src/errors.ts); this is the one list.
  */
 export const EXIT = {
   OK: 0,
@@ -21,12 +22,3 @@ export const EXIT = {
   /** EX_CONFIG: the configuration is invalid, the key is missing, or another daemon holds the buffer. */
   CONFIG: 78,
 } as const;
-
-export class CliError extends Error {
-  constructor(
-    message: string,
-    readonly exitCode: number,
-  ) {
-    super(message);
-  }
-}

@@ -7,7 +7,9 @@ import { readFileSync, statSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { parse as parseToml, TomlError } from 'smol-toml';
-import type * as z from 'zod';
+import { EXIT } from '../cli/exit.js';
+import { AgentError } from '../errors.js';
+import { check, problemLine } from '../validation.js';
 import { configSchema, type Config } from './schema.js';
 
 export const DEFAULT_CONFIG_PATH = '/etc/telematics-agent/agent.toml';
@@ -16,13 +18,20 @@ export const KEY_ENV = 'TELEMATICS_AGENT_SUBSCRIPTION_KEY';
 /** Name of the credential in `LoadCredential=subscription-key:/etc/...` of the unit. */
 export const CREDENTIAL_NAME = 'subscription-key';
 
-export class ConfigError extends Error {
+/** The config file cannot be read or is invalid, or the key cannot be found: exit 78, and the unit does not restart. */
+export class ConfigError extends AgentError {
   readonly code = 'ECONFIG';
+  readonly exitCode = EXIT.CONFIG;
   constructor(
     readonly file: string,
     readonly problems: string[],
   ) {
     super(`${file}: invalid configuration\n${problems.map((p) => `  ${p}`).join('\n')}`);
+  }
+
+  /** The message names the file and lists one problem a line: no `error:` before it. */
+  override report(): string {
+    return this.message;
   }
 }
 
@@ -36,54 +45,6 @@ export interface LoadedConfig {
 
 export function resolveConfigPath(option: string | undefined, env: NodeJS.ProcessEnv = process.env): string {
   return option ?? env[CONFIG_ENV] ?? DEFAULT_CONFIG_PATH;
-}
-
-function formatPath(path: PropertyKey[]): string {
-  let out = '';
-  for (const p of path) {
-    if (typeof p === 'number') out += `[${p}]`;
-    else out += out ? `.${String(p)}` : String(p);
-  }
-  return out || '(top level)';
-}
-
-function describe(value: unknown): string {
-  if (value === undefined) return 'nothing';
-  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}...` : value);
-  if (Array.isArray(value)) return 'an array';
-  if (value === null) return 'null';
-  if (typeof value === 'object') return 'a table';
-  return String(value);
-}
-
-/** Turn zod issues into `path: problem` lines an operator can act on. */
-export function formatConfigIssues(error: z.ZodError): string[] {
-  const out: string[] = [];
-  for (const issue of error.issues) {
-    const path = formatPath(issue.path);
-    if (issue.code === 'unrecognized_keys') {
-      for (const key of issue.keys) out.push(`${formatPath([...issue.path, key])}: unknown key`);
-    } else if (issue.code === 'invalid_type' && issue.input === undefined) {
-      out.push(issue.expected === 'object' ? `${path}: required table [${path}] is missing` : `${path}: required (expected ${issue.expected})`);
-    } else if (issue.code === 'invalid_type') {
-      out.push(`${path}: expected ${issue.expected}, got ${describe(issue.input)}`);
-    } else if (issue.code === 'invalid_union' && 'discriminator' in issue && issue.discriminator) {
-      const input = issue.input as Record<string, unknown> | undefined;
-      const at = issue.path[issue.path.length - 1] === issue.discriminator ? issue.path : [...issue.path, issue.discriminator];
-      out.push(`${formatPath(at)}: unknown source type ${describe(input?.[issue.discriminator])}`);
-    } else if (issue.code === 'too_small' || issue.code === 'too_big') {
-      const op = issue.code === 'too_small' ? (issue.inclusive ? '>=' : '>') : issue.inclusive ? '<=' : '<';
-      const bound = issue.code === 'too_small' ? issue.minimum : issue.maximum;
-      const what = issue.origin === 'number' || issue.origin === 'int' ? `a number ${op} ${String(bound)}` : `${issue.origin} length ${op} ${String(bound)}`;
-      out.push(`${path}: expected ${what}, got ${describe(issue.input)}`);
-    } else if (issue.code === 'invalid_value') {
-      out.push(`${path}: expected one of ${issue.values.map((v) => JSON.stringify(v)).join(', ')}, got ${describe(issue.input)}`);
-    } else {
-      const got = issue.input !== undefined && typeof issue.input !== 'object' ? `, got ${describe(issue.input)}` : '';
-      out.push(`${path}: ${issue.message}${got}`);
-    }
-  }
-  return out;
 }
 
 function readConfigText(file: string): string {
@@ -108,8 +69,8 @@ export function parseConfigText(text: string, file: string, baseDir = dirname(re
     }
     throw err;
   }
-  const result = configSchema.safeParse(raw, { reportInput: true });
-  if (!result.success) throw new ConfigError(file, formatConfigIssues(result.error));
+  const result = check(configSchema, raw, 'toml');
+  if (!result.success) throw new ConfigError(file, result.problems.map(problemLine));
   return absolutise(result.data, baseDir);
 }
 

@@ -20,14 +20,14 @@
  */
 import { randomUUID } from 'node:crypto';
 import pino, { type Logger } from 'pino';
-import { formatIssues, milestoneBodySchema } from '../api/schemas.js';
+import { milestoneBodySchema } from '../api/schemas.js';
 import { withRoom } from '../buffer/bounds.js';
 import { DuplicateEventError, type LoadRow, type MilestoneOrigin, type MilestoneRow, type NewMilestone, type Store } from '../buffer/store.js';
 import type { Config } from '../config/schema.js';
-import { EXIT } from '../cli/exit.js';
-import { AgentError } from '../errors.js';
+import { DataError } from '../errors.js';
 import { placeAt, placeNamed } from '../geo/places.js';
 import { formatTime, hasExplicitOffset, localTimeToInstant, systemZone, zoneAt } from '../geo/timezone.js';
+import { check, problemLine } from '../validation.js';
 import { EVENT_CODES, REASON_CODES } from './codes.js';
 
 export interface MilestoneInput {
@@ -53,9 +53,8 @@ export interface MilestoneInput {
 const quietLog = pino({ level: 'silent' });
 
 /** Bad input for a milestone (unknown load or code, bad time): exit 65, nothing written. */
-export class MilestoneError extends AgentError {
+export class MilestoneError extends DataError {
   readonly code: string = 'EMILESTONE';
-  readonly exitCode: number = EXIT.DATA;
 }
 
 /** How the place of a milestone was found. */
@@ -231,8 +230,8 @@ export function prepareMilestone(store: Store, config: Config, input: MilestoneI
   body.time = formatTime(new Date(timeMs), placement.zone, config.api.date_time_format);
   if (input.stop !== undefined) body.stopsequenceNumber = input.stop;
   body.references = [...(input.references ?? []), { name: 'milestoneId', value: ref }];
-  const parsed = milestoneBodySchema.safeParse(body);
-  if (!parsed.success) throw new MilestoneError(formatIssues(parsed.error).join('; '));
+  const parsed = check(milestoneBodySchema, body);
+  if (!parsed.success) throw new MilestoneError(parsed.problems.map(problemLine).join('; '));
   return {
     item: {
       loadNumber: load.loadNumber,

@@ -4,6 +4,8 @@
  */
 import { readFileSync } from 'node:fs';
 import * as z from 'zod';
+import { DataError } from '../errors.js';
+import { check, problemLine } from '../validation.js';
 
 const isoTime = z.string().refine((s) => !Number.isNaN(Date.parse(s)), 'expected an ISO 8601 time');
 
@@ -41,7 +43,8 @@ export const stopsSchema = z
 
 export type Stop = z.infer<typeof stopSchema>;
 
-export class StopsFileError extends Error {
+/** The stops file cannot be read or is invalid: exit 65, no load started. */
+export class StopsFileError extends DataError {
   readonly code = 'ESTOPS';
 }
 
@@ -52,10 +55,7 @@ export function readStopsFile(file: string): Stop[] {
   } catch (err) {
     throw new StopsFileError(`${file}: ${(err as Error).message}`);
   }
-  const parsed = stopsSchema.safeParse(raw);
-  if (!parsed.success) {
-    const lines = parsed.error.issues.map((i) => `${file}: ${i.path.map((p) => (typeof p === 'number' ? `[${p}]` : `.${String(p)}`)).join('').replace(/^\./, '') || '(top level)'}: ${i.message}`);
-    throw new StopsFileError(lines.join('\n'));
-  }
+  const parsed = check(stopsSchema, raw);
+  if (!parsed.success) throw new StopsFileError(parsed.problems.map((p) => `${file}: ${problemLine(p)}`).join('\n'));
   return parsed.data;
 }

@@ -2,7 +2,8 @@
  * `telematics-agent sandbox`: run the sandbox in the foreground with faults from the command line.
  */
 import { readFileSync } from 'node:fs';
-import { CliError, EXIT } from '../cli/exit.js';
+import { EXIT } from '../cli/exit.js';
+import { CliError } from '../errors.js';
 import type { MilestoneBody, TraceBody } from '../api/schemas.js';
 import { loadNumberRule } from './rules.js';
 import { Sandbox } from './server.js';

@@ -3,7 +3,9 @@
  * schemas keep the specification's form, which the agent sends by default; these rules are
  * the sandbox's `--strict`, so a carrier learns on a laptop that a config needs
  * `date_time_format = "utc"` and a `source`, not from the dead-letter table of a truck.
+ * Their problems read like the schemas' (src/validation.ts).
  */
+import { describeValue, formatPath, type Problem } from '../validation.js';
 
 /** UTC with whole seconds: the only `dateTime` form one deployment was seen accepting. */
 export const UTC_DATE_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/;
@@ -22,11 +24,6 @@ export interface Rules {
   /** UTC `dateTime` everywhere and a top-level `source`. */
   strict: boolean;
   loadNumber?: LoadNumberRule;
-}
-
-export interface RuleProblem {
-  path: string;
-  message: string;
 }
 
 /**
@@ -52,31 +49,31 @@ const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'obj
  * Problems with a parsed JSON body, top-level fields first (an agent keeps only the start of
  * a refusal with its dead letter). Fields of the wrong type are left to the schemas.
  */
-export function ruleProblems(kind: 'milestone' | 'trace', data: unknown, rules: Rules): RuleProblem[] {
-  const problems: RuleProblem[] = [];
+export function ruleProblems(kind: 'milestone' | 'trace', data: unknown, rules: Rules): Problem[] {
+  const problems: Problem[] = [];
   const body = isRecord(data) ? data : {};
   if (rules.strict) {
     const source = body.source;
-    if (source === undefined) problems.push({ path: 'source', message: 'required (a non-empty string such as "carrier")' });
-    else if (typeof source !== 'string' || source === '') problems.push({ path: 'source', message: `expected a non-empty string, got ${JSON.stringify(source)}` });
+    if (source === undefined) problems.push({ path: 'source', message: 'required (expected a non-empty string such as "carrier")' });
+    else if (typeof source !== 'string' || source === '') problems.push({ path: 'source', message: `expected a non-empty string, got ${describeValue(source)}` });
   }
   const rule = rules.loadNumber;
   if (rule && typeof body.loadNumber === 'string' && !rule.re.test(body.loadNumber)) {
-    problems.push({ path: 'loadNumber', message: `expected a match for ${rule.pattern}, got ${JSON.stringify(body.loadNumber)}` });
+    problems.push({ path: 'loadNumber', message: `expected a match for ${rule.pattern}, got ${describeValue(body.loadNumber)}` });
   }
   if (!rules.strict) return problems;
-  const dateTime = (path: string, value: unknown) => {
+  const dateTime = (path: PropertyKey[], value: unknown) => {
     if (typeof value === 'string' && !UTC_DATE_TIME.test(value)) {
-      problems.push({ path, message: `expected UTC with whole seconds (YYYY-MM-DDTHH:MM:SSZ), got ${JSON.stringify(value)}` });
+      problems.push({ path: formatPath(path), message: `expected UTC with whole seconds (YYYY-MM-DDTHH:MM:SSZ), got ${describeValue(value)}` });
     }
   };
   if (kind === 'milestone') {
-    if (isRecord(body.time)) dateTime('time.dateTime', body.time.dateTime);
+    if (isRecord(body.time)) dateTime(['time', 'dateTime'], body.time.dateTime);
   } else if (Array.isArray(body.traces)) {
     body.traces.forEach((t: unknown, i) => {
       if (!isRecord(t)) return;
-      if (isRecord(t.time)) dateTime(`traces.${i}.time.dateTime`, t.time.dateTime);
-      if (isRecord(t.temperature)) dateTime(`traces.${i}.temperature.dateTime`, t.temperature.dateTime);
+      if (isRecord(t.time)) dateTime(['traces', i, 'time', 'dateTime'], t.time.dateTime);
+      if (isRecord(t.temperature)) dateTime(['traces', i, 'temperature', 'dateTime'], t.temperature.dateTime);
     });
   }
   return problems;

@@ -13,7 +13,8 @@
 import { appendFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { formatIssues, milestoneBodySchema, traceBodySchema, type MilestoneBody, type TraceBody } from '../api/schemas.js';
+import { milestoneBodySchema, traceBodySchema, type MilestoneBody, type TraceBody } from '../api/schemas.js';
+import { check, problemLine } from '../validation.js';
 import { ruleProblems, sandboxRules, type Rules } from './rules.js';
 
 export interface Faults {
@@ -290,16 +291,12 @@ export class Sandbox {
       return this.json(res, 400, { error: 'body is not JSON', problems: [(err as Error).message] });
     }
     const schema = kind === 'milestone' ? milestoneBodySchema : traceBodySchema;
-    const parsed = schema.safeParse(data);
+    const parsed = check(schema, data);
     // Every problem in one answer, so a sender fixes them in one go; a field the schema
     // already refused is not named twice.
-    const schemaPaths = new Set(parsed.success ? [] : parsed.error.issues.map((i) => i.path.join('.')));
-    const problems = [
-      ...(parsed.success ? [] : formatIssues(parsed.error)),
-      ...ruleProblems(kind, data, this.rules)
-        .filter((p) => !schemaPaths.has(p.path))
-        .map((p) => `${p.path}: ${p.message}`),
-    ];
+    const schemaProblems = parsed.success ? [] : parsed.problems;
+    const schemaPaths = new Set(schemaProblems.map((p) => p.path));
+    const problems = [...schemaProblems, ...ruleProblems(kind, data, this.rules).filter((p) => !schemaPaths.has(p.path))].map(problemLine);
     if (!parsed.success || problems.length > 0) {
       this.stats.invalid += 1;
       emit({ status: 400, problem: problems.join('; ') });
@@ -322,8 +319,8 @@ export class Sandbox {
         const bad = tb.traces.findIndex((t) => t.references?.some((r) => f.rejectTraceRefs.includes(r.value)));
         if (bad >= 0) {
           this.stats.faults.rejected += 1;
-          emit({ status: 400, problem: `traces.${bad} refused (fault)` });
-          return this.json(res, 400, { error: 'refused', problems: [`traces.${bad}: refused by the service`] });
+          emit({ status: 400, problem: `traces[${bad}] refused (fault)` });
+          return this.json(res, 400, { error: 'refused', problems: [`traces[${bad}]: refused by the service`] });
         }
       }
     }

@@ -14,6 +14,7 @@ import { basename } from 'node:path';
 import * as z from 'zod';
 import { KEY_ENV } from '../config/load.js';
 import type { ExecSourceConfig } from '../config/schema.js';
+import { check, problemLine } from '../validation.js';
 import { Backoff, LineSplitter, preview, SourceStats, timer } from './common.js';
 import type { Reading, Source, SourceContext, SourceHealth } from './types.js';
 
@@ -40,11 +41,8 @@ export function parseExecLine(text: string, nowMs: number): ExecLineResult {
   } catch {
     return { ok: false, reason: `not JSON: ${preview(text)}` };
   }
-  const r = execLineSchema.safeParse(json);
-  if (!r.success) {
-    const problems = r.error.issues.slice(0, 3).map((i) => `${i.path.length ? `${i.path.join('.')}: ` : ''}${i.message}`);
-    return { ok: false, reason: problems.join('; ') };
-  }
+  const r = check(execLineSchema, json);
+  if (!r.success) return { ok: false, reason: r.problems.slice(0, 3).map(problemLine).join('; ') };
   const l = r.data;
   const t = l.temperature === undefined ? undefined : l.temperatureUnit === 'F' ? Math.round(((l.temperature - 32) / 1.8) * 1000) / 1000 : l.temperature;
   return {

@@ -4,14 +4,18 @@
  */
 import { readFileSync } from 'node:fs';
 import { extname } from 'node:path';
+import { EXIT } from '../cli/exit.js';
+import { AgentError } from '../errors.js';
 
 export interface RoutePoint {
   lat: number;
   lon: number;
 }
 
-export class RouteError extends Error {
+/** The simulator's route cannot be read: `run` and `demo` end with it, as a run-time failure (exit 1). */
+export class RouteError extends AgentError {
   readonly code = 'EROUTE';
+  readonly exitCode = EXIT.FAILURE;
 }
 
 /**

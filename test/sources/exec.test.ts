@@ -41,14 +41,14 @@ describe('exec source', () => {
     expect(rec.readings[2]).toEqual({ resourceId: 'TRAILER-7', timeMs: Date.parse('2026-01-15T20:05:04Z'), temperatureC: -18.2, odometer: 120345.6 });
     expect(rec.rejects).toEqual([
       'line 3: not JSON: "\\u0000\ufffd\ufffd\\u001b"', // control bytes escaped, invalid UTF-8 replaced
-      'line 4: latitude: Invalid input: expected number, received string',
-      'line 5: latitude: Too big: expected number to be <=90',
+      'line 4: latitude: expected number, got "NaN"',
+      'line 5: latitude: expected a number <= 90, got 200',
       expect.stringMatching(/^line 6: not JSON: /),
       'line 7: 10485796 bytes, longer than max_line_bytes (65536); skipped',
-      'line 8: Unrecognized keys: "lat", "lon"',
-      'line 9: time: expected an ISO 8601 time with Z or an offset, e.g. 2026-01-15T14:05:03Z',
+      'line 8: lat: unknown key; lon: unknown key',
+      'line 9: time: expected an ISO 8601 time with Z or an offset, e.g. 2026-01-15T14:05:03Z, got "2026-01-15 14:05:03"',
       'line 10: position: latitude and longitude must come together',
-      'line 11: Invalid input: expected object, received array',
+      'line 11: (top level): expected object, got an array',
     ]);
     await waitFor(() => rec.logs.some((l) => l.stderr === 'controller: CAN timeout, retrying'), 5000, 'stderr in the log');
     expect(rec.logs.find((l) => l.stderr === `adapter pid ${pid} starting`)).toMatchObject({ level: 40, msg: 'command stderr' });

@@ -1,0 +1,59 @@
+/**
+ * `load start|end|list`: which load a resource carries; readings are kept only while it has one.
+ */
+import type { Command } from 'commander';
+import { CliError } from '../../errors.js';
+import { resourceTypeOf, RESOURCE_TYPES } from '../../milestones/codes.js';
+import { checkLoadNumber } from '../../milestones/record.js';
+import { readStopsFile } from '../../milestones/stops.js';
+import { configOption, load, out, withStore } from '../common.js';
+import { EXIT } from '../exit.js';
+
+export function addLoadCommand(program: Command): void {
+  const loadCmd = program.command('load').description('assign loads to resources (readings are kept only while a load is active)');
+  loadCmd
+    .command('start')
+    .description('start a load on a resource (tractor, trailer)')
+    .argument('<loadNumber>', 'the load number the service knows; must match api.load_number_pattern (default ^[A-Za-z0-9-]{1,35}$)')
+    .requiredOption('-r, --resource <id>', 'resourceId the readings are tagged with')
+    .option('-t, --resource-type <type>', `resourceType sent with traces: ${RESOURCE_TYPES.join(', ')}`, 'Truck')
+    .option('-s, --stops <file>', 'JSON file with the load\'s stops (see config/stops.example.json)')
+    .addOption(configOption())
+    .action((loadNumber: string, opts: { resource: string; resourceType: string; stops?: string; config?: string }) => {
+      const resourceType = resourceTypeOf(opts.resourceType);
+      if (!resourceType) throw new CliError(`--resource-type: expected one of ${RESOURCE_TYPES.join(', ')}, got ${JSON.stringify(opts.resourceType)}`, EXIT.DATA);
+      const stops = opts.stops ? readStopsFile(opts.stops) : [];
+      const loaded = load(opts.config);
+      checkLoadNumber(loadNumber, loaded.config);
+      const row = withStore(loaded, (store) =>
+        store.startLoad({ loadNumber, resourceId: opts.resource, resourceType, stops, nowMs: Date.now() }),
+      );
+      out(`load ${row.loadNumber} started on ${row.resourceId} (${row.resourceType}) with ${row.stops.length} stop(s)`);
+    });
+  loadCmd
+    .command('end')
+    .description('end a load; its buffered readings are still delivered')
+    .argument('<loadNumber>')
+    .addOption(configOption())
+    .action((loadNumber: string, opts: { config?: string }) => {
+      const loaded = load(opts.config);
+      withStore(loaded, (store) => store.endLoad(loadNumber, Date.now()));
+      out(`load ${loadNumber} ended`);
+    });
+  loadCmd
+    .command('list')
+    .description('list active loads (--all: ended ones too)')
+    .option('-a, --all', 'include ended loads')
+    .option('--json', 'machine-readable output')
+    .addOption(configOption())
+    .action((opts: { all?: boolean; json?: boolean; config?: string }) => {
+      const loaded = load(opts.config);
+      const loads = withStore(loaded, (store) => store.listLoads(opts.all ?? false));
+      if (opts.json) return out(JSON.stringify(loads, null, 2));
+      if (loads.length === 0) return out(opts.all ? 'no loads' : 'no active loads');
+      for (const l of loads) {
+        const state = l.endedMs === null ? 'active' : `ended ${new Date(l.endedMs).toISOString()}`;
+        out(`${l.loadNumber}\t${l.resourceId}\t${l.resourceType}\t${l.stops.length} stop(s)\tnext stop ${l.nextStop ?? '-'}\t${state}`);
+      }
+    });
+}

@@ -1,0 +1,129 @@
+/**
+ * `run`: the daemon in the foreground, what the systemd unit starts.
+ */
+import type { Command } from 'commander';
+import { Agent } from '../../agent.js';
+import { ConfigError, loadConfig, resolveSubscriptionKey, type LoadedConfig } from '../../config/load.js';
+import { AgentError } from '../../errors.js';
+import { createLogger } from '../../log.js';
+import { SystemdNotifier } from '../../notify.js';
+import { configOption, load } from '../common.js';
+import { EXIT } from '../exit.js';
+
+export function addRunCommand(program: Command): void {
+  program
+    .command('run')
+    .description('run the agent in the foreground (what the systemd unit starts); stops cleanly on SIGTERM')
+    .addOption(configOption())
+    .action(async (opts: { config?: string }) => {
+      const loaded = load(opts.config);
+      const key = resolveSubscriptionKey(loaded);
+      const log = createLogger({ level: loaded.config.log.level });
+      await runDaemon(loaded, key, log);
+    });
+}
+
+/**
+ * Run until SIGTERM/SIGINT; stop gracefully within delivery.shutdown_timeout_s, which the
+ * schema keeps below the unit's TimeoutStopSec: past it the agent exits by itself (status 1)
+ * rather than be killed mid-write. SIGHUP reloads the config file and the key; an invalid
+ * new config is refused and the running one kept.
+ */
+export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof resolveSubscriptionKey>, log: ReturnType<typeof createLogger>): Promise<void> {
+  let stopRequested: ((signal: string, exitCode?: number) => void) | undefined;
+  let pendingStop: { signal: string; exitCode?: number } | undefined;
+  const agent = new Agent(loaded, key, log, {
+    onFatal: (e) => {
+      const code = e instanceof AgentError ? e.exitCode : EXIT.FAILURE;
+      if (stopRequested) stopRequested('fatal', code);
+      else pendingStop = { signal: 'fatal', exitCode: code };
+    },
+  });
+  // A bug must not cost the readings waiting in memory: commit them, then exit non-zero so
+  // systemd restarts the service (Restart=on-failure).
+  const onFatal = (err: unknown) => {
+    log.fatal({ err: err instanceof Error ? { message: err.message, stack: err.stack } : String(err) }, 'unexpected error; committing queued readings and exiting');
+    try {
+      agent.ingest?.flush(true);
+    } catch {
+      // Nothing more can be saved.
+    }
+    process.exit(EXIT.FAILURE);
+  };
+  process.on('uncaughtException', onFatal);
+  process.on('unhandledRejection', onFatal);
+  // Type=notify: systemd counts the agent as started at READY=1, and restarts it when the
+  // event loop stops beating the watchdog. Off systemd this does nothing.
+  const notifier = new SystemdNotifier(log.child({ component: 'systemd' }));
+  const running = () => `running: ${agent.sources.length} source(s)`;
+  await notifier.start();
+  // A signal during start is kept and acted on once the agent is up.
+  const early = (signal: NodeJS.Signals) => () => {
+    pendingStop ??= { signal };
+  };
+  const earlyTerm = early('SIGTERM');
+  const earlyInt = early('SIGINT');
+  process.once('SIGTERM', earlyTerm);
+  process.once('SIGINT', earlyInt);
+  try {
+    await agent.start();
+  } finally {
+    process.off('SIGTERM', earlyTerm);
+    process.off('SIGINT', earlyInt);
+  }
+  void notifier.ready(running());
+  const onHup = () => {
+    void notifier.reloading('reloading the configuration');
+    try {
+      const next = loadConfig(loaded.file);
+      const nextKey = resolveSubscriptionKey(next);
+      for (const w of next.warnings) log.warn(w);
+      agent
+        .reload(next, nextKey)
+        .then(({ applied, needsRestart }) => {
+          log.info({ config: next.file, keyOrigin: nextKey.origin, applied, needsRestart }, 'configuration reloaded');
+          if (needsRestart.length) log.warn({ needsRestart }, `changed settings that apply only after a restart (systemctl restart telematics-agent): ${needsRestart.join(', ')}`);
+        })
+        .catch((e) => log.error({ err: (e as Error).message }, 'reload failed'))
+        .finally(() => void notifier.ready(running()));
+    } catch (e) {
+      const problems = e instanceof ConfigError ? e.problems : [(e as Error).message];
+      log.error({ problems }, 'new configuration refused; still running with the previous one');
+      void notifier.ready(running());
+    }
+  };
+  process.on('SIGHUP', onHup);
+  const exitCode = await new Promise<number>((resolve) => {
+    let stopping = false;
+    const stop = (signal: string, code = EXIT.OK as number) => {
+      if (stopping) return;
+      stopping = true;
+      log.info({ signal }, 'stopping');
+      void notifier.stopping('stopping: committing readings, finishing deliveries');
+      const limitS = agent.config.delivery.shutdown_timeout_s;
+      const deadline = setTimeout(() => {
+        log.error({ shutdownTimeoutS: limitS }, 'could not stop within delivery.shutdown_timeout_s; exiting now (what is committed stays buffered)');
+        try {
+          agent.ingest.flush(true);
+        } catch {
+          // Exiting anyway.
+        }
+        process.exit(EXIT.FAILURE);
+      }, limitS * 1000);
+      agent
+        .stop()
+        .catch((e) => log.error({ err: (e as Error).message }, 'error while stopping'))
+        .finally(() => {
+          clearTimeout(deadline);
+          resolve(code);
+        });
+    };
+    stopRequested = stop;
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+    if (pendingStop) stop(pendingStop.signal, pendingStop.exitCode);
+  });
+  process.off('SIGHUP', onHup);
+  await notifier.stop();
+  if (exitCode !== EXIT.OK) process.exitCode = exitCode;
+}
