@@ -11,6 +11,7 @@
  * failure is logged when it starts and when it ends, with counts, not at every try.
  */
 import type { Logger } from 'pino';
+import { backoffDelay } from '../backoff.js';
 import type { Reading } from '../sources/types.js';
 import { readingProblem } from '../sources/types.js';
 import { isDiskFull } from './disk.js';
@@ -260,7 +261,7 @@ export class Ingest {
     const now = this.now();
     const prev = this.stats.trouble;
     const attempts = prev && prev.kind === kind ? prev.attempts + 1 : 1;
-    const delay = Math.min(MAX_COMMIT_RETRY_MS, this.opts.flushIntervalMs * 2 ** Math.min(attempts - 1, 20));
+    const delay = backoffDelay(attempts - 1, { initialMs: this.opts.flushIntervalMs, maxMs: MAX_COMMIT_RETRY_MS });
     this.stats.trouble = { kind, sinceMs: prev?.sinceMs ?? now, attempts, lastError: message, nextAttemptMs: now + delay };
     if (!prev || prev.kind !== kind) {
       const what = kind === 'disk-full' ? 'disk full' : 'commit failed';

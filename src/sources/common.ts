@@ -1,7 +1,7 @@
 /**
  * Small parts every device source needs: a line splitter that never holds more than a cap
- * (a peer printing 10 MB without a newline must not cost 10 MB), capped exponential backoff,
- * the validate-count-emit step, and a logging policy for peers that are not there yet.
+ * (a peer printing 10 MB without a newline must not cost 10 MB), the validate-count-emit
+ * step, and a logging policy for peers that are not there yet.
  */
 import type { Logger } from 'pino';
 import { readingProblem, type Reading, type SourceContext, type SourceHealth } from './types.js';
@@ -91,36 +91,6 @@ export class LineSplitter {
     let text = buf.toString('utf8');
     if (text.endsWith('\r')) text = text.slice(0, -1);
     this.on.line(text, this.lineNo);
-  }
-}
-
-/** Exponential backoff from `initialMs`, doubling, capped at `maxMs`. */
-export class Backoff {
-  private n = 0;
-
-  constructor(
-    private readonly initialMs: number,
-    private readonly maxMs: number,
-  ) {}
-
-  /** The wait before the next attempt; each call doubles the following one. */
-  next(): number {
-    const ms = Math.min(this.maxMs, this.initialMs * 2 ** Math.min(this.n, 30));
-    this.n += 1;
-    return ms;
-  }
-
-  /** Failures in a row since the last reset. */
-  get failures(): number {
-    return this.n;
-  }
-
-  get atMax(): boolean {
-    return this.initialMs * 2 ** Math.min(this.n, 30) >= this.maxMs;
-  }
-
-  reset(): void {
-    this.n = 0;
   }
 }
 

@@ -14,7 +14,8 @@ import { basename } from 'node:path';
 import * as z from 'zod';
 import { KEY_ENV } from '../config/load.js';
 import type { ExecSourceConfig } from '../config/schema.js';
-import { Backoff, LineSplitter, preview, SourceStats, timer } from './common.js';
+import { Backoff } from '../backoff.js';
+import { LineSplitter, preview, SourceStats, timer } from './common.js';
 import type { Reading, Source, SourceContext, SourceHealth } from './types.js';
 
 /** One line of the exec contract. Unknown keys are refused: a misspelt `lat` must not vanish silently. */
@@ -98,7 +99,7 @@ export class ExecSource implements Source {
     const program = typeof cfg.command === 'string' ? cfg.command.split(/\s+/)[0] : cfg.command[0];
     this.name = cfg.name ?? `exec:${basename(program)}`;
     this.stats = new SourceStats(ctx);
-    this.backoff = new Backoff(cfg.restart_initial_s * 1000, cfg.restart_max_s * 1000);
+    this.backoff = new Backoff({ initialMs: cfg.restart_initial_s * 1000, maxMs: cfg.restart_max_s * 1000 });
   }
 
   /** PID of the running command (tests, status). */

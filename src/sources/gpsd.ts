@@ -10,7 +10,8 @@
  */
 import { connect, type Socket } from 'node:net';
 import type { GpsdSourceConfig } from '../config/schema.js';
-import { AttemptLog, Backoff, LineSplitter, preview, SourceStats, timer } from './common.js';
+import { Backoff } from '../backoff.js';
+import { AttemptLog, LineSplitter, preview, SourceStats, timer } from './common.js';
 import type { Source, SourceContext, SourceHealth } from './types.js';
 
 type Json = Record<string, unknown>;
@@ -46,7 +47,7 @@ export class GpsdSource implements Source {
   ) {
     this.name = cfg.name ?? `gpsd:${cfg.resource_id}`;
     this.stats = new SourceStats(ctx);
-    this.backoff = new Backoff(cfg.reconnect_initial_s * 1000, cfg.reconnect_max_s * 1000);
+    this.backoff = new Backoff({ initialMs: cfg.reconnect_initial_s * 1000, maxMs: cfg.reconnect_max_s * 1000 });
     this.attempts = new AttemptLog(ctx.log, `gpsd at ${this.address}`);
   }
 

@@ -19,7 +19,8 @@ import { Socket } from 'node:net';
 import { ReadStream as TtyReadStream } from 'node:tty';
 import type { Readable } from 'node:stream';
 import type { NmeaSourceConfig } from '../config/schema.js';
-import { AttemptLog, Backoff, LineSplitter, preview, SourceStats, timer } from './common.js';
+import { Backoff } from '../backoff.js';
+import { AttemptLog, LineSplitter, preview, SourceStats, timer } from './common.js';
 import type { Reading, Source, SourceContext, SourceHealth } from './types.js';
 
 const KNOTS_TO_MS = 1852 / 3600;
@@ -274,7 +275,7 @@ export class NmeaSource implements Source {
     this.name = cfg.name ?? `nmea:${cfg.resource_id}`;
     this.stats = new SourceStats(ctx);
     this.decoder = new NmeaDecoder(cfg.resource_id, { reading: (r, where) => this.stats.emit(r, where), reject: (reason) => this.stats.reject(reason) });
-    this.backoff = new Backoff(cfg.reopen_initial_s * 1000, cfg.reopen_max_s * 1000);
+    this.backoff = new Backoff({ initialMs: cfg.reopen_initial_s * 1000, maxMs: cfg.reopen_max_s * 1000 });
     this.attempts = new AttemptLog(ctx.log, `NMEA device ${cfg.device}`);
   }
 
