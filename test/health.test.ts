@@ -3,6 +3,8 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Agent } from '../src/agent.js';
 import { configSchema } from '../src/config/schema.js';
+import { healthProblems } from '../src/health.js';
+import type { Source, SourceHealth } from '../src/sources/types.js';
 import { addSecret, createLogger } from '../src/log.js';
 import { Sandbox } from '../src/sandbox/server.js';
 import { TEST_KEY, TEST_SCAC, tempDir, waitFor } from './helpers.js';
@@ -84,6 +86,29 @@ describe('health endpoint and metrics', () => {
     const after = parseMetrics(await (await fetch(`${base}/metrics`)).text());
     expect(after.get('telematics_pushes_total{class="retry"}')).toBeGreaterThan(0);
     expect(after.get('telematics_queue_readings')).toBeGreaterThan(0);
+  });
+});
+
+describe('source silence', () => {
+  it('calls a source silent after health.source_silent_s, unless it finished on purpose', () => {
+    const source = (name: string, h: Partial<SourceHealth>): Source => ({
+      name,
+      type: 'nmea',
+      start: async () => undefined,
+      stop: async () => undefined,
+      health: () => ({ healthy: true, readings: 60, rejected: 0, lastReadingMs: 0, finished: false, ...h }),
+    });
+    const agent = {
+      sender: { status: {} },
+      store: { counts: () => ({ readings: 0, pendingMilestones: 0 }) },
+      pushIntervalMs: () => 900_000,
+      startedAt: 0,
+      ingest: { stats: { trouble: null } },
+      config: { health: { source_silent_s: 300 } },
+      // The detail no longer decides: a file whose name holds "finished" is still watched.
+      sources: [source('replay', { finished: true, detail: 'end of file after 315 lines' }), source('gps', { detail: 'reading /tmp/finished.nmea (fifo)' })],
+    } as unknown as Agent;
+    expect(healthProblems(agent, 301_000)).toEqual(['source gps silent for more than 300 s']);
   });
 });
 

@@ -120,8 +120,8 @@ export class SourceStats {
     this.ctx.reject(reason);
   }
 
-  health(healthy: boolean, detail: string | undefined, counters: Record<string, number>): SourceHealth & { counters: Record<string, number> } {
-    return { healthy, readings: this.readings, rejected: this.rejected, lastReadingMs: this.lastReadingMs, detail, counters: { ...counters } };
+  health(healthy: boolean, detail: string | undefined, counters: Record<string, number>, finished = false): SourceHealth & { counters: Record<string, number> } {
+    return { healthy, readings: this.readings, rejected: this.rejected, lastReadingMs: this.lastReadingMs, detail, finished, counters: { ...counters } };
   }
 }
 

@@ -315,7 +315,7 @@ export class NmeaSource implements Source {
     const bad = c.badChecksum + c.malformed + this.overlongLines;
     if (bad || c.noFix || c.noDate) detail += `; ${c.noFix} epochs without a fix, ${c.noDate} without a date, ${c.badChecksum} bad checksums, ${c.malformed + this.overlongLines} malformed`;
     const healthy = this.running && (this.ended || (this.open && !this.silent));
-    return this.stats.health(healthy, detail, { ...c, overlongLines: this.overlongLines, opens: this.opens });
+    return this.stats.health(healthy, detail, { ...c, overlongLines: this.overlongLines, opens: this.opens }, this.ended);
   }
 
   private openDevice(): Promise<void> {

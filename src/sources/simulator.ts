@@ -181,7 +181,7 @@ export class SimulatorSource implements Source {
   private model: SimulatorModel;
   private wallStart = 0;
   private steps = 0;
-  private readonly stats: SourceHealth = { healthy: true, readings: 0, rejected: 0 };
+  private readonly stats = { healthy: true, readings: 0, rejected: 0, lastReadingMs: undefined as number | undefined };
   private readonly listeners: Array<(e: SimulatorEvent) => void> = [];
 
   constructor(
@@ -237,6 +237,6 @@ export class SimulatorSource implements Source {
   }
 
   health(): SourceHealth {
-    return { ...this.stats, detail: this.model.finished ? 'route finished' : undefined };
+    return { ...this.stats, detail: this.model.finished ? 'route finished' : undefined, finished: this.model.finished };
   }
 }

@@ -28,6 +28,11 @@ export interface SourceHealth {
   rejected: number;
   lastReadingMs?: number;
   detail?: string;
+  /**
+   * Done on purpose: a file read to its end, a simulator at the end of its route. Such a
+   * source sends nothing more and is not reported as silent.
+   */
+  finished: boolean;
 }
 
 export interface SourceContext {
