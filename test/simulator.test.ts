@@ -3,8 +3,8 @@ import { simulatorSourceSchema } from '../src/config/schema.js';
 import { loadRoute, distanceM, RouteError } from '../src/sources/routes.js';
 import { SimulatorModel, SimulatorSource, seededRandom, type SimulatorEvent } from '../src/sources/simulator.js';
 import type { Reading } from '../src/sources/types.js';
-import { createLogger } from '../src/log.js';
 import { tempDir, waitFor, writeFile } from './helpers.js';
+import { recorder } from './sources/support.js';
 
 const cfg = (extra: Record<string, unknown> = {}) => simulatorSourceSchema.parse({ type: 'simulator', resource_id: 'T1', ...extra });
 
@@ -68,12 +68,9 @@ describe('simulator model', () => {
 
 describe('simulator source', () => {
   it('emits readings against the wall clock at the time scale', async () => {
-    const got: Reading[] = [];
-    const src = new SimulatorSource(cfg({ time_scale: 600, interval_s: 6 }), {
-      emit: (r) => got.push(r),
-      reject: () => undefined,
-      log: createLogger({ level: 'silent', destination: process.stdout }),
-    });
+    const rec = recorder();
+    const got = rec.readings;
+    const src = new SimulatorSource(cfg({ time_scale: 600, interval_s: 6 }), rec.ctx);
     await src.start();
     await waitFor(() => got.length >= 20, 5000, '20 readings');
     await src.stop();

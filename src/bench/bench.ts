@@ -210,9 +210,11 @@ function rawInsert(path: string, readings: Reading[]): number {
 function agentInsert(path: string, readings: Reading[], batchSize: number, flushIntervalMs: number): number {
   const store = Store.open(path);
   for (let t = 0; t < 10; t++) store.startLoad({ loadNumber: loadOf(t), resourceId: resourceOf(t), resourceType: 'Truck', stops: [], nowMs: Date.now() });
-  const ingest = new Ingest(store, { batchSize, flushIntervalMs, keepWithoutLoad: false }, pino({ level: 'silent' }));
+  const log = pino({ level: 'silent' });
+  const ingest = new Ingest(store, { batchSize, flushIntervalMs, keepWithoutLoad: false }, log);
+  const bench = ingest.intake('bench', log);
   const t0 = performance.now();
-  for (const r of readings) ingest.push(r, 'bench');
+  for (const r of readings) ingest.admit(r, bench);
   ingest.flush();
   const ms = performance.now() - t0;
   store.close();

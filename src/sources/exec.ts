@@ -15,7 +15,7 @@ import * as z from 'zod';
 import { KEY_ENV } from '../config/load.js';
 import type { ExecSourceConfig } from '../config/schema.js';
 import { Backoff } from '../backoff.js';
-import { LineSplitter, preview, SourceStats, timer } from './common.js';
+import { LineSplitter, preview, sourceHealth, timer } from './common.js';
 import type { Reading, Source, SourceContext, SourceHealth } from './types.js';
 
 /** One line of the exec contract. Unknown keys are refused: a misspelt `lat` must not vanish silently. */
@@ -81,7 +81,6 @@ interface Run {
 export class ExecSource implements Source {
   readonly type = 'exec';
   readonly name: string;
-  private readonly stats: SourceStats;
   private readonly backoff: Backoff;
   private run: Run | undefined;
   private running = false;
@@ -90,7 +89,7 @@ export class ExecSource implements Source {
   private silent = false;
   private lastExit: string | undefined;
   private stderrWindow = { startMs: 0, lines: 0, suppressed: 0 };
-  private readonly counters = { starts: 0, exits: 0, badLines: 0, overlongLines: 0, stderrLines: 0 };
+  private readonly counters = { starts: 0, exits: 0, overlongLines: 0, stderrLines: 0 };
 
   constructor(
     private readonly cfg: ExecSourceConfig,
@@ -98,7 +97,6 @@ export class ExecSource implements Source {
   ) {
     const program = typeof cfg.command === 'string' ? cfg.command.split(/\s+/)[0] : cfg.command[0];
     this.name = cfg.name ?? `exec:${basename(program)}`;
-    this.stats = new SourceStats(ctx);
     this.backoff = new Backoff({ initialMs: cfg.restart_initial_s * 1000, maxMs: cfg.restart_max_s * 1000 });
   }
 
@@ -138,8 +136,11 @@ export class ExecSource implements Source {
     else if (running) detail = `running, pid ${this.pid}`;
     else detail = `not running: ${this.lastExit ?? 'starting'}; restart pending`;
     if (this.counters.exits) detail += `; ${this.counters.exits} exits`;
-    if (this.counters.badLines || this.counters.overlongLines) detail += `; ${this.counters.badLines} bad lines, ${this.counters.overlongLines} too long`;
-    return this.stats.health(this.running && !!running && !this.silent, detail, this.counters);
+    // Every input this source refused is a bad line or an overlong one (admission counted them).
+    const { starts, exits, overlongLines, stderrLines } = this.counters;
+    const badLines = this.ctx.counts.rejected - overlongLines;
+    if (badLines || overlongLines) detail += `; ${badLines} bad lines, ${overlongLines} too long`;
+    return sourceHealth(this.ctx, { healthy: this.running && !!running && !this.silent, detail }, { starts, exits, badLines, overlongLines, stderrLines });
   }
 
   private spawnCommand(): void {
@@ -157,14 +158,14 @@ export class ExecSource implements Source {
     const run: Run = {
       child,
       startedMs: Date.now(),
-      readingsAtStart: this.stats.readings,
+      readingsAtStart: this.ctx.counts.readings,
       done: false,
       closed,
       splitter: new LineSplitter(this.cfg.max_line_bytes, {
         line: (text, n) => this.onLine(text, n),
         overlong: (n, bytes) => {
           this.counters.overlongLines += 1;
-          this.stats.reject(`line ${n}: ${bytes} bytes, longer than max_line_bytes (${this.cfg.max_line_bytes}); skipped`);
+          this.ctx.reject(`line ${n}: ${bytes} bytes, longer than max_line_bytes (${this.cfg.max_line_bytes}); skipped`);
         },
       }),
     };
@@ -212,7 +213,7 @@ export class ExecSource implements Source {
     this.counters.exits += 1;
     if (run.exit) this.lastExit = run.exit.signal ? `killed by ${run.exit.signal}` : `exited with code ${run.exit.code}`;
     // A run that delivered, or lasted, earns a fresh start; a command failing at once backs off.
-    if (this.stats.readings > run.readingsAtStart || Date.now() - run.startedMs >= this.cfg.restart_max_s * 1000) this.backoff.reset();
+    if (this.ctx.counts.readings > run.readingsAtStart || Date.now() - run.startedMs >= this.cfg.restart_max_s * 1000) this.backoff.reset();
     const wait = this.backoff.next();
     const n = this.backoff.failures;
     const fields = { command: this.cfg.command, reason: this.lastExit, restartInMs: wait, failuresInARow: n };
@@ -227,12 +228,8 @@ export class ExecSource implements Source {
   private onLine(text: string, n: number): void {
     if (text.trim() === '') return;
     const r = parseExecLine(text, Date.now());
-    if (!r.ok) {
-      this.counters.badLines += 1;
-      this.stats.reject(`line ${n}: ${r.reason}`);
-      return;
-    }
-    if (!this.stats.emit(r.reading, `line ${n}`)) this.counters.badLines += 1;
+    if (!r.ok) this.ctx.reject(`line ${n}: ${r.reason}`);
+    else this.ctx.emit(r.reading, `line ${n}`);
   }
 
   private onStderr(text: string): void {

@@ -11,7 +11,7 @@
 import { connect, type Socket } from 'node:net';
 import type { GpsdSourceConfig } from '../config/schema.js';
 import { Backoff } from '../backoff.js';
-import { AttemptLog, LineSplitter, preview, SourceStats, timer } from './common.js';
+import { AttemptLog, LineSplitter, preview, sourceHealth, timer } from './common.js';
 import type { Source, SourceContext, SourceHealth } from './types.js';
 
 type Json = Record<string, unknown>;
@@ -25,7 +25,6 @@ const HANDSHAKE = new Set(['VERSION', 'DEVICES', 'DEVICE', 'WATCH', 'ERROR']);
 export class GpsdSource implements Source {
   readonly type = 'gpsd';
   readonly name: string;
-  private readonly stats: SourceStats;
   private readonly backoff: Backoff;
   private readonly attempts: AttemptLog;
   private socket: Socket | undefined;
@@ -46,7 +45,6 @@ export class GpsdSource implements Source {
     private readonly ctx: SourceContext,
   ) {
     this.name = cfg.name ?? `gpsd:${cfg.resource_id}`;
-    this.stats = new SourceStats(ctx);
     this.backoff = new Backoff({ initialMs: cfg.reconnect_initial_s * 1000, maxMs: cfg.reconnect_max_s * 1000 });
     this.attempts = new AttemptLog(ctx.log, `gpsd at ${this.address}`);
   }
@@ -86,7 +84,7 @@ export class GpsdSource implements Source {
     else detail = `connected to ${this.address}, ${this.lastMode === undefined ? 'no position report yet' : this.lastMode >= 2 ? `${this.lastMode}D fix` : 'no fix'}`;
     const skipped = this.counters.noFix + this.counters.noTime;
     if (skipped) detail += `; ${this.counters.noFix} reports without a fix, ${this.counters.noTime} without time skipped`;
-    return this.stats.health(this.running && this.connected && !this.silent, detail, this.counters);
+    return sourceHealth(this.ctx, { healthy: this.running && this.connected && !this.silent, detail }, this.counters);
   }
 
   private connect(): void {
@@ -94,7 +92,7 @@ export class GpsdSource implements Source {
       line: (text, n) => this.onLine(text, n),
       overlong: (n, bytes) => {
         this.counters.overlongLines += 1;
-        this.stats.reject(`line ${n}: ${bytes} bytes, longer than max_line_bytes (${this.cfg.max_line_bytes}); skipped`);
+        this.ctx.reject(`line ${n}: ${bytes} bytes, longer than max_line_bytes (${this.cfg.max_line_bytes}); skipped`);
       },
     });
     const s = connect({ host: this.cfg.host, port: this.cfg.port });
@@ -176,12 +174,12 @@ export class GpsdSource implements Source {
       msg = JSON.parse(text);
     } catch {
       this.counters.badLines += 1;
-      this.stats.reject(`line ${n}: not JSON: ${preview(text)}`);
+      this.ctx.reject(`line ${n}: not JSON: ${preview(text)}`);
       return;
     }
     if (typeof msg !== 'object' || msg === null || Array.isArray(msg)) {
       this.counters.badLines += 1;
-      this.stats.reject(`line ${n}: expected a JSON object: ${preview(text)}`);
+      this.ctx.reject(`line ${n}: expected a JSON object: ${preview(text)}`);
       return;
     }
     const m = msg as Json;
@@ -205,7 +203,7 @@ export class GpsdSource implements Source {
     }
     const timeMs = Date.parse(m.time);
     if (Number.isNaN(timeMs)) {
-      this.stats.reject(`line ${n}: TPV time: not an ISO 8601 time: ${preview(m.time)}`);
+      this.ctx.reject(`line ${n}: TPV time: not an ISO 8601 time: ${preview(m.time)}`);
       return;
     }
     // gpsd sends a TPV per sentence when it cannot tell where a receiver's cycle ends: GGA
@@ -230,8 +228,8 @@ export class GpsdSource implements Source {
     this.holdTimer = undefined;
     if (!p) return;
     const m = p.m;
-    // Non-numbers (a string, null) fail readingProblem's range checks and are rejected by name.
-    this.stats.emit({
+    // Non-numbers (a string, null) fail the range checks of admission and are rejected by name.
+    this.ctx.emit({
       resourceId: this.cfg.resource_id,
       timeMs: p.timeMs,
       lat: m.lat as number,

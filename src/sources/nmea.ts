@@ -20,7 +20,7 @@ import { ReadStream as TtyReadStream } from 'node:tty';
 import type { Readable } from 'node:stream';
 import type { NmeaSourceConfig } from '../config/schema.js';
 import { Backoff } from '../backoff.js';
-import { AttemptLog, LineSplitter, preview, SourceStats, timer } from './common.js';
+import { AttemptLog, LineSplitter, preview, sourceHealth, timer } from './common.js';
 import type { Reading, Source, SourceContext, SourceHealth } from './types.js';
 
 const KNOTS_TO_MS = 1852 / 3600;
@@ -249,7 +249,6 @@ type Kind = 'tty' | 'fifo' | 'file';
 export class NmeaSource implements Source {
   readonly type = 'nmea';
   readonly name: string;
-  private readonly stats: SourceStats;
   private readonly decoder: NmeaDecoder;
   private readonly backoff: Backoff;
   private readonly attempts: AttemptLog;
@@ -273,8 +272,7 @@ export class NmeaSource implements Source {
     private readonly ctx: SourceContext,
   ) {
     this.name = cfg.name ?? `nmea:${cfg.resource_id}`;
-    this.stats = new SourceStats(ctx);
-    this.decoder = new NmeaDecoder(cfg.resource_id, { reading: (r, where) => this.stats.emit(r, where), reject: (reason) => this.stats.reject(reason) });
+    this.decoder = new NmeaDecoder(cfg.resource_id, { reading: (r, where) => ctx.emit(r, where), reject: (reason) => ctx.reject(reason) });
     this.backoff = new Backoff({ initialMs: cfg.reopen_initial_s * 1000, maxMs: cfg.reopen_max_s * 1000 });
     this.attempts = new AttemptLog(ctx.log, `NMEA device ${cfg.device}`);
   }
@@ -315,7 +313,7 @@ export class NmeaSource implements Source {
     const bad = c.badChecksum + c.malformed + this.overlongLines;
     if (bad || c.noFix || c.noDate) detail += `; ${c.noFix} epochs without a fix, ${c.noDate} without a date, ${c.badChecksum} bad checksums, ${c.malformed + this.overlongLines} malformed`;
     const healthy = this.running && (this.ended || (this.open && !this.silent));
-    return this.stats.health(healthy, detail, { ...c, overlongLines: this.overlongLines, opens: this.opens }, this.ended);
+    return sourceHealth(this.ctx, { healthy, detail, finished: this.ended }, { ...c, overlongLines: this.overlongLines, opens: this.opens });
   }
 
   private openDevice(): Promise<void> {
@@ -391,7 +389,7 @@ export class NmeaSource implements Source {
       overlong: (n, bytes) => {
         this.lines = n;
         this.overlongLines += 1;
-        this.stats.reject(`line ${n}: ${bytes} bytes, longer than max_line_bytes (${this.cfg.max_line_bytes}); skipped`);
+        this.ctx.reject(`line ${n}: ${bytes} bytes, longer than max_line_bytes (${this.cfg.max_line_bytes}); skipped`);
       },
     });
     this.armWatchdog(stream);

@@ -8,6 +8,7 @@ import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
+import { Ingest } from '../../src/buffer/ingest.js';
 import { createLogger } from '../../src/log.js';
 import type { Reading, SourceContext } from '../../src/sources/types.js';
 import { ROOT, waitFor } from '../helpers.js';
@@ -22,7 +23,12 @@ export interface Recorder {
   logs: Array<{ level: number; msg: string } & Record<string, unknown>>;
 }
 
-/** A SourceContext that keeps everything for assertions (logs as parsed pino lines, debug and up). */
+/**
+ * A SourceContext that keeps everything for assertions (logs as parsed pino lines, debug and
+ * up). Behind it is the agent's own admission, as in the daemon: readings it refuses are
+ * rejects with their reason, and the source's counts are admission's. Reading times are not
+ * judged: the fixtures are recorded drives.
+ */
 export function recorder(): Recorder {
   const readings: Reading[] = [];
   const rejects: string[] = [];
@@ -34,7 +40,22 @@ export function recorder(): Recorder {
     },
   });
   const log = createLogger({ level: 'debug', destination: sink });
-  return { ctx: { emit: (r) => readings.push(r), reject: (reason) => rejects.push(reason), log }, readings, rejects, logs };
+  const ingest = new Ingest({ roomForReadings: () => true, insertReadings: (batch) => batch.length, bump: () => undefined }, { batchSize: 1, flushIntervalMs: 60_000, keepWithoutLoad: true }, log);
+  const intake = ingest.intake('test', log);
+  const ctx: SourceContext = {
+    log,
+    counts: intake.counts,
+    emit: (r, where) => {
+      const problem = ingest.admit(r, intake, where);
+      if (problem) rejects.push(problem);
+      else readings.push(r);
+    },
+    reject: (reason) => {
+      intake.reject(reason);
+      rejects.push(reason);
+    },
+  };
+  return { ctx, readings, rejects, logs };
 }
 
 /** A TCP port nobody listens on right now (another gpsd may hold 2947). */
