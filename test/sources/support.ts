@@ -4,9 +4,9 @@
  * stopping every process we start by its PID.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { accessSync, constants as fsConstants, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { join } from 'node:path';
+import { delimiter, join } from 'node:path';
 import { Writable } from 'node:stream';
 import { Ingest } from '../../src/buffer/ingest.js';
 import { createLogger } from '../../src/log.js';
@@ -113,12 +113,33 @@ export async function startPty(log: string, secondsPerLine: number, opts: { loop
   return { path, proc, go: () => proc.stdin!.write('go\n') };
 }
 
+/**
+ * The gpsd binary the gpsd source tests run against: on PATH, or in an sbin directory a
+ * user's PATH often lacks. Without it those tests fail at once saying so, instead of
+ * waiting out their timeouts after an uncaught spawn ENOENT.
+ */
+export function requireGpsd(dirs = [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/usr/local/sbin', '/sbin']): string {
+  for (const dir of dirs) {
+    if (!dir) continue;
+    const file = join(dir, 'gpsd');
+    try {
+      accessSync(file, fsConstants.X_OK);
+      return file;
+    } catch {
+      // Not here.
+    }
+  }
+  throw new Error('gpsd not found: install gpsd (apt-get install gpsd); the gpsd source tests run against a real one');
+}
+
 /** A real gpsd in the foreground on `port`, reading `device`, polling it without a client (-n). */
 export function startGpsd(device: string, port: number): { proc: ChildProcess; output: () => string } {
-  const proc = spawn('gpsd', ['-N', '-n', '-b', '-S', String(port), device], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(requireGpsd(), ['-N', '-n', '-b', '-S', String(port), device], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   proc.stdout!.on('data', (d: Buffer) => (out += d.toString()));
   proc.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+  // A gpsd that cannot be started shows in output(), not as an uncaught error.
+  proc.on('error', (err) => (out += `cannot start gpsd: ${err.message}\n`));
   return { proc, output: () => out };
 }
 
