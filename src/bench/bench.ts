@@ -4,7 +4,7 @@
  *
  *   node dist/bench/bench.js [--quick] [--json] [--dir DIR] [--cpu-prof DIR]
  *
- * 1. Ingest: Ingest.push + flush (validation, batches, the active-load subquery) vs a raw
+ * 1. Ingest: Ingest.admit + flush (validation, batches, the active-load subquery) vs a raw
  *    better-sqlite3 prepared insert loop in one transaction.
  * 2. Drain: a backlog delivered to the sandbox on loopback by the real Agent (in a child
  *    process) vs a plain undici client posting the same bodies; 7 days of one truck at 1 Hz;
@@ -844,7 +844,7 @@ async function main(): Promise<void> {
     const rows: Row[] = [
       {
         id: '1',
-        measure: `ingest, readings/s (push + flush, batch ${ingest.batchSize}, ${label(ingest.readings)})`,
+        measure: `ingest, readings/s (admit + flush, batch ${ingest.batchSize}, ${label(ingest.readings)})`,
         value: fmt(ingest.oursPerS),
         reference: `${fmt(ingest.rawPerS)} raw loop`,
         ratio: pct(ingest.ratio),
