@@ -71,7 +71,7 @@ export interface ReconnectorOptions<O extends Opened> {
   resumed?(): void;
   /** The link closed by itself while running: open it again, or stop here ('finished'). */
   closed?(o: O): 'reopen' | 'finished';
-  /** An attempt to open failed (after AttemptLog, when there is a peer). */
+  /** An attempt to open failed; `lastError` says why. AttemptLog reports it when there is a peer. */
   failed?(): void;
   /** The link is opened again after `waitMs`: it closed, or an attempt failed and there is no peer to report it. */
   retrying?(waitMs: number): void;
