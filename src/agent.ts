@@ -23,8 +23,8 @@ import { HealthServer } from './health.js';
 import { addSecret } from './log.js';
 import { MilestoneDetector } from './milestones/detector.js';
 import { createSource, sourceName } from './sources/index.js';
-import { systemClockUnset, timeProblem } from './sources/time-guard.js';
-import type { Source } from './sources/types.js';
+import { systemClockUnset } from './sources/time-guard.js';
+import type { Source, SourceContext } from './sources/types.js';
 import { DAEMON_STATE_KEY, type DaemonState } from './daemon-state.js';
 
 export { DAEMON_STATE_KEY, type DaemonState };
@@ -35,7 +35,7 @@ export { splayMs };
 
 export interface AgentOptions {
   /** Sources built by the caller (the demo's simulator, tests); used instead of the config's. */
-  sources?: (ctx: { emit: Ingest['push']; log: Logger }) => Source[];
+  sources?: (ctx: { intake(name: string): SourceContext; log: Logger }) => Source[];
   /** How often the daemon state is written for `status`, ms. */
   stateIntervalMs?: number;
   /** Told when the agent cannot go on (a buffer found corrupt while running): the caller exits. */
@@ -210,39 +210,20 @@ export class Agent {
 
   private async makeSources(): Promise<Source[]> {
     const { config } = this.loaded;
-    if (this.opts.sources) return this.opts.sources({ emit: (r, s) => this.ingest.push(r, s), log: this.log });
-    const guard = { maxFutureS: config.sources_time.max_future_s, maxPastDays: config.sources_time.max_past_days };
+    if (this.opts.sources) return this.opts.sources({ intake: (name) => this.ingest.intake(name, this.log), log: this.log });
+    const time = { clock: this.clock, maxFutureS: config.sources_time.max_future_s, maxPastDays: config.sources_time.max_past_days };
     if (systemClockUnset(Date.now())) this.log.warn('system clock is before 2025 (no RTC or NTP yet): only readings with their own good time are kept');
     this.timeCounts = new Map();
     const made: Source[] = [];
     for (const [i, cfg] of config.sources.entries()) {
-      // The source's own name (e.g. simulator:TRUCK-1) once it exists; the same in logs and status.
-      let name = sourceName(cfg, i);
-      const log = this.log.child({ component: 'source', source: name });
-      let rejectedLogged = 0;
-      const counts = { timeRejected: 0 };
-      const source = await createSource(cfg, {
-        log,
-        emit: (r) => {
-          // The simulator's clock runs ahead of real time on purpose (time_scale): not judged.
-          const late = cfg.type === 'simulator' ? undefined : timeProblem(r.timeMs, { earliestMs: this.clock.earliest(), latestMs: this.clock.latest() }, guard);
-          if (late) {
-            counts.timeRejected += 1;
-            this.ingest.stats.rejected += 1;
-            this.reportReject(log, late, rejectedLogged++);
-            return;
-          }
-          const problem = this.ingest.push(r, name);
-          if (problem) this.reportReject(log, problem, rejectedLogged++);
-        },
-        reject: (reason) => {
-          this.ingest.stats.rejected += 1;
-          this.reportReject(log, reason, rejectedLogged++);
-        },
-      });
-      name = source.name;
-      log.setBindings({ source: name });
-      this.timeCounts.set(source, counts);
+      const log = this.log.child({ component: 'source', source: sourceName(cfg, i) });
+      // The simulator's clock runs ahead of real time on purpose (time_scale): not judged.
+      const intake = this.ingest.intake(sourceName(cfg, i), log, cfg.type === 'simulator' ? undefined : time);
+      const source = await createSource(cfg, intake);
+      // The source's own name (e.g. simulator:TRUCK-1) once it exists; the same in logs, rows and status.
+      intake.name = source.name;
+      log.setBindings({ source: source.name });
+      this.timeCounts.set(source, intake.counts);
       made.push(source);
     }
     return made;
@@ -384,11 +365,6 @@ export class Agent {
       sources: this.sources.map((s) => s.name),
       device_id: this.loaded.deviceId,
     };
-  }
-
-  /** Rejected input is logged, but not once per line forever: the first few, then every 1000th. */
-  private reportReject(log: Logger, reason: string, n: number): void {
-    if (n < 10 || n % 1000 === 0) log.warn({ rejected: n + 1 }, `bad input skipped: ${reason}`);
   }
 
   /** Push traces now (tests, the demo), as if the schedule had fired. */

@@ -107,8 +107,8 @@ export async function runDemo(opts: DemoOptions): Promise<boolean> {
     { key, origin: 'demo' },
     log,
     {
-      sources: ({ emit, log: l }) => {
-        sim = new SimulatorSource(simCfg, { emit: (r) => emit(r, 'simulator'), reject: () => undefined, log: l });
+      sources: ({ intake }) => {
+        sim = new SimulatorSource(simCfg, intake('simulator'));
         return [sim];
       },
       stateIntervalMs: 1000,

@@ -35,7 +35,7 @@ export function healthProblems(agent: Agent, nowMs = Date.now()): string[] {
   for (const src of agent.sources) {
     const h = src.health();
     if (!h.healthy) problems.push(`source ${src.name} unhealthy${h.detail ? `: ${h.detail}` : ''}`);
-    else if (!h.detail?.includes('finished') && nowMs - (h.lastReadingMs ?? agent.startedAt) > silentMs && nowMs - agent.startedAt > silentMs) {
+    else if (!h.finished && nowMs - (h.lastReadingMs ?? agent.startedAt) > silentMs && nowMs - agent.startedAt > silentMs) {
       problems.push(`source ${src.name} silent for more than ${agent.config.health.source_silent_s} s`);
     }
   }

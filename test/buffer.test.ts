@@ -1,5 +1,6 @@
 import { chownSync, mkdirSync, statSync, truncateSync } from 'node:fs';
 import { join } from 'node:path';
+import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Ingest } from '../src/buffer/ingest.js';
@@ -223,18 +224,20 @@ describe('readings', () => {
     const store = Store.open(path);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     const ingest = new Ingest(store, { batchSize: 3, flushIntervalMs: 1000, keepWithoutLoad: false }, silent);
-    expect(ingest.push({ resourceId: 'TRUCK-1', timeMs: 1, lat: 200, lon: 0 })).toBe('latitude: out of range (200)');
-    expect(ingest.push({ resourceId: 'TRUCK-1', timeMs: 1, lat: Number.NaN, lon: 0 })).toBe('latitude: out of range (NaN)');
-    expect(ingest.push({ resourceId: 'TRUCK-1', timeMs: 1 })).toBe('reading has neither a position nor a temperature');
+    const gps = ingest.intake('gps', silent);
+    const reefer = ingest.intake('reefer', silent);
+    expect(ingest.admit({ resourceId: 'TRUCK-1', timeMs: 1, lat: 200, lon: 0 })).toBe('latitude: out of range (200)');
+    expect(ingest.admit({ resourceId: 'TRUCK-1', timeMs: 1, lat: Number.NaN, lon: 0 })).toBe('latitude: out of range (NaN)');
+    expect(ingest.admit({ resourceId: 'TRUCK-1', timeMs: 1 })).toBe('reading has neither a position nor a temperature');
     const mine = reading(1);
-    ingest.push(mine, 'gps');
+    ingest.admit(mine, gps);
     expect(store.counts().readings).toBe(1); // the first reading goes at once
-    ingest.push(reading(2), 'reefer');
-    ingest.push(reading(3));
+    ingest.admit(reading(2), reefer);
+    ingest.admit(reading(3));
     expect(store.counts().readings).toBe(1); // not yet a full batch
-    ingest.push(reading(4), 'gps');
+    ingest.admit(reading(4), gps);
     expect(store.counts().readings).toBe(4); // committed as one batch
-    ingest.push(reading(5));
+    ingest.admit(reading(5));
     ingest.stop(); // flushes what waits
     expect(ingest.stats).toMatchObject({ accepted: 5, committed: 5, rejected: 3 });
     expect(mine).toEqual(reading(1)); // the caller's object is not tagged or changed
@@ -243,6 +246,50 @@ describe('readings', () => {
     expect(again.counts().readings).toBe(5);
     expect(again.db.prepare('SELECT source FROM readings ORDER BY id').pluck().all()).toEqual(['gps', 'reefer', null, 'gps', null]);
     again.close();
+  });
+});
+
+describe('admission', () => {
+  it('validates, judges the time, and counts and logs per source, once; the simulator is not judged', () => {
+    const store = Store.open(path);
+    store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
+    const lines: Array<{ msg: string; rejected?: number; source?: string }> = [];
+    const log = createLogger({
+      level: 'info',
+      destination: new Writable({
+        write(chunk: Buffer, _enc, cb) {
+          for (const l of chunk.toString().split('\n')) if (l.trim()) lines.push(JSON.parse(l));
+          cb();
+        },
+      }),
+    });
+    const ingest = new Ingest(store, { batchSize: 100, flushIntervalMs: 1000, keepWithoutLoad: false }, silent);
+    const now = Date.parse('2026-11-22T12:00:00Z');
+    const time = { clock: { earliest: () => now, latest: () => now }, maxFutureS: 300, maxPastDays: 30 };
+    const gps = ingest.intake('gps', log.child({ source: 'gps' }), time);
+    const sim = ingest.intake('sim', log.child({ source: 'sim' }));
+    const at = (timeMs: number, lat = 41.8) => ({ resourceId: 'TRUCK-1', timeMs, lat, lon: -87.6 });
+
+    gps.emit(at(now));
+    gps.emit(at(now + 3_600_000)); // a clock an hour ahead
+    gps.emit(at(now, 200), 'line 7');
+    gps.reject('line 8: bad checksum');
+    sim.emit(at(now + 3_600_000)); // the simulator's clock runs ahead on purpose
+    // Counted where they are judged: a reading in good form counts before its time is judged.
+    expect(gps.counts).toEqual({ readings: 2, rejected: 2, timeRejected: 1, lastReadingMs: now + 3_600_000 });
+    expect(sim.counts).toEqual({ readings: 1, rejected: 0, timeRejected: 0, lastReadingMs: now + 3_600_000 });
+    expect(ingest.stats).toMatchObject({ accepted: 2, rejected: 3 });
+    expect(lines).toEqual([
+      expect.objectContaining({ source: 'gps', rejected: 1, msg: 'bad input skipped: time: 2026-11-22T13:00:00.000Z is 3600 s in the future (sources_time.max_future_s = 300)' }),
+      expect.objectContaining({ source: 'gps', rejected: 2, msg: 'bad input skipped: line 7: latitude: out of range (200)' }),
+      expect.objectContaining({ source: 'gps', rejected: 3, msg: 'bad input skipped: line 8: bad checksum' }),
+    ]);
+    // Not once per line forever: the first ten, then every 1000th.
+    for (let i = 0; i < 2000; i++) gps.reject('garbage');
+    expect(lines.map((l) => l.rejected)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1001, 2001]);
+    ingest.stop();
+    expect(store.db.prepare('SELECT source FROM readings ORDER BY id').pluck().all()).toEqual(['gps', 'sim']);
+    store.close();
   });
 });
 
@@ -261,7 +308,7 @@ describe('ingest while commits fail', () => {
       return insert(batch, keep, sources);
     };
     const ingest = new Ingest(store, { batchSize: 3, flushIntervalMs: 1000, keepWithoutLoad: false, maxPending: 10 }, silent);
-    for (let i = 1; i <= 12; i++) ingest.push(reading(i));
+    for (let i = 1; i <= 12; i++) ingest.admit(reading(i));
     expect(ingest.stats.trouble?.kind).toBe('disk-full');
     expect(ingest.stats).toMatchObject({ pending: 10, droppedPending: 2, droppedUncounted: 2 });
     room = 7;
@@ -290,9 +337,9 @@ describe('ingest listeners', () => {
     ingest.onCommit(() => {
       throw new Error('detector bug');
     });
-    ingest.push(reading(1));
-    ingest.push(reading(2));
-    ingest.push(reading(3));
+    ingest.admit(reading(1));
+    ingest.admit(reading(2));
+    ingest.admit(reading(3));
     ingest.stop();
     expect(store.counts().readings).toBe(3);
     expect(ingest.stats).toMatchObject({ committed: 3, commitErrors: 0 });

@@ -3,9 +3,11 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Agent } from '../src/agent.js';
 import { configSchema } from '../src/config/schema.js';
+import { healthProblems } from '../src/health.js';
+import type { Source, SourceHealth } from '../src/sources/types.js';
 import { addSecret, createLogger } from '../src/log.js';
 import { Sandbox } from '../src/sandbox/server.js';
-import { TEST_KEY, TEST_SCAC, tempDir, waitFor } from './helpers.js';
+import { TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile } from './helpers.js';
 
 let tmp: ReturnType<typeof tempDir>;
 let sandbox: Sandbox;
@@ -84,6 +86,79 @@ describe('health endpoint and metrics', () => {
     const after = parseMetrics(await (await fetch(`${base}/metrics`)).text());
     expect(after.get('telematics_pushes_total{class="retry"}')).toBeGreaterThan(0);
     expect(after.get('telematics_queue_readings')).toBeGreaterThan(0);
+  });
+});
+
+describe('per-source counts', () => {
+  it('show in status and /metrics: readings, rejected and timeRejected; the simulator is not judged for its time', async () => {
+    const { url } = await sandbox.start();
+    const plugin = writeFile(
+      tmp.dir,
+      'plugin.mjs',
+      `export function createSource(ctx) {
+  return {
+    start() {
+      const now = Date.now();
+      ctx.emit({ resourceId: 'T2', timeMs: now, temperatureC: 4 });
+      ctx.emit({ resourceId: 'T2', timeMs: now + 3600000, temperatureC: 4 });
+      ctx.emit({ resourceId: 'T2', timeMs: now, temperatureC: 400 });
+      ctx.reject('frame 9: bad CRC');
+    },
+    stop() {},
+  };
+}
+`,
+    );
+    const config = configSchema.parse({
+      api: { base_url: url, scac: TEST_SCAC, timeout_s: 1 },
+      buffer: { path: join(tmp.dir, 'b.db'), flush_interval_ms: 100 },
+      health: { listen: '127.0.0.1:0' },
+      sources: [
+        { type: 'module', name: 'reefer', path: plugin },
+        // A day ahead of the wall clock, as a demo at a high time_scale soon is.
+        { type: 'simulator', resource_id: 'T1', time_scale: 10, interval_s: 1, start_time: new Date(Date.now() + 86_400_000).toISOString() },
+      ],
+    });
+    const out = capture();
+    agent = new Agent({ file: '(test)', config, deviceId: 'dev', warnings: [] }, { key: TEST_KEY, origin: 'test' }, createLogger({ level: 'info', destination: out.stream }));
+    await agent.start();
+    await waitFor(() => agent!.state(true).sources[1].readings >= 2, 10_000, 'simulator readings');
+    const [reefer, sim] = agent.state(true).sources;
+    expect(reefer).toMatchObject({ name: 'reefer', readings: 2, rejected: 2, timeRejected: 1 });
+    expect(sim).toMatchObject({ name: 'simulator:T1', rejected: 0, timeRejected: 0 });
+    const metrics = parseMetrics(await (await fetch(`http://127.0.0.1:${agent.healthPort}/metrics`)).text());
+    expect(metrics.get('telematics_source_readings_total{source="reefer"}')).toBe(2);
+    expect(metrics.get('telematics_source_rejected_total{source="reefer"}')).toBe(2);
+    const skipped = out.text().split('\n').filter((l) => l.includes('bad input skipped')).map((l) => JSON.parse(l) as { source: string; rejected: number; msg: string });
+    expect(skipped.map((l) => [l.source, l.rejected, l.msg.replace(/\d{4}-\S+Z/, 'T')])).toEqual([
+      ['reefer', 1, 'bad input skipped: time: T is 3600 s in the future (sources_time.max_future_s = 300)'],
+      ['reefer', 2, 'bad input skipped: temperature: out of range (400)'],
+      ['reefer', 3, 'bad input skipped: frame 9: bad CRC'],
+    ]);
+    expect(agent.ingest.stats.rejected).toBe(3);
+  });
+});
+
+describe('source silence', () => {
+  it('calls a source silent after health.source_silent_s, unless it finished on purpose', () => {
+    const source = (name: string, h: Partial<SourceHealth>): Source => ({
+      name,
+      type: 'nmea',
+      start: async () => undefined,
+      stop: async () => undefined,
+      health: () => ({ healthy: true, readings: 60, rejected: 0, lastReadingMs: 0, finished: false, ...h }),
+    });
+    const agent = {
+      sender: { status: {} },
+      store: { counts: () => ({ readings: 0, pendingMilestones: 0 }) },
+      pushIntervalMs: () => 900_000,
+      startedAt: 0,
+      ingest: { stats: { trouble: null } },
+      config: { health: { source_silent_s: 300 } },
+      // The detail no longer decides: a file whose name holds "finished" is still watched.
+      sources: [source('replay', { finished: true, detail: 'end of file after 315 lines' }), source('gps', { detail: 'reading /tmp/finished.nmea (fifo)' })],
+    } as unknown as Agent;
+    expect(healthProblems(agent, 301_000)).toEqual(['source gps silent for more than 300 s']);
   });
 });
 

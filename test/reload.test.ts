@@ -184,14 +184,14 @@ describe('reload (SIGHUP)', () => {
     const { a } = configs(url);
     agent = new Agent(loaded(a), { key: TEST_KEY, origin: 'test' }, silent);
     await agent.start();
-    agent.ingest.push({ resourceId: 'LOOSE', timeMs: Date.now(), lat: 41.8, lon: -87.6 });
+    agent.ingest.admit({ resourceId: 'LOOSE', timeMs: Date.now(), lat: 41.8, lon: -87.6 });
     agent.ingest.flush(true);
     expect(agent.store.counts().unassignedReadings).toBe(0);
     const on = structuredClone(a);
     on.privacy.record_without_load = true;
     const r = await agent.reload(loaded(on), { key: TEST_KEY, origin: 'test' });
     expect(r).toEqual({ applied: ['privacy.record_without_load'], needsRestart: [] });
-    agent.ingest.push({ resourceId: 'LOOSE', timeMs: Date.now(), lat: 41.8, lon: -87.6 });
+    agent.ingest.admit({ resourceId: 'LOOSE', timeMs: Date.now(), lat: 41.8, lon: -87.6 });
     agent.ingest.flush(true);
     expect(agent.store.counts().unassignedReadings).toBe(1);
   });

@@ -1,10 +1,10 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { simulatorSourceSchema } from '../src/config/schema.js';
 import { loadRoute, distanceM, RouteError } from '../src/sources/routes.js';
 import { SimulatorModel, SimulatorSource, seededRandom, type SimulatorEvent } from '../src/sources/simulator.js';
 import type { Reading } from '../src/sources/types.js';
-import { createLogger } from '../src/log.js';
-import { tempDir, waitFor, writeFile } from './helpers.js';
+import { tempDir, writeFile } from './helpers.js';
+import { recorder } from './sources/support.js';
 
 const cfg = (extra: Record<string, unknown> = {}) => simulatorSourceSchema.parse({ type: 'simulator', resource_id: 'T1', ...extra });
 
@@ -67,20 +67,42 @@ describe('simulator model', () => {
 });
 
 describe('simulator source', () => {
-  it('emits readings against the wall clock at the time scale', async () => {
-    const got: Reading[] = [];
-    const src = new SimulatorSource(cfg({ time_scale: 600, interval_s: 6 }), {
-      emit: (r) => got.push(r),
-      reject: () => undefined,
-      log: createLogger({ level: 'silent', destination: process.stdout }),
-    });
+  // Fake timers (its interval and performance.now): exact counts, whatever the machine's load.
+  beforeEach(() => vi.useFakeTimers());
+  afterEach(() => vi.useRealTimers());
+
+  it('emits readings against the wall clock at the time scale, and nothing after stop', async () => {
+    const rec = recorder();
+    const got = rec.readings;
+    const src = new SimulatorSource(cfg({ time_scale: 600, interval_s: 6 }), rec.ctx);
     await src.start();
-    await waitFor(() => got.length >= 20, 5000, '20 readings');
-    await src.stop();
-    const n = got.length;
-    await new Promise((r) => setTimeout(r, 200));
-    expect(got.length).toBe(n); // nothing after stop
+    // 6 simulated seconds at 600 times real time: a reading every 10 ms.
+    vi.advanceTimersByTime(200);
+    expect(got).toHaveLength(20);
     expect(got[1].timeMs - got[0].timeMs).toBe(6000);
-    expect(src.health()).toMatchObject({ healthy: true, readings: n, rejected: 0 });
+    await src.stop();
+    vi.advanceTimersByTime(1000);
+    expect(got).toHaveLength(20); // nothing after stop
+    expect(vi.getTimerCount()).toBe(0);
+    expect(src.health()).toMatchObject({ healthy: true, readings: 20, rejected: 0, finished: false });
+  });
+
+  it('stops at the end of its route, and says it finished', async () => {
+    const t = tempDir();
+    try {
+      // About 1.1 km: 45 s at 90 km/h, so 8 readings 6 s apart, the last at the end.
+      const route = writeFile(t.dir, 'short.csv', 'lat,lon\n41.0,-87.0\n41.01,-87.0\n');
+      const rec = recorder();
+      const src = new SimulatorSource(cfg({ route, speed_kmh: 90, time_scale: 600, interval_s: 6 }), rec.ctx);
+      await src.start();
+      vi.advanceTimersByTime(1000);
+      expect(rec.readings).toHaveLength(8);
+      expect(src.health()).toMatchObject({ healthy: true, finished: true, detail: 'route finished', readings: 8 });
+      expect(rec.readings.at(-1)!.speed).toBe(0);
+      expect(vi.getTimerCount()).toBe(0); // a finished run keeps no interval
+      await src.stop();
+    } finally {
+      t.cleanup();
+    }
   });
 });

@@ -4,7 +4,7 @@
  *
  *   node dist/bench/bench.js [--quick] [--json] [--dir DIR] [--cpu-prof DIR]
  *
- * 1. Ingest: Ingest.push + flush (validation, batches, the active-load subquery) vs a raw
+ * 1. Ingest: Ingest.admit + flush (validation, batches, the active-load subquery) vs a raw
  *    better-sqlite3 prepared insert loop in one transaction.
  * 2. Drain: a backlog delivered to the sandbox on loopback by the real Agent (in a child
  *    process) vs a plain undici client posting the same bodies; 7 days of one truck at 1 Hz;
@@ -210,9 +210,11 @@ function rawInsert(path: string, readings: Reading[]): number {
 function agentInsert(path: string, readings: Reading[], batchSize: number, flushIntervalMs: number): number {
   const store = Store.open(path);
   for (let t = 0; t < 10; t++) store.startLoad({ loadNumber: loadOf(t), resourceId: resourceOf(t), resourceType: 'Truck', stops: [], nowMs: Date.now() });
-  const ingest = new Ingest(store, { batchSize, flushIntervalMs, keepWithoutLoad: false }, pino({ level: 'silent' }));
+  const log = pino({ level: 'silent' });
+  const ingest = new Ingest(store, { batchSize, flushIntervalMs, keepWithoutLoad: false }, log);
+  const bench = ingest.intake('bench', log);
   const t0 = performance.now();
-  for (const r of readings) ingest.push(r, 'bench');
+  for (const r of readings) ingest.admit(r, bench);
   ingest.flush();
   const ms = performance.now() - t0;
   store.close();
@@ -842,7 +844,7 @@ async function main(): Promise<void> {
     const rows: Row[] = [
       {
         id: '1',
-        measure: `ingest, readings/s (push + flush, batch ${ingest.batchSize}, ${label(ingest.readings)})`,
+        measure: `ingest, readings/s (admit + flush, batch ${ingest.batchSize}, ${label(ingest.readings)})`,
         value: fmt(ingest.oursPerS),
         reference: `${fmt(ingest.rawPerS)} raw loop`,
         ratio: pct(ingest.ratio),

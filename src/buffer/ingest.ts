@@ -1,8 +1,9 @@
 /**
- * The path from a source's `emit` to a committed row. Readings are validated, queued in
- * memory and committed together: one transaction per batch instead of one per reading
- * is what keeps an SD card alive (each commit rewrites at least a page and a WAL frame).
- * What a crash can cost is at most one flush interval of readings that were never committed.
+ * The path from a source's `emit` to a committed row. Readings are admitted (validated,
+ * their time judged, counted per source: once, here), queued in memory and committed
+ * together: one transaction per batch instead of one per reading is what keeps an SD card
+ * alive (each commit rewrites at least a page and a WAL frame). What a crash can cost is
+ * at most one flush interval of readings that were never committed.
  *
  * When a commit fails (a full disk, an I/O error) the readings stay queued, up to
  * `maxPending`, past which the oldest pending ones are dropped and counted. Commits are
@@ -11,10 +12,40 @@
  * failure is logged when it starts and when it ends, with counts, not at every try.
  */
 import type { Logger } from 'pino';
-import type { Reading } from '../sources/types.js';
-import { readingProblem } from '../sources/types.js';
+import { backoffDelay } from '../backoff.js';
+import { timeProblem, type TimeGuardOptions } from '../sources/time-guard.js';
+import { readingProblem, type Reading, type SourceContext, type SourceCounts } from '../sources/types.js';
 import { isDiskFull } from './disk.js';
 import type { Store } from './store.js';
+
+/** What ingest needs of the buffer. */
+export type IngestStore = Pick<Store, 'roomForReadings' | 'insertReadings' | 'bump'>;
+
+/** How a source's reading times are judged: against the window of the agent's clocks (src/clock.ts). */
+export interface TimeCheck extends TimeGuardOptions {
+  clock: { earliest(): number; latest(): number };
+}
+
+/**
+ * One source's way into the buffer, given to it as its SourceContext: what it hands over
+ * goes through `Ingest.admit`, and its counts are kept here for its health.
+ */
+export class SourceIntake implements SourceContext {
+  readonly counts: SourceCounts = { readings: 0, rejected: 0, timeRejected: 0 };
+
+  constructor(
+    private readonly ingest: Ingest,
+    /** Tags the source's rows; the agent sets it to the source's own name once that exists. */
+    public name: string,
+    readonly log: Logger,
+    /** How its reading times are judged; undefined: not at all (the simulator's clock runs ahead on purpose). */
+    readonly time?: TimeCheck,
+  ) {}
+
+  readonly emit = (reading: Reading, where?: string): void => void this.ingest.admit(reading, this, where);
+
+  readonly reject = (reason: string): void => this.ingest.refuse(this, reason);
+}
 
 export interface IngestOptions {
   batchSize: number;
@@ -91,7 +122,7 @@ export class Ingest {
   private retryQueued = false;
 
   constructor(
-    private readonly store: Store,
+    private readonly store: IngestStore,
     private opts: IngestOptions,
     private readonly log: Logger,
     private readonly now: () => number = Date.now,
@@ -129,13 +160,55 @@ export class Ingest {
     return this.opts.maxPending ?? this.opts.batchSize * 100;
   }
 
-  /** Validate and queue; returns the problem when the reading is refused. */
-  push(reading: Reading, source?: string): string | undefined {
+  /** A source's context, whose readings come to `admit` (`time`: how their times are judged). */
+  intake(name: string, log: Logger, time?: TimeCheck): SourceIntake {
+    return new SourceIntake(this, name, log, time);
+  }
+
+  /**
+   * The one admission step of every reading, before it is queued: a reading in bad form is
+   * refused and counted as rejected; one in good form counts as a reading of its source and
+   * then has its time judged (when the source's times are), a bad time refusing it too
+   * (counted as timeRejected). Returns the reason when it is refused. Without a source
+   * (tools, tests) nothing is counted per source and the rows carry no source name.
+   */
+  admit(reading: Reading, source?: SourceIntake, where?: string): string | undefined {
     const problem = readingProblem(reading);
     if (problem) {
-      this.stats.rejected += 1;
-      return problem;
+      if (source) source.counts.rejected += 1;
+      return this.refused(source, where ? `${where}: ${problem}` : problem);
     }
+    if (source) {
+      source.counts.readings += 1;
+      source.counts.lastReadingMs = reading.timeMs;
+      const t = source.time;
+      const late = t && timeProblem(reading.timeMs, { earliestMs: t.clock.earliest(), latestMs: t.clock.latest() }, t);
+      if (late) {
+        source.counts.timeRejected += 1;
+        return this.refused(source, late);
+      }
+    }
+    this.enqueue(reading, source?.name);
+    return undefined;
+  }
+
+  /** A bad input the source found itself (a garbled line, a bad checksum): counted and logged. */
+  refuse(source: SourceIntake, reason: string): void {
+    source.counts.rejected += 1;
+    this.refused(source, reason);
+  }
+
+  private refused(source: SourceIntake | undefined, reason: string): string {
+    this.stats.rejected += 1;
+    if (source) {
+      // Logged, but not once per line forever: the first ten of the source, then every 1000th.
+      const n = source.counts.rejected + source.counts.timeRejected;
+      if (n <= 10 || n % 1000 === 1) source.log.warn({ rejected: n }, `bad input skipped: ${reason}`);
+    }
+    return reason;
+  }
+
+  private enqueue(reading: Reading, source: string | undefined): void {
     this.stats.accepted += 1;
     this.queue.push(reading);
     this.sources.push(source);
@@ -156,14 +229,13 @@ export class Ingest {
     }
     this.stats.pending = this.queue.length;
     // While commits fail, a full batch waits for the next attempt like the rest.
-    if (this.stats.trouble) return undefined;
+    if (this.stats.trouble) return;
     // The first reading is committed at once: `status` right after a start (or an install)
     // shows that readings arrive, without waiting a whole flush interval.
     if (this.queue.length >= this.opts.batchSize || !this.firstFlushed) {
       this.firstFlushed = true;
       this.flush();
     }
-    return undefined;
   }
 
   start(): void {
@@ -260,7 +332,7 @@ export class Ingest {
     const now = this.now();
     const prev = this.stats.trouble;
     const attempts = prev && prev.kind === kind ? prev.attempts + 1 : 1;
-    const delay = Math.min(MAX_COMMIT_RETRY_MS, this.opts.flushIntervalMs * 2 ** Math.min(attempts - 1, 20));
+    const delay = backoffDelay(attempts - 1, { initialMs: this.opts.flushIntervalMs, maxMs: MAX_COMMIT_RETRY_MS });
     this.stats.trouble = { kind, sinceMs: prev?.sinceMs ?? now, attempts, lastError: message, nextAttemptMs: now + delay };
     if (!prev || prev.kind !== kind) {
       const what = kind === 'disk-full' ? 'disk full' : 'commit failed';

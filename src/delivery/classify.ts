@@ -82,8 +82,5 @@ export function retryAfterMs(value: string | undefined, nowMs = Date.now()): num
   return Math.max(0, at - nowMs);
 }
 
-/** Exponential backoff with full jitter: uniform in [0, min(cap, base * 2^attempt)]. */
-export function backoffMs(attempt: number, baseMs: number, capMs: number, random: () => number = Math.random): number {
-  const ceiling = Math.min(capMs, baseMs * 2 ** Math.min(attempt, 30));
-  return Math.round(random() * ceiling);
-}
+// The one backoff lives in src/backoff.ts; delivery takes it from here until it imports it directly.
+export { backoffMs } from '../backoff.js';

@@ -1,10 +1,10 @@
 /**
  * Small parts every device source needs: a line splitter that never holds more than a cap
- * (a peer printing 10 MB without a newline must not cost 10 MB), capped exponential backoff,
- * the validate-count-emit step, and a logging policy for peers that are not there yet.
+ * (a peer printing 10 MB without a newline must not cost 10 MB), a source's health with
+ * the counts admission keeps, and a logging policy for peers that are not there yet.
  */
 import type { Logger } from 'pino';
-import { readingProblem, type Reading, type SourceContext, type SourceHealth } from './types.js';
+import type { SourceContext, SourceHealth } from './types.js';
 
 export interface LineSplitterHandlers {
   /** A complete line (without `\n` or a trailing `\r`), numbered from 1. */
@@ -94,65 +94,14 @@ export class LineSplitter {
   }
 }
 
-/** Exponential backoff from `initialMs`, doubling, capped at `maxMs`. */
-export class Backoff {
-  private n = 0;
-
-  constructor(
-    private readonly initialMs: number,
-    private readonly maxMs: number,
-  ) {}
-
-  /** The wait before the next attempt; each call doubles the following one. */
-  next(): number {
-    const ms = Math.min(this.maxMs, this.initialMs * 2 ** Math.min(this.n, 30));
-    this.n += 1;
-    return ms;
-  }
-
-  /** Failures in a row since the last reset. */
-  get failures(): number {
-    return this.n;
-  }
-
-  get atMax(): boolean {
-    return this.initialMs * 2 ** Math.min(this.n, 30) >= this.maxMs;
-  }
-
-  reset(): void {
-    this.n = 0;
-  }
-}
-
-/** Readings and rejects of one source, counted where they happen. */
-export class SourceStats {
-  readings = 0;
-  rejected = 0;
-  lastReadingMs: number | undefined;
-
-  constructor(private readonly ctx: SourceContext) {}
-
-  /** Validate, count and hand over; a refused reading is counted as rejected (`where`: e.g. "line 7"). */
-  emit(r: Reading, where?: string): boolean {
-    const problem = readingProblem(r);
-    if (problem) {
-      this.reject(where ? `${where}: ${problem}` : problem);
-      return false;
-    }
-    this.readings += 1;
-    this.lastReadingMs = r.timeMs;
-    this.ctx.emit(r);
-    return true;
-  }
-
-  reject(reason: string): void {
-    this.rejected += 1;
-    this.ctx.reject(reason);
-  }
-
-  health(healthy: boolean, detail: string | undefined, counters: Record<string, number>): SourceHealth & { counters: Record<string, number> } {
-    return { healthy, readings: this.readings, rejected: this.rejected, lastReadingMs: this.lastReadingMs, detail, counters: { ...counters } };
-  }
+/** A source's health: its own state, with the counts admission keeps for it. */
+export function sourceHealth(
+  ctx: SourceContext,
+  state: { healthy: boolean; detail?: string; finished?: boolean },
+  counters: Record<string, number>,
+): SourceHealth & { counters: Record<string, number> } {
+  const c = ctx.counts;
+  return { healthy: state.healthy, readings: c.readings, rejected: c.rejected, lastReadingMs: c.lastReadingMs, detail: state.detail, finished: state.finished ?? false, counters: { ...counters } };
 }
 
 /** A short, printable excerpt of bad input for a log line (control bytes escaped). */

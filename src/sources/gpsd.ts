@@ -3,14 +3,17 @@
  * TPV reports with a 2D or 3D fix (mode >= 2) become positions; the rest of the protocol
  * (VERSION, DEVICES, SKY...) is read and ignored.
  *
- * The connection is kept up by this source alone: it reconnects forever with capped backoff,
- * and a connection that stays silent for `no_data_timeout_s` is marked unhealthy and opened
- * again (gpsd restarted under us, a USB receiver re-enumerated: the socket can look alive
- * and never speak again, which is how a tracker goes quiet for a day without a log line).
+ * Decoding (`GpsdDecoder`) is apart from the connection, which a Reconnector keeps up
+ * forever with capped backoff: a connection that stays silent for `no_data_timeout_s` is
+ * marked unhealthy and opened again (gpsd restarted under us, a USB receiver re-enumerated:
+ * the socket can look alive and never speak again, which is how a tracker goes quiet for a
+ * day without a log line).
  */
-import { connect, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import type { GpsdSourceConfig } from '../config/schema.js';
-import { AttemptLog, Backoff, LineSplitter, preview, SourceStats, timer } from './common.js';
+import { preview, sourceHealth, timer } from './common.js';
+import { Reconnector, type Opened } from './reconnector.js';
+import { connectTcp } from './tcp.js';
 import type { Source, SourceContext, SourceHealth } from './types.js';
 
 type Json = Record<string, unknown>;
@@ -21,176 +24,68 @@ const HOLD_MS = 1200;
 /** Replies gpsd sends whether or not a receiver is attached. */
 const HANDSHAKE = new Set(['VERSION', 'DEVICES', 'DEVICE', 'WATCH', 'ERROR']);
 
-export class GpsdSource implements Source {
-  readonly type = 'gpsd';
-  readonly name: string;
-  private readonly stats: SourceStats;
-  private readonly backoff: Backoff;
-  private readonly attempts: AttemptLog;
-  private socket: Socket | undefined;
-  private retryTimer: NodeJS.Timeout | undefined;
-  private watchdog: NodeJS.Timeout | undefined;
-  private running = false;
-  private connected = false;
-  private silent = false;
-  private lastError: string | undefined;
-  private lastMode: number | undefined;
-  private everConnected = false;
+/** gpsd JSON lines in, readings out (through the source's context). */
+export class GpsdDecoder {
+  readonly counters = { noFix: 0, noTime: 0, duplicates: 0, badLines: 0 };
+  /** Mode of the last TPV report (undefined: none yet). */
+  lastMode: number | undefined;
   private pending: { timeMs: number; m: Json; line: number } | undefined;
   private holdTimer: NodeJS.Timeout | undefined;
-  private readonly counters = { noFix: 0, noTime: 0, duplicates: 0, badLines: 0, overlongLines: 0, connects: 0, connectFailures: 0, timeouts: 0 };
 
   constructor(
-    private readonly cfg: GpsdSourceConfig,
+    private readonly resourceId: string,
+    /** Reports of this device only (gpsd may serve several); undefined: any. */
+    private readonly device: string | undefined,
     private readonly ctx: SourceContext,
-  ) {
-    this.name = cfg.name ?? `gpsd:${cfg.resource_id}`;
-    this.stats = new SourceStats(ctx);
-    this.backoff = new Backoff(cfg.reconnect_initial_s * 1000, cfg.reconnect_max_s * 1000);
-    this.attempts = new AttemptLog(ctx.log, `gpsd at ${this.address}`);
-  }
+    /**
+     * A report from a device arrived. gpsd answers VERSION, DEVICES and WATCH even with no
+     * receiver attached, so only these prove the receiver works.
+     */
+    private readonly deviceReport: () => void,
+  ) {}
 
-  private get address(): string {
-    return `${this.cfg.host}:${this.cfg.port}`;
-  }
-
-  async start(): Promise<void> {
-    if (this.running) return;
-    this.running = true;
-    this.connect();
-  }
-
-  async stop(): Promise<void> {
-    this.running = false;
-    this.flushPending();
-    clearTimeout(this.retryTimer);
-    clearTimeout(this.watchdog);
-    this.retryTimer = undefined;
-    this.watchdog = undefined;
-    const s = this.socket;
-    this.socket = undefined;
-    this.connected = false;
-    if (s && !s.destroyed) {
-      const closed = new Promise<void>((resolve) => s.once('close', () => resolve()));
-      s.destroy();
-      await closed;
-    }
-  }
-
-  health(): SourceHealth & { counters: Record<string, number> } {
-    let detail: string;
-    if (!this.running) detail = 'stopped';
-    else if (!this.connected) detail = `not connected to ${this.address}${this.lastError ? `: ${this.lastError}` : ''} (${this.backoff.failures} attempts)`;
-    else if (this.silent) detail = `connected to ${this.address} but no report for ${this.cfg.no_data_timeout_s} s`;
-    else detail = `connected to ${this.address}, ${this.lastMode === undefined ? 'no position report yet' : this.lastMode >= 2 ? `${this.lastMode}D fix` : 'no fix'}`;
-    const skipped = this.counters.noFix + this.counters.noTime;
-    if (skipped) detail += `; ${this.counters.noFix} reports without a fix, ${this.counters.noTime} without time skipped`;
-    return this.stats.health(this.running && this.connected && !this.silent, detail, this.counters);
-  }
-
-  private connect(): void {
-    const splitter = new LineSplitter(this.cfg.max_line_bytes, {
-      line: (text, n) => this.onLine(text, n),
-      overlong: (n, bytes) => {
-        this.counters.overlongLines += 1;
-        this.stats.reject(`line ${n}: ${bytes} bytes, longer than max_line_bytes (${this.cfg.max_line_bytes}); skipped`);
-      },
-    });
-    const s = connect({ host: this.cfg.host, port: this.cfg.port });
-    this.socket = s;
-    // A connect that hangs (host unreachable, SYN dropped) counts as silence too.
-    this.armWatchdog(s);
-    s.setNoDelay(true);
-    s.on('connect', () => {
-      this.connected = true;
-      this.counters.connects += 1;
-      this.lastError = undefined;
-      const watch: Json = { enable: true, json: true };
-      if (this.cfg.device) watch.device = this.cfg.device;
-      s.write(`?WATCH=${JSON.stringify(watch)}\n`);
-      if (!this.everConnected) this.ctx.log.info({ address: this.address }, 'connected to gpsd');
-      this.everConnected = true;
-    });
-    s.on('data', (chunk: Buffer) => {
-      if (this.socket === s) splitter.push(chunk);
-    });
-    s.on('error', (err) => {
-      this.lastError = (err as NodeJS.ErrnoException).code ?? err.message;
-    });
-    s.on('close', () => {
-      if (this.socket !== s) return;
-      this.socket = undefined;
-      const wasConnected = this.connected;
-      this.connected = false;
-      this.flushPending();
-      clearTimeout(this.watchdog);
-      if (!this.running) return;
-      if (wasConnected) {
-        if (!this.silent) this.ctx.log.warn({ address: this.address, err: this.lastError }, 'connection to gpsd closed; reconnecting');
-        this.lastError ??= 'connection closed';
-      } else this.counters.connectFailures += 1;
-      const wait = this.backoff.next();
-      if (!wasConnected) this.attempts.failed(this.lastError ?? 'no connection', this.backoff.failures, wait, this.backoff.atMax);
-      this.retryTimer = timer(() => {
-        this.retryTimer = undefined;
-        if (this.running) this.connect();
-      }, wait);
-    });
-  }
-
-  /**
-   * A device report arrived. gpsd answers VERSION, DEVICES and WATCH even with no receiver
-   * attached, so only reports from a device prove it works: they reset the backoff, clear
-   * the silence and re-arm the no-data timeout.
-   */
-  private alive(): void {
-    const s = this.socket;
-    if (!s) return;
-    if (this.backoff.failures > 0) this.attempts.succeeded(this.backoff.failures);
-    this.backoff.reset();
-    if (this.silent) this.ctx.log.info({ address: this.address }, 'gpsd reports again');
-    this.silent = false;
-    this.armWatchdog(s);
-  }
-
-  private armWatchdog(s: Socket): void {
-    clearTimeout(this.watchdog);
-    if (this.cfg.no_data_timeout_s <= 0) return;
-    this.watchdog = timer(() => {
-      if (this.socket !== s || !this.running) return;
-      this.counters.timeouts += 1;
-      if (this.connected) {
-        if (!this.silent) this.ctx.log.warn({ address: this.address, timeoutS: this.cfg.no_data_timeout_s }, 'no report from gpsd; reconnecting');
-        this.silent = true;
-      }
-      this.lastError = `no data for ${this.cfg.no_data_timeout_s} s`;
-      s.destroy();
-    }, this.cfg.no_data_timeout_s * 1000);
-  }
-
-  private onLine(text: string, n: number): void {
+  line(text: string, n: number): void {
     if (text.trim() === '') return;
     let msg: unknown;
     try {
       msg = JSON.parse(text);
     } catch {
       this.counters.badLines += 1;
-      this.stats.reject(`line ${n}: not JSON: ${preview(text)}`);
+      this.ctx.reject(`line ${n}: not JSON: ${preview(text)}`);
       return;
     }
     if (typeof msg !== 'object' || msg === null || Array.isArray(msg)) {
       this.counters.badLines += 1;
-      this.stats.reject(`line ${n}: expected a JSON object: ${preview(text)}`);
+      this.ctx.reject(`line ${n}: expected a JSON object: ${preview(text)}`);
       return;
     }
     const m = msg as Json;
-    if (typeof m.class === 'string' && !HANDSHAKE.has(m.class)) this.alive();
-    if (m.class === 'TPV') this.onTpv(m, n);
+    if (typeof m.class === 'string' && !HANDSHAKE.has(m.class)) this.deviceReport();
+    if (m.class === 'TPV') this.tpv(m, n);
     else if (m.class === 'ERROR') this.ctx.log.warn({ message: m.message }, 'gpsd reported an error');
   }
 
-  private onTpv(m: Json, n: number): void {
-    if (this.cfg.device && m.device !== undefined && m.device !== this.cfg.device) return;
+  /** Hand over the position still held (the connection closed, or the source stops). */
+  flush(): void {
+    const p = this.pending;
+    this.pending = undefined;
+    clearTimeout(this.holdTimer);
+    this.holdTimer = undefined;
+    if (!p) return;
+    const m = p.m;
+    // Non-numbers (a string, null) fail the range checks of admission and are rejected by name.
+    this.ctx.emit({
+      resourceId: this.resourceId,
+      timeMs: p.timeMs,
+      lat: m.lat as number,
+      lon: m.lon as number,
+      speed: m.speed === undefined ? undefined : (m.speed as number),
+      heading: m.track === undefined ? undefined : (m.track as number),
+    }, `line ${p.line}`);
+  }
+
+  private tpv(m: Json, n: number): void {
+    if (this.device && m.device !== undefined && m.device !== this.device) return;
     const mode = typeof m.mode === 'number' ? m.mode : 0;
     this.lastMode = mode;
     // Mode 0 (unknown) and 1 (no fix) carry no usable position; nor does a fix without one.
@@ -204,7 +99,7 @@ export class GpsdSource implements Source {
     }
     const timeMs = Date.parse(m.time);
     if (Number.isNaN(timeMs)) {
-      this.stats.reject(`line ${n}: TPV time: not an ISO 8601 time: ${preview(m.time)}`);
+      this.ctx.reject(`line ${n}: TPV time: not an ISO 8601 time: ${preview(m.time)}`);
       return;
     }
     // gpsd sends a TPV per sentence when it cannot tell where a receiver's cycle ends: GGA
@@ -216,27 +111,82 @@ export class GpsdSource implements Source {
       this.pending.m = { ...this.pending.m, ...m };
       return;
     }
-    this.flushPending();
+    this.flush();
     this.pending = { timeMs, m, line: n };
     clearTimeout(this.holdTimer);
-    this.holdTimer = timer(() => this.flushPending(), HOLD_MS);
+    this.holdTimer = timer(() => this.flush(), HOLD_MS);
+  }
+}
+
+export class GpsdSource implements Source {
+  readonly type = 'gpsd';
+  readonly name: string;
+  private readonly decoder: GpsdDecoder;
+  private readonly link: Reconnector<Opened<Socket>>;
+
+  constructor(
+    private readonly cfg: GpsdSourceConfig,
+    private readonly ctx: SourceContext,
+  ) {
+    this.name = cfg.name ?? `gpsd:${cfg.resource_id}`;
+    const address = this.address;
+    this.decoder = new GpsdDecoder(cfg.resource_id, cfg.device, ctx, () => this.link.alive());
+    this.link = new Reconnector<Opened<Socket>>({
+      ctx,
+      open: (signal) => connectTcp(cfg.host, cfg.port, signal),
+      initialMs: cfg.reconnect_initial_s * 1000,
+      maxMs: cfg.reconnect_max_s * 1000,
+      noDataTimeoutS: cfg.no_data_timeout_s,
+      maxLineBytes: cfg.max_line_bytes,
+      peer: `gpsd at ${address}`,
+      data: 'nothing',
+      lastLine: 'drop',
+      // A connect that hangs (host unreachable, SYN dropped) counts as silence too.
+      openTimeout: true,
+      line: (text, n) => this.decoder.line(text, n),
+      opened: ({ link }) => {
+        const watch: Json = { enable: true, json: true };
+        if (cfg.device) watch.device = cfg.device;
+        link.write(`?WATCH=${JSON.stringify(watch)}\n`);
+        if (this.link.counters.opens === 1) ctx.log.info({ address }, 'connected to gpsd');
+      },
+      silent: () => ctx.log.warn({ address, timeoutS: cfg.no_data_timeout_s }, 'no report from gpsd; reconnecting'),
+      resumed: () => ctx.log.info({ address }, 'gpsd reports again'),
+      closed: () => {
+        this.decoder.flush();
+        if (!this.link.silent) ctx.log.warn({ address, err: this.link.lastError }, 'connection to gpsd closed; reconnecting');
+        this.link.lastError ??= 'connection closed';
+        return 'reopen';
+      },
+    });
   }
 
-  private flushPending(): void {
-    const p = this.pending;
-    this.pending = undefined;
-    clearTimeout(this.holdTimer);
-    this.holdTimer = undefined;
-    if (!p) return;
-    const m = p.m;
-    // Non-numbers (a string, null) fail readingProblem's range checks and are rejected by name.
-    this.stats.emit({
-      resourceId: this.cfg.resource_id,
-      timeMs: p.timeMs,
-      lat: m.lat as number,
-      lon: m.lon as number,
-      speed: m.speed === undefined ? undefined : (m.speed as number),
-      heading: m.track === undefined ? undefined : (m.track as number),
-    }, `line ${p.line}`);
+  private get address(): string {
+    return `${this.cfg.host}:${this.cfg.port}`;
+  }
+
+  async start(): Promise<void> {
+    // Not awaited: a connect to a host that drops packets must not hold up the other sources.
+    void this.link.start();
+  }
+
+  async stop(): Promise<void> {
+    await this.link.stop();
+    this.decoder.flush();
+  }
+
+  health(): SourceHealth & { counters: Record<string, number> } {
+    const link = this.link;
+    const { noFix, noTime } = this.decoder.counters;
+    const mode = this.decoder.lastMode;
+    let detail: string;
+    if (!link.active) detail = 'stopped';
+    else if (!link.current) detail = `not connected to ${this.address}${link.lastError ? `: ${link.lastError}` : ''} (${link.failures} attempts)`;
+    else if (link.silent) detail = `connected to ${this.address} but no report for ${this.cfg.no_data_timeout_s} s`;
+    else detail = `connected to ${this.address}, ${mode === undefined ? 'no position report yet' : mode >= 2 ? `${mode}D fix` : 'no fix'}`;
+    if (noFix + noTime) detail += `; ${noFix} reports without a fix, ${noTime} without time skipped`;
+    const { opens, failedOpens, timeouts, overlongLines } = link.counters;
+    const counters = { noFix, noTime, duplicates: this.decoder.counters.duplicates, badLines: this.decoder.counters.badLines, overlongLines, connects: opens, connectFailures: failedOpens, timeouts };
+    return sourceHealth(this.ctx, { healthy: link.active && !!link.current && !link.silent, detail }, counters);
   }
 }

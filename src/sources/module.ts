@@ -2,17 +2,21 @@
  * A source from a JavaScript module named in the config, for devices no built-in source
  * speaks. The module exports a factory, `createSource(ctx, options)` (or `default`), that
  * returns (or resolves to) an object with `start()`, `stop()` and optionally `health()`:
- * the same interface as the built-in sources, with the same `ctx` (`emit`, `reject`, `log`).
+ * the same interface as the built-in sources, with a `ctx` of `emit`, `reject` and `log`.
  *
- * The wrapper checks what the module hands over: every reading is validated and counted
- * here, so `status` shows the truth whatever the module's own `health()` says, and a module
- * that throws from `health()` or `stop()` is reported, not fatal.
+ * What the module hands over goes through the same admission as a built-in source's
+ * readings (validated and counted there), with only the fields of a reading and nothing
+ * that is not an object, so `status` shows the truth whatever the module's own `health()`
+ * says; a module that throws from `health()` or `stop()` is reported, not fatal.
  */
 import { isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { ModuleSourceConfig } from '../config/schema.js';
-import { SourceStats } from './common.js';
+import { sourceHealth } from './common.js';
 import type { Reading, Source, SourceContext, SourceHealth } from './types.js';
+
+/** What a module is given: the README's contract (`emit(reading)`, `reject(reason)`, `log`). */
+export type PluginContext = Pick<SourceContext, 'reject' | 'log'> & { emit(reading: Reading): void };
 
 /** What a module's factory returns. `health()` may report `healthy` and `detail`; counts are kept by the agent. */
 export interface PluginSource {
@@ -21,12 +25,11 @@ export interface PluginSource {
   health?(): Partial<SourceHealth>;
 }
 
-export type PluginFactory = (ctx: SourceContext, options: Record<string, unknown>) => PluginSource | Promise<PluginSource>;
+export type PluginFactory = (ctx: PluginContext, options: Record<string, unknown>) => PluginSource | Promise<PluginSource>;
 
 export class ModuleSource implements Source {
   readonly type = 'module';
   readonly name: string;
-  private readonly stats: SourceStats;
   private plugin: PluginSource | undefined;
   private running = false;
   private problem: string | undefined;
@@ -36,7 +39,6 @@ export class ModuleSource implements Source {
     private readonly ctx: SourceContext,
   ) {
     this.name = cfg.name ?? `module:${cfg.path}`;
-    this.stats = new SourceStats(ctx);
   }
 
   /** Absolute path of the module (a relative `path` is taken from the working directory). */
@@ -81,7 +83,7 @@ export class ModuleSource implements Source {
         detail = `health() threw: ${(err as Error).message}`;
       }
     }
-    return this.stats.health(healthy, detail, {});
+    return sourceHealth(this.ctx, { healthy, detail }, {});
   }
 
   private async load(): Promise<PluginSource> {
@@ -94,14 +96,14 @@ export class ModuleSource implements Source {
     }
     const factory = (typeof mod.createSource === 'function' ? mod.createSource : mod.default) as PluginFactory | undefined;
     if (typeof factory !== 'function') throw new Error(`${file} exports neither createSource(ctx, options) nor a default function`);
-    // The module gets its own context: what it emits is validated and counted here first.
-    const ctx: SourceContext = {
+    // The module gets its own context: only reading objects, and only their fields, go on.
+    const ctx: PluginContext = {
       log: this.ctx.log,
       emit: (r) => {
-        if (typeof r !== 'object' || r === null) this.stats.reject(`emit: expected a reading object, got ${r === null ? 'null' : typeof r}`);
-        else this.stats.emit(pick(r));
+        if (typeof r !== 'object' || r === null) this.ctx.reject(`emit: expected a reading object, got ${r === null ? 'null' : typeof r}`);
+        else this.ctx.emit(pick(r));
       },
-      reject: (reason) => this.stats.reject(String(reason)),
+      reject: (reason) => this.ctx.reject(String(reason)),
     };
     const plugin = await factory(ctx, structuredClone(this.cfg.options));
     if (!plugin || typeof plugin.start !== 'function' || typeof plugin.stop !== 'function') {

@@ -7,19 +7,14 @@
  * came); the date comes from RMC, because GGA has only the time of day. Until the first RMC
  * with a date has been seen, fixes are skipped and counted (`noDate`).
  *
- * Reading (`NmeaSource`): a tty is set with `stty -F DEV BAUD raw -echo` and opened again
- * with capped backoff when it goes away (USB receivers re-enumerate); a FIFO is opened
- * read-write so that writers may come and go without an end of file; a regular file is read
- * once to its end (a recorded drive, replayed).
+ * Reading (`NmeaSource`): the device (a tty, a FIFO or a recorded file, see device.ts) is
+ * kept open by a Reconnector, which opens it again with capped backoff when it goes away
+ * (USB receivers re-enumerate); a file read to its end is finished.
  */
-import { execFile } from 'node:child_process';
-import { close as closeFdCb, constants as fsConstants, createReadStream, open as openFdCb } from 'node:fs';
-import { stat } from 'node:fs/promises';
-import { Socket } from 'node:net';
-import { ReadStream as TtyReadStream } from 'node:tty';
-import type { Readable } from 'node:stream';
 import type { NmeaSourceConfig } from '../config/schema.js';
-import { AttemptLog, Backoff, LineSplitter, preview, SourceStats, timer } from './common.js';
+import { preview, sourceHealth } from './common.js';
+import { openDevice, type OpenedDevice } from './device.js';
+import { Reconnector } from './reconnector.js';
 import type { Reading, Source, SourceContext, SourceHealth } from './types.js';
 
 const KNOTS_TO_MS = 1852 / 3600;
@@ -243,236 +238,72 @@ export class NmeaDecoder {
   }
 }
 
-type Kind = 'tty' | 'fifo' | 'file';
-
 export class NmeaSource implements Source {
   readonly type = 'nmea';
   readonly name: string;
-  private readonly stats: SourceStats;
   private readonly decoder: NmeaDecoder;
-  private readonly backoff: Backoff;
-  private readonly attempts: AttemptLog;
-  private stream: Readable | undefined;
-  private retryTimer: NodeJS.Timeout | undefined;
-  private watchdog: NodeJS.Timeout | undefined;
-  private running = false;
-  /** An open in progress (stat, stty, open), which stop() waits for. */
-  private opening: Promise<void> | undefined;
-  private kind: Kind | undefined;
-  private open = false;
-  private silent = false;
-  private ended = false;
-  private lastError: string | undefined;
-  private overlongLines = 0;
-  private opens = 0;
-  private lines = 0;
+  private readonly link: Reconnector<OpenedDevice>;
 
   constructor(
     private readonly cfg: NmeaSourceConfig,
     private readonly ctx: SourceContext,
   ) {
     this.name = cfg.name ?? `nmea:${cfg.resource_id}`;
-    this.stats = new SourceStats(ctx);
-    this.decoder = new NmeaDecoder(cfg.resource_id, { reading: (r, where) => this.stats.emit(r, where), reject: (reason) => this.stats.reject(reason) });
-    this.backoff = new Backoff(cfg.reopen_initial_s * 1000, cfg.reopen_max_s * 1000);
-    this.attempts = new AttemptLog(ctx.log, `NMEA device ${cfg.device}`);
+    this.decoder = new NmeaDecoder(cfg.resource_id, { reading: (r, where) => ctx.emit(r, where), reject: (reason) => ctx.reject(reason) });
+    const device = cfg.device;
+    this.link = new Reconnector<OpenedDevice>({
+      ctx,
+      open: () => openDevice(device, cfg.baud),
+      initialMs: cfg.reopen_initial_s * 1000,
+      maxMs: cfg.reopen_max_s * 1000,
+      noDataTimeoutS: cfg.no_data_timeout_s,
+      maxLineBytes: cfg.max_line_bytes,
+      peer: `NMEA device ${device}`,
+      data: 'alive',
+      lastLine: 'decode',
+      line: (text, n) => this.decoder.line(text, n),
+      opened: ({ kind }) => {
+        if (this.link.counters.opens === 1) ctx.log.info({ device, kind }, 'reading NMEA');
+        else ctx.log.debug({ device, kind }, 'NMEA device open');
+      },
+      // A FIFO just waits for its next writer; a tty is opened again (reopenWhenSilent).
+      silent: () => ctx.log.warn({ device, timeoutS: cfg.no_data_timeout_s }, 'no NMEA data'),
+      resumed: () => ctx.log.info({ device }, 'NMEA data again'),
+      closed: ({ kind }) => {
+        this.decoder.flush();
+        if (kind === 'file' && !this.link.lastError) {
+          ctx.log.info({ device, lines: this.link.lines }, 'end of NMEA file');
+          return 'finished';
+        }
+        if (!this.link.silent) ctx.log.warn({ device, err: this.link.lastError }, 'NMEA device closed; opening it again');
+        return 'reopen';
+      },
+    });
   }
 
   async start(): Promise<void> {
-    if (this.running) return;
-    this.running = true;
-    this.ended = false;
-    await this.openDevice();
+    await this.link.start();
   }
 
   async stop(): Promise<void> {
-    this.running = false;
-    clearTimeout(this.retryTimer);
-    clearTimeout(this.watchdog);
-    this.retryTimer = undefined;
-    this.watchdog = undefined;
-    await this.opening; // sees !running and closes what it opened
-    const s = this.stream;
-    this.stream = undefined;
-    this.open = false;
-    if (s && !s.destroyed) {
-      const closed = new Promise<void>((resolve) => s.once('close', () => resolve()));
-      s.destroy();
-      await closed;
-    }
+    await this.link.stop();
     this.decoder.flush();
   }
 
   health(): SourceHealth & { counters: Record<string, number> } {
     const c = this.decoder.counters;
+    const link = this.link;
+    const open = link.current;
+    const { overlongLines, opens } = link.counters;
     let detail: string;
-    if (!this.running) detail = 'stopped';
-    else if (this.ended) detail = `finished: end of file after ${this.lines} lines`;
-    else if (!this.open) detail = `${this.cfg.device} not open${this.lastError ? `: ${this.lastError}` : ''} (${this.backoff.failures} attempts)`;
-    else if (this.silent) detail = `${this.cfg.device}: no data for ${this.cfg.no_data_timeout_s} s`;
-    else detail = `reading ${this.cfg.device} (${this.kind === 'tty' ? `tty, ${this.cfg.baud} baud` : this.kind})`;
-    const bad = c.badChecksum + c.malformed + this.overlongLines;
-    if (bad || c.noFix || c.noDate) detail += `; ${c.noFix} epochs without a fix, ${c.noDate} without a date, ${c.badChecksum} bad checksums, ${c.malformed + this.overlongLines} malformed`;
-    const healthy = this.running && (this.ended || (this.open && !this.silent));
-    return this.stats.health(healthy, detail, { ...c, overlongLines: this.overlongLines, opens: this.opens });
+    if (!link.active) detail = 'stopped';
+    else if (link.finished) detail = `finished: end of file after ${link.lines} lines`;
+    else if (!open) detail = `${this.cfg.device} not open${link.lastError ? `: ${link.lastError}` : ''} (${link.failures} attempts)`;
+    else if (link.silent) detail = `${this.cfg.device}: no data for ${this.cfg.no_data_timeout_s} s`;
+    else detail = `reading ${this.cfg.device} (${open.kind === 'tty' ? `tty, ${this.cfg.baud} baud` : open.kind})`;
+    const bad = c.badChecksum + c.malformed + overlongLines;
+    if (bad || c.noFix || c.noDate) detail += `; ${c.noFix} epochs without a fix, ${c.noDate} without a date, ${c.badChecksum} bad checksums, ${c.malformed + overlongLines} malformed`;
+    const healthy = link.active && (link.finished || (!!open && !link.silent));
+    return sourceHealth(this.ctx, { healthy, detail, finished: link.finished }, { ...c, overlongLines, opens });
   }
-
-  private openDevice(): Promise<void> {
-    if (this.opening || !this.running) return this.opening ?? Promise.resolve();
-    this.opening = this.tryOpen().finally(() => (this.opening = undefined));
-    return this.opening;
-  }
-
-  private async tryOpen(): Promise<void> {
-    try {
-      const stream = await this.openStream();
-      if (!this.running) {
-        stream.destroy();
-        return;
-      }
-      this.attach(stream);
-    } catch (err) {
-      this.lastError = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
-      this.retry(true);
-    }
-  }
-
-  private async openStream(): Promise<Readable> {
-    const st = await stat(this.cfg.device);
-    if (st.isFile()) {
-      this.kind = 'file';
-      return createReadStream(this.cfg.device, { highWaterMark: 16 * 1024 });
-    }
-    if (st.isFIFO()) {
-      this.kind = 'fifo';
-      // Read-write: the FIFO then always has a writer (us), so a writer that closes and
-      // another that opens later never look like an end of file.
-      const fd = await openFd(this.cfg.device, fsConstants.O_RDWR | fsConstants.O_NONBLOCK);
-      try {
-        return new Socket({ fd, readable: true, writable: false });
-      } catch (err) {
-        await closeFd(fd);
-        throw err;
-      }
-    }
-    if (st.isCharacterDevice()) {
-      this.kind = 'tty';
-      await setLine(this.cfg.device, this.cfg.baud);
-      const fd = await openFd(this.cfg.device, fsConstants.O_RDONLY | fsConstants.O_NOCTTY | fsConstants.O_NONBLOCK);
-      let tty: TtyReadStream;
-      try {
-        tty = new TtyReadStream(fd);
-      } catch (err) {
-        await closeFd(fd);
-        throw err;
-      }
-      // libuv reopens a tty by its name (so its non-blocking mode is private) and keeps
-      // our descriptor as a duplicate it never closes: close it, or every reopen leaks one.
-      const handleFd = (tty as unknown as { _handle?: { fd?: number } })._handle?.fd;
-      if (typeof handleFd === 'number' && handleFd >= 0 && handleFd !== fd) await closeFd(fd);
-      return tty;
-    }
-    throw new Error('not a tty, FIFO or regular file');
-  }
-
-  private attach(stream: Readable): void {
-    this.stream = stream;
-    this.open = true;
-    this.opens += 1;
-    this.lastError = undefined;
-    if (this.opens === 1) this.ctx.log.info({ device: this.cfg.device, kind: this.kind }, 'reading NMEA');
-    else this.ctx.log.debug({ device: this.cfg.device, kind: this.kind }, 'NMEA device open');
-    const splitter = new LineSplitter(this.cfg.max_line_bytes, {
-      line: (text, n) => {
-        this.lines = n;
-        this.decoder.line(text, n);
-      },
-      overlong: (n, bytes) => {
-        this.lines = n;
-        this.overlongLines += 1;
-        this.stats.reject(`line ${n}: ${bytes} bytes, longer than max_line_bytes (${this.cfg.max_line_bytes}); skipped`);
-      },
-    });
-    this.armWatchdog(stream);
-    stream.on('data', (chunk: Buffer) => {
-      if (this.stream !== stream) return;
-      // Data, not a successful open, ends the backoff: a device that opens and fails at
-      // once must not be reopened in a tight loop.
-      if (this.backoff.failures > 0) this.attempts.succeeded(this.backoff.failures);
-      this.backoff.reset();
-      if (this.silent) this.ctx.log.info({ device: this.cfg.device }, 'NMEA data again');
-      this.silent = false;
-      this.armWatchdog(stream);
-      splitter.push(chunk);
-    });
-    stream.on('error', (err) => {
-      this.lastError = (err as NodeJS.ErrnoException).code ?? err.message;
-    });
-    stream.on('end', () => {
-      if (this.stream !== stream) return;
-      splitter.end();
-      this.decoder.flush();
-    });
-    stream.on('close', () => {
-      if (this.stream !== stream) return;
-      this.stream = undefined;
-      this.open = false;
-      clearTimeout(this.watchdog);
-      if (!this.running) return;
-      if (this.kind === 'file' && !this.lastError) {
-        this.ended = true;
-        this.ctx.log.info({ device: this.cfg.device, lines: this.lines }, 'end of NMEA file');
-        return;
-      }
-      splitter.end();
-      this.decoder.flush();
-      if (!this.silent) this.ctx.log.warn({ device: this.cfg.device, err: this.lastError }, 'NMEA device closed; opening it again');
-      this.retry(false);
-    });
-  }
-
-  private retry(failedToOpen: boolean): void {
-    if (!this.running) return;
-    const wait = this.backoff.next();
-    if (failedToOpen) this.attempts.failed(this.lastError ?? 'cannot open', this.backoff.failures, wait, this.backoff.atMax);
-    clearTimeout(this.retryTimer);
-    this.retryTimer = timer(() => {
-      this.retryTimer = undefined;
-      void this.openDevice();
-    }, wait);
-  }
-
-  private armWatchdog(stream: Readable): void {
-    clearTimeout(this.watchdog);
-    if (this.cfg.no_data_timeout_s <= 0 || this.kind === 'file') return;
-    this.watchdog = timer(() => {
-      if (this.stream !== stream || !this.running) return;
-      if (!this.silent) this.ctx.log.warn({ device: this.cfg.device, timeoutS: this.cfg.no_data_timeout_s }, 'no NMEA data');
-      this.silent = true;
-      this.lastError = `no data for ${this.cfg.no_data_timeout_s} s`;
-      // A tty that went quiet is opened again (a re-enumerated USB receiver is a new device
-      // behind the same name); a FIFO just waits for its next writer.
-      if (this.kind === 'tty') stream.destroy();
-    }, this.cfg.no_data_timeout_s * 1000);
-  }
-}
-
-// Plain descriptors (not FileHandles): the stream owns them, and a FileHandle would be
-// closed under it when garbage-collected.
-function openFd(path: string, flags: number): Promise<number> {
-  return new Promise((resolve, reject) => openFdCb(path, flags, (err, fd) => (err ? reject(err) : resolve(fd))));
-}
-
-function closeFd(fd: number): Promise<void> {
-  return new Promise((resolve) => closeFdCb(fd, () => resolve()));
-}
-
-/** `stty -F DEV BAUD raw -echo`: line speed, no line editing, no echo back to the receiver. */
-function setLine(device: string, baud: number): Promise<void> {
-  return new Promise((resolve, reject) => {
-    execFile('stty', ['-F', device, String(baud), 'raw', '-echo'], { timeout: 5000 }, (err, _stdout, stderr) => {
-      if (err) reject(new Error(`stty -F ${device} ${baud} raw -echo failed: ${(stderr || err.message).trim()}`));
-      else resolve();
-    });
-  });
 }

@@ -13,7 +13,7 @@
 import { open, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { OnewireSourceConfig } from '../config/schema.js';
-import { preview, SourceStats, timer } from './common.js';
+import { preview, sourceHealth, timer } from './common.js';
 import type { Source, SourceContext, SourceHealth } from './types.js';
 
 export type W1Result = { ok: true; tempC: number } | { ok: false; reason: string };
@@ -76,7 +76,6 @@ interface SensorState {
 export class OnewireSource implements Source {
   readonly type = 'onewire';
   readonly name: string;
-  private readonly stats: SourceStats;
   private readonly sensors: Map<string, SensorState>;
   private timer: NodeJS.Timeout | undefined;
   private polling: Promise<void> | undefined;
@@ -90,7 +89,6 @@ export class OnewireSource implements Source {
     private readonly ctx: SourceContext,
   ) {
     this.name = cfg.name ?? `onewire:${[...new Set(Object.values(cfg.sensors))].sort().join(',')}`;
-    this.stats = new SourceStats(ctx);
     this.sensors = new Map(Object.entries(cfg.sensors).map(([id, resourceId]) => [id, { resourceId, missing: false }]));
   }
 
@@ -117,7 +115,7 @@ export class OnewireSource implements Source {
     else if (bad.length === 0) detail = `${this.sensors.size} sensors read every ${this.cfg.interval_s} s`;
     else detail = bad.map(([id, s]) => `${id} (${s.resourceId}): ${s.problem}`).join('; ');
     if (this.unmapped.size) detail += `; ${this.unmapped.size} sensors present but not in sensors: ${[...this.unmapped].join(', ')}`;
-    return this.stats.health(this.running && bad.length === 0, detail, this.counters);
+    return sourceHealth(this.ctx, { healthy: this.running && bad.length === 0, detail }, this.counters);
   }
 
   /** Read every configured sensor once. */
@@ -169,7 +167,7 @@ export class OnewireSource implements Source {
         state.problem = 'not present';
       } else if (error?.code === 'ETOOLONG') {
         state.problem = `${file}: longer than ${MAX_FILE_BYTES} bytes`;
-        this.stats.reject(`${id}: ${state.problem}`);
+        this.ctx.reject(`${id}: ${state.problem}`);
       } else {
         this.counters.readErrors += 1;
         state.problem = `read failed: ${error?.code ?? error?.message}`;
@@ -182,11 +180,11 @@ export class OnewireSource implements Source {
     const r = file === 'w1_slave' ? parseW1Slave(text) : parseTemperatureFile(text);
     if (!r.ok) {
       state.problem = r.reason;
-      this.stats.reject(`${id}: ${r.reason}`);
+      this.ctx.reject(`${id}: ${r.reason}`);
       return;
     }
     state.problem = undefined;
-    this.stats.emit({ resourceId: state.resourceId, timeMs, temperatureC: r.tempC });
+    this.ctx.emit({ resourceId: state.resourceId, timeMs, temperatureC: r.tempC });
   }
 
   /** Sensors on the bus that the config does not name: listed in health, logged once each. */

@@ -181,7 +181,6 @@ export class SimulatorSource implements Source {
   private model: SimulatorModel;
   private wallStart = 0;
   private steps = 0;
-  private readonly stats: SourceHealth = { healthy: true, readings: 0, rejected: 0 };
   private readonly listeners: Array<(e: SimulatorEvent) => void> = [];
 
   constructor(
@@ -217,8 +216,6 @@ export class SimulatorSource implements Source {
     for (let i = 0; i < n; i++) {
       const { reading, events } = this.model.step(this.cfg.interval_s, this.cfg.resource_id);
       this.steps += 1;
-      this.stats.readings += 1;
-      this.stats.lastReadingMs = reading.timeMs;
       this.ctx.emit(reading);
       for (const e of events) for (const fn of this.listeners) fn(e);
       if (this.model.finished) break;
@@ -237,6 +234,7 @@ export class SimulatorSource implements Source {
   }
 
   health(): SourceHealth {
-    return { ...this.stats, detail: this.model.finished ? 'route finished' : undefined };
+    const c = this.ctx.counts;
+    return { healthy: true, readings: c.readings, rejected: c.rejected, lastReadingMs: c.lastReadingMs, detail: this.model.finished ? 'route finished' : undefined, finished: this.model.finished };
   }
 }

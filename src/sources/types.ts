@@ -2,6 +2,8 @@
  * The one interface every source implements, built-in or a plug-in module.
  * A source turns whatever its device speaks into `Reading`s and hands them to `emit`;
  * it never touches the buffer, and a bad input is counted with `reject`, never thrown.
+ * Whether a reading can be stored is decided once, by the buffer's admission step
+ * (src/buffer/ingest.ts), which also keeps each source's counts.
  */
 import type { Logger } from 'pino';
 
@@ -28,14 +30,36 @@ export interface SourceHealth {
   rejected: number;
   lastReadingMs?: number;
   detail?: string;
+  /**
+   * Done on purpose: a file read to its end, a simulator at the end of its route. Such a
+   * source sends nothing more and is not reported as silent.
+   */
+  finished: boolean;
+}
+
+/** What admission counted for one source: shown per source in status and /metrics. */
+export interface SourceCounts {
+  /** Readings in good form. Their time is judged after this count: the time-rejected are among them. */
+  readings: number;
+  /** Bad input: what the source refused itself, and readings in bad form. */
+  rejected: number;
+  /** Readings refused for their time (sources_time). */
+  timeRejected: number;
+  /** Time of the last reading in good form. */
+  lastReadingMs?: number;
 }
 
 export interface SourceContext {
-  /** Hand over a reading; it is validated and committed in the next batch. */
-  emit(reading: Reading): void;
+  /**
+   * Hand over a reading. Admission validates it, judges its time and counts it; when it is
+   * refused, `where` (e.g. "line 7") opens the reason in the log.
+   */
+  emit(reading: Reading, where?: string): void;
   /** Count a bad input (garbled line, NaN, out of range) with a reason for the log. */
   reject(reason: string): void;
   log: Logger;
+  /** What admission has counted for this source so far (for `health()`). */
+  readonly counts: Readonly<SourceCounts>;
 }
 
 export interface Source {

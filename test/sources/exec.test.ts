@@ -4,7 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { execSourceSchema } from '../../src/config/schema.js';
 import { ExecSource, parseExecLine } from '../../src/sources/exec.js';
 import { tempDir, waitFor } from '../helpers.js';
-import { activeResources, alive, FIXTURES, recorder, sleep } from './support.js';
+import { activeResources, alive, FIXTURES, recorder } from './support.js';
 
 const cfg = (extra: Record<string, unknown>) => execSourceSchema.parse({ type: 'exec', restart_initial_s: 0.05, restart_max_s: 0.4, ...extra });
 const node = (script: string) => [process.execPath, '-e', script];
@@ -67,10 +67,9 @@ describe('exec source', () => {
     await waitFor(() => src.health().counters.starts >= 6, 10_000, 'six starts');
     await src.stop();
     const ended = rec.logs.filter((l) => l.msg === 'command ended; restarting');
-    // Growing, then capped; each restart really waited at least that long.
+    // Growing, then capped. That each restart waits that long, to the millisecond, is
+    // reconnector.test.ts's to show with fake timers: measured here it would be a wall clock.
     expect(ended.slice(0, 5).map((l) => l.restartInMs)).toEqual([50, 100, 200, 400, 400]);
-    const starts = rec.logs.filter((l) => l.msg === 'command started').map((l) => l.time as number);
-    for (let i = 1; i < Math.min(starts.length, 6); i++) expect(starts[i] - starts[i - 1]).toBeGreaterThanOrEqual((ended[i - 1].restartInMs as number) - 5);
     expect(ended[0]).toMatchObject({ level: 40, reason: 'exited with code 3', restartInMs: 50 });
     expect(ended.filter((l) => l.level === 40)).toHaveLength(3);
     expect(ended.slice(3).every((l) => l.level === 20)).toBe(true);
@@ -92,13 +91,16 @@ describe('exec source', () => {
     const t = tempDir();
     cleanup.push(t.cleanup);
     const pidFile = join(t.dir, 'helper.pid');
-    const stubborn = `process.on("SIGTERM", () => {}); console.log(JSON.stringify({ resourceId: "T1", temperature: 4 })); setInterval(() => {}, 1000)`;
+    const termFile = join(t.dir, 'stubborn.term');
+    // Notes the SIGTERM it ignores, so the test sees the order of the signals, not a clock.
+    const stubborn = `process.on("SIGTERM", () => require("fs").writeFileSync(process.env.TERM_FILE, "ignored")); console.log(JSON.stringify({ resourceId: "T1", temperature: 4 })); setInterval(() => {}, 1000)`;
     const rec = recorder();
     const src = new ExecSource(
       cfg({
         command: `${process.execPath} -e 'setInterval(() => {}, 1000)' & echo $! > "$PID_FILE"; ${process.execPath} -e '${stubborn}' | cat`,
-        env: { PID_FILE: pidFile },
-        stop_timeout_s: 0.3,
+        env: { PID_FILE: pidFile, TERM_FILE: termFile },
+        // Room for the stubborn child to note the SIGTERM on a loaded machine before SIGKILL.
+        stop_timeout_s: 1,
       }),
       rec.ctx,
     );
@@ -108,9 +110,9 @@ describe('exec source', () => {
     const shell = src.pid!;
     const helper = Number(readFileSync(pidFile, 'utf8'));
     expect(alive(helper)).toBe(true);
-    const t0 = Date.now();
     await src.stop();
-    expect(Date.now() - t0).toBeGreaterThanOrEqual(250); // waited for SIGTERM, then SIGKILL
+    // SIGTERM first (the stubborn child saw it and stayed), then SIGKILL (it is gone).
+    expect(readFileSync(termFile, 'utf8')).toBe('ignored');
     await waitFor(() => !alive(helper) && !alive(shell), 2000, 'every process of the group gone');
   });
 
@@ -155,10 +157,10 @@ describe('exec source', () => {
     const pid = src.pid!;
     await src.stop();
     expect(alive(pid)).toBe(false);
-    await sleep(50);
-    const after = activeResources();
-    expect(after.ProcessWrap ?? 0).toBeLessThanOrEqual(before.ProcessWrap ?? 0);
-    expect(after.Timeout ?? 0).toBeLessThanOrEqual(before.Timeout ?? 0);
-    expect(after.PipeWrap ?? 0).toBeLessThanOrEqual(before.PipeWrap ?? 0);
+    // Handles are released as their close events run, not by a deadline.
+    await waitFor(() => {
+      const after = activeResources();
+      return (after.ProcessWrap ?? 0) <= (before.ProcessWrap ?? 0) && (after.Timeout ?? 0) <= (before.Timeout ?? 0) && (after.PipeWrap ?? 0) <= (before.PipeWrap ?? 0);
+    }, 5000, 'no process, pipe or timer left');
   });
 });

@@ -1,12 +1,12 @@
 import { readFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { gpsdSourceSchema } from '../../src/config/schema.js';
 import { GpsdSource } from '../../src/sources/gpsd.js';
 import { NmeaDecoder } from '../../src/sources/nmea.js';
 import type { Reading } from '../../src/sources/types.js';
 import { waitFor } from '../helpers.js';
-import { activeResources, freePort, NMEA_LOG, recorder, sleep, startGpsd, startPty, stopProcess, type Pty } from './support.js';
+import { activeResources, freePort, NMEA_LOG, recorder, requireGpsd, sleep, startGpsd, startPty, stopProcess, type Pty } from './support.js';
 
 const cfg = (extra: Record<string, unknown>) =>
   gpsdSourceSchema.parse({ type: 'gpsd', resource_id: 'TRUCK-1', reconnect_initial_s: 0.05, reconnect_max_s: 0.2, ...extra });
@@ -26,6 +26,9 @@ afterEach(async () => {
 });
 
 describe('gpsd source against a real gpsd', () => {
+  // Each test fails at once without gpsd, saying so (and counts as failed, not skipped).
+  beforeEach(() => void requireGpsd());
+
   it('waits quietly for gpsd, then turns TPV reports into positions and skips reports without a fix', async () => {
     const port = await freePort();
     const pty: Pty = await startPty(NMEA_LOG, 0.02);

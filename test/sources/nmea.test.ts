@@ -129,7 +129,7 @@ describe('NMEA source', () => {
     await src.start();
     await waitFor(() => src.health().detail?.startsWith('finished'), 5000, 'end of file');
     expect(rec.readings).toHaveLength(60);
-    expect(src.health()).toMatchObject({ healthy: true, readings: 60, rejected: 0, lastReadingMs: Date.parse('2025-06-15T14:31:02Z') });
+    expect(src.health()).toMatchObject({ healthy: true, finished: true, readings: 60, rejected: 0, lastReadingMs: Date.parse('2025-06-15T14:31:02Z') });
     expect(src.health().detail).toBe('finished: end of file after 315 lines; 33 epochs without a fix, 0 without a date, 0 bad checksums, 0 malformed');
   });
 

@@ -4,10 +4,11 @@
  * stopping every process we start by its PID.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { accessSync, constants as fsConstants, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { join } from 'node:path';
+import { delimiter, join } from 'node:path';
 import { Writable } from 'node:stream';
+import { Ingest } from '../../src/buffer/ingest.js';
 import { createLogger } from '../../src/log.js';
 import type { Reading, SourceContext } from '../../src/sources/types.js';
 import { ROOT, waitFor } from '../helpers.js';
@@ -22,7 +23,12 @@ export interface Recorder {
   logs: Array<{ level: number; msg: string } & Record<string, unknown>>;
 }
 
-/** A SourceContext that keeps everything for assertions (logs as parsed pino lines, debug and up). */
+/**
+ * A SourceContext that keeps everything for assertions (logs as parsed pino lines, debug and
+ * up). Behind it is the agent's own admission, as in the daemon: readings it refuses are
+ * rejects with their reason, and the source's counts are admission's. Reading times are not
+ * judged: the fixtures are recorded drives.
+ */
 export function recorder(): Recorder {
   const readings: Reading[] = [];
   const rejects: string[] = [];
@@ -34,7 +40,22 @@ export function recorder(): Recorder {
     },
   });
   const log = createLogger({ level: 'debug', destination: sink });
-  return { ctx: { emit: (r) => readings.push(r), reject: (reason) => rejects.push(reason), log }, readings, rejects, logs };
+  const ingest = new Ingest({ roomForReadings: () => true, insertReadings: (batch) => batch.length, bump: () => undefined }, { batchSize: 1, flushIntervalMs: 60_000, keepWithoutLoad: true }, log);
+  const intake = ingest.intake('test', log);
+  const ctx: SourceContext = {
+    log,
+    counts: intake.counts,
+    emit: (r, where) => {
+      const problem = ingest.admit(r, intake, where);
+      if (problem) rejects.push(problem);
+      else readings.push(r);
+    },
+    reject: (reason) => {
+      intake.reject(reason);
+      rejects.push(reason);
+    },
+  };
+  return { ctx, readings, rejects, logs };
 }
 
 /** A TCP port nobody listens on right now (another gpsd may hold 2947). */
@@ -92,12 +113,33 @@ export async function startPty(log: string, secondsPerLine: number, opts: { loop
   return { path, proc, go: () => proc.stdin!.write('go\n') };
 }
 
+/**
+ * The gpsd binary the gpsd source tests run against: on PATH, or in an sbin directory a
+ * user's PATH often lacks. Without it those tests fail at once saying so, instead of
+ * waiting out their timeouts after an uncaught spawn ENOENT.
+ */
+export function requireGpsd(dirs = [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/usr/local/sbin', '/sbin']): string {
+  for (const dir of dirs) {
+    if (!dir) continue;
+    const file = join(dir, 'gpsd');
+    try {
+      accessSync(file, fsConstants.X_OK);
+      return file;
+    } catch {
+      // Not here.
+    }
+  }
+  throw new Error('gpsd not found: install gpsd (apt-get install gpsd); the gpsd source tests run against a real one');
+}
+
 /** A real gpsd in the foreground on `port`, reading `device`, polling it without a client (-n). */
 export function startGpsd(device: string, port: number): { proc: ChildProcess; output: () => string } {
-  const proc = spawn('gpsd', ['-N', '-n', '-b', '-S', String(port), device], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(requireGpsd(), ['-N', '-n', '-b', '-S', String(port), device], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   proc.stdout!.on('data', (d: Buffer) => (out += d.toString()));
   proc.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+  // A gpsd that cannot be started shows in output(), not as an uncaught error.
+  proc.on('error', (err) => (out += `cannot start gpsd: ${err.message}\n`));
   return { proc, output: () => out };
 }
 
