@@ -9,7 +9,7 @@ import { existsSync, mkdirSync, readFileSync, rmSync, statfsSync, statSync } fro
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { cpuSecondsOf, memoryOf } from '../src/bench/common.js';
+import { cpuSecondsOf, memoryOf } from '../bench/common.js';
 import { diskPlan } from '../src/buffer/disk.js';
 import { Sandbox } from '../src/sandbox/server.js';
 import { TEST_KEY, TEST_SCAC, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';

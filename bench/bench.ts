@@ -2,7 +2,7 @@
  * `npm run bench`: how fast, how small and how gentle the agent is, each figure measured in
  * the same run as its reference so the ratio holds on a noisy machine.
  *
- *   node dist/bench/bench.js [--quick] [--json] [--dir DIR] [--cpu-prof DIR]
+ *   node dist-bench/bench/bench.js [--quick] [--json] [--dir DIR] [--cpu-prof DIR]
  *
  * 1. Ingest: Ingest.push + flush (validation, batches, the active-load subquery) vs a raw
  *    better-sqlite3 prepared insert loop in one transaction.
@@ -24,14 +24,14 @@ import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync,
 import { availableParallelism, tmpdir, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import pino from 'pino';
-import { openDatabase } from '../buffer/db.js';
-import { Ingest } from '../buffer/ingest.js';
-import { Store } from '../buffer/store.js';
-import { configSchema } from '../config/schema.js';
-import { PURGE_SLICE } from '../delivery/sender.js';
-import { packageFile } from '../paths.js';
-import { Sandbox } from '../sandbox/server.js';
-import type { Reading } from '../sources/types.js';
+import { openDatabase } from '../src/buffer/db.js';
+import { Ingest } from '../src/buffer/ingest.js';
+import { Store } from '../src/buffer/store.js';
+import { configSchema } from '../src/config/schema.js';
+import { PURGE_SLICE } from '../src/delivery/sender.js';
+import { packageFile } from '../src/paths.js';
+import { Sandbox } from '../src/sandbox/server.js';
+import type { Reading } from '../src/sources/types.js';
 import {
   BENCH_KEY,
   BENCH_SCAC,
@@ -52,10 +52,11 @@ import {
 } from './common.js';
 
 /**
- * The workers run the bundle that ships (dist/pkg/, written by scripts/bundle.mjs), as the bin
- * does: its memory figures are the shipped code's, not those of tsc's one file per module.
+ * The workers run a bundle made as the one that ships (dist-bench/pkg/, written by
+ * bench/bundle.mjs with scripts/bundle.mjs's settings), as the bin runs dist/pkg/: their
+ * memory figures are the shipped code's, not those of tsc's one file per module.
  */
-const WORKER = packageFile('dist', 'pkg', 'bench', 'drain-worker.js');
+const WORKER = packageFile('dist-bench', 'pkg', 'drain-worker.js');
 const BIN = packageFile('bin', 'telematics-agent.js');
 const MB = 1024 * 1024;
 
@@ -68,7 +69,7 @@ const option = (name: string) => {
   return i >= 0 ? argv[i + 1] : undefined;
 };
 if (flag('--help') || flag('-h')) {
-  process.stdout.write(`usage: node dist/bench/bench.js [--quick] [--json] [--dir DIR] [--cpu-prof DIR]
+  process.stdout.write(`usage: node dist-bench/bench/bench.js [--quick] [--json] [--dir DIR] [--cpu-prof DIR]
   --quick          small sizes (CI): 20k readings, 5 s idle
   --json           print the results as one JSON object instead of the table
   --dir DIR        work directory (must be on a real disk for the flash figure; default: the OS temp dir)
@@ -77,7 +78,7 @@ if (flag('--help') || flag('-h')) {
   process.exit(0);
 }
 if (!existsSync(WORKER)) {
-  process.stderr.write(`bench: ${WORKER} is missing: run \`npm run build\` (tsc, then the bundle)\n`);
+  process.stderr.write(`bench: ${WORKER} is missing: run \`npm run build:bench\` (tsc, then the bundle)\n`);
   process.exit(1);
 }
 const QUICK = flag('--quick');
