@@ -12,7 +12,7 @@ import { AGENT_NODE_OPTIONS, PROF_DIR } from './options.js';
  * bench/bundle.mjs with scripts/bundle.mjs's settings), as the bin runs dist/pkg/: their
  * memory figures are the shipped code's, not those of tsc's one file per module.
  */
-export const WORKER = packageFile('dist-bench', 'pkg', 'drain-worker.js');
+export const WORKER = packageFile('dist-bench', 'pkg', 'bench', 'drain-worker.js');
 export const BIN = packageFile('bin', 'telematics-agent.js');
 
 export const children = new Set<ChildProcess>();
