@@ -9,7 +9,7 @@ import { enforceBounds } from './buffer/bounds.js';
 import { Ingest, type IngestOptions } from './buffer/ingest.js';
 import { BufferLock } from './buffer/lock.js';
 import { openBuffer } from './buffer/recover.js';
-import { Store } from './buffer/store.js';
+import type { Store } from './buffer/store.js';
 import { TrustedClock } from './clock.js';
 import { keyFileWarning, type KeyLookup, type LoadedConfig } from './config/load.js';
 import { planReload, type ReloadResult } from './config/reload.js';

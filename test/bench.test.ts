@@ -4,10 +4,10 @@ import { describe, expect, it } from 'vitest';
 import { ROOT, cleanEnv } from './helpers.js';
 
 // The bench asserts no timings; this only checks that `--quick --json` runs end to end and
-// reports every figure (built by pretest into dist/).
+// reports every figure (built by pretest into dist-bench/).
 describe('npm run bench (quick)', () => {
   it('prints every figure as a finite positive number, and a PASS/MISS row per target', async () => {
-    const child = spawn(process.execPath, [join(ROOT, 'dist', 'bench', 'bench.js'), '--quick', '--json'], {
+    const child = spawn(process.execPath, [join(ROOT, 'dist-bench', 'bench', 'bench.js'), '--quick', '--json'], {
       cwd: ROOT,
       env: cleanEnv(),
       stdio: ['ignore', 'pipe', 'pipe'],

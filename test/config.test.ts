@@ -242,3 +242,33 @@ describe('validate-config (real CLI)', () => {
     expect(r.code).toBe(0);
   });
 });
+
+describe('config/agent.example.toml', () => {
+  it('every key set in the example config has the schema\'s default (the schema is the one home of defaults)', () => {
+    const file = join(ROOT, 'config', 'agent.example.toml');
+    const text = readFileSync(file, 'utf8');
+    const example = parseConfigText(text, file, '/etc/telematics-agent') as unknown as Record<string, unknown> & { api: { scac: string }; sources: Array<{ type: string; resource_id: string }> };
+    expect(example.sources.map((s) => s.type)).toEqual(['simulator']);
+    // The same required keys, and the same source with only its required key.
+    const bare = parseConfigText(
+      `[api]\nscac = ${JSON.stringify(example.api.scac)}\n[[sources]]\ntype = "simulator"\nresource_id = ${JSON.stringify(example.sources[0].resource_id)}\n`,
+      file,
+      '/etc/telematics-agent',
+    ) as unknown as Record<string, unknown>;
+    // The active source may differ from a bare one only where a line says "example".
+    const active = text.slice(text.indexOf('\n[[sources]]'), text.indexOf('\n# Other source types'));
+    let table: string[] = [];
+    for (const line of active.split('\n')) {
+      const header = /^\[{1,2}([^\]]+)\]{1,2}/.exec(line);
+      if (header) table = header[1].split('.').slice(1);
+      const key = /^(\w+)\s*=.*#.*\bexample\b/.exec(line)?.[1];
+      if (!key) continue;
+      for (const config of [example, bare]) {
+        let o = (config.sources as Array<Record<string, unknown>>)[0];
+        for (const t of table) o = o[t] as Record<string, unknown>;
+        delete o[key];
+      }
+    }
+    expect(example).toEqual(bare);
+  });
+});

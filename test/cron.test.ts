@@ -147,23 +147,21 @@ describe('CronSchedule', () => {
     vi.useRealTimers();
   });
 
-  it('fires on the second with real timers, reports its next runs, and stops', async () => {
-    let ticks = 0;
-    const s = new CronSchedule(Cron.parse('* * * * * *'), () => ticks++, 'UTC');
+  it('fires on each second, reports its next runs, and stops', () => {
+    vi.useFakeTimers();
+    vi.setSystemTime(Date.parse('2026-11-23T10:00:00.300Z'));
+    const fired: string[] = [];
+    const s = new CronSchedule(Cron.parse('* * * * * *'), () => fired.push(new Date().toISOString()), 'UTC');
     s.start();
-    const first = s.nextRun!;
-    expect(first % 1000).toBe(0);
-    expect(first - Date.now()).toBeLessThanOrEqual(1000);
-    const runs = s.nextRuns(2);
-    expect(runs[1] - runs[0]).toBe(1000);
-    await new Promise((r) => setTimeout(r, 2300));
+    expect(s.nextRun).toBe(Date.parse('2026-11-23T10:00:01Z'));
+    expect(s.nextRuns(2)).toEqual([Date.parse('2026-11-23T10:00:01Z'), Date.parse('2026-11-23T10:00:02Z')]);
+    vi.advanceTimersByTime(2300);
+    expect(fired).toEqual(['2026-11-23T10:00:01.000Z', '2026-11-23T10:00:02.000Z']);
     s.stop();
-    expect(ticks).toBeGreaterThanOrEqual(2);
-    expect(ticks).toBeLessThanOrEqual(3);
-    const after = ticks;
-    await new Promise((r) => setTimeout(r, 1200));
-    expect(ticks).toBe(after);
     expect(s.nextRun).toBeUndefined();
+    expect(vi.getTimerCount()).toBe(0);
+    vi.advanceTimersByTime(5000);
+    expect(fired).toHaveLength(2);
     expect(new CronSchedule(Cron.parse('*/15 * * * *'), () => undefined, 'UTC').nextRuns(3).map((t, i, a) => (i ? t - a[i - 1] : 0))).toEqual([0, 900_000, 900_000]);
   });
 

@@ -72,9 +72,12 @@ describe('sender against the sandbox', () => {
     await setup();
     config.delivery.max_traces_per_request = 40;
     addReadings(100);
+    recordMilestone(store, config, { loadNumber: 'L1', code: 'X3' });
     sender.start();
-    await new Promise((r) => setTimeout(r, 300));
-    expect(sandbox.traces).toHaveLength(0); // milestones are immediate; traces wait for the schedule
+    // A whole delivery pass: milestones are immediate; traces wait for the schedule.
+    await sender.kick();
+    expect(sandbox.milestones).toHaveLength(1);
+    expect(sandbox.traces).toHaveLength(0);
     sender.requestTracePush();
     await waitFor(() => store.counts().readings === 0, 5000, 'the backlog drained');
     // A backlog longer than one chunk: the newest position goes first, then oldest first.

@@ -9,7 +9,7 @@ import { existsSync, mkdirSync, readFileSync, rmSync, statfsSync, statSync } fro
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { cpuSecondsOf, memoryOf } from '../src/bench/common.js';
+import { cpuSecondsOf, memoryOf } from '../bench/common.js';
 import { diskPlan } from '../src/buffer/disk.js';
 import { Sandbox } from '../src/sandbox/server.js';
 import { TEST_KEY, TEST_SCAC, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
@@ -365,13 +365,15 @@ describe.skipIf(skipReason !== undefined)('a full disk (4 MB tmpfs)', () => {
     await loadStart(cfg);
     const { d, port } = await startAgent(cfg);
     await fill(d, port);
-    await new Promise((r) => setTimeout(r, 1000));
+    await waitFor(() => sandbox.stats.requests > 0, 15_000, 'a request in flight');
     const t0 = performance.now();
     const exit = await d.stop('SIGTERM');
     const exitS = (performance.now() - t0) / 1000;
     console.log(`SIGTERM to exit with the disk full: ${exitS.toFixed(2)} s (shutdown_timeout_s ${SHUTDOWN_TIMEOUT_S}), exit status ${exit.code}`);
     expect(exit.signal).toBeNull();
     expect([0, 1]).toContain(exit.code);
+    // The time is the behaviour: shutdown_timeout_s is a promise to systemd. The request is
+    // abandoned at 80% of it; 1.5 s beyond it is room for a busy machine.
     expect(exitS, `SIGTERM to exit: ${exitS.toFixed(2)} s`).toBeLessThan(SHUTDOWN_TIMEOUT_S + 1.5);
 
     // Nothing was delivered, so every reading ever committed is still in the buffer.

@@ -114,9 +114,10 @@ describe('daemon under faults', () => {
     sandbox.setFaults({ latencyMs: 1500 });
     const d = daemon(cfg);
     await waitFor(() => sandbox.stats.requests >= 1, 15_000, 'a request in flight');
-    const stopped = Date.now();
+    // Exit 0 by itself (stop() would SIGKILL after 15 s), with the request answered, not
+    // abandoned at delivery.shutdown_timeout_s.
     expect(await d.stop('SIGTERM')).toEqual({ code: 0, signal: null });
-    expect(Date.now() - stopped).toBeLessThan(10_000);
+    expect(d.output()).not.toContain('in-flight request abandoned');
     // The request that was in flight was answered and acknowledged: its readings are gone, the rest kept.
     expect(sandbox.traces.length).toBe(1);
     expect(remaining().readings).toBe(100 - sandbox.stats.tracePoints);

@@ -42,11 +42,11 @@ interval_s = 1
     expect(t.body.traces[0].temperature?.unitOfMeasure).toBe('C');
     expect(t.headers.carrierscac).toBe(TEST_SCAC);
 
-    const before = Date.now();
     const m = await runCli(['milestone', '--load', 'L-1', '--code', 'X3', '--stop', '1', '--config', cfg]);
     expect(m.code).toBe(0);
-    await waitFor(() => sandbox.milestones.length === 1, 5000, 'the milestone at the sandbox');
-    expect(Date.now() - before).toBeLessThan(5000);
+    // The brief's "within seconds" is the behaviour, so a bound stays, with room for a busy
+    // machine: the daemon looks for new milestones every 100 ms here (poll_interval_ms).
+    await waitFor(() => sandbox.milestones.length === 1, 10_000, 'the milestone at the sandbox');
     expect(sandbox.milestones[0].body).toMatchObject({ eventCode: 'X3', loadNumber: 'L-1', eventState: 'IL' });
 
     // The daemon writes its state for `status` within a second of a delivery.

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { LoadError } from '../src/buffer/store.js';
 import { ConfigError } from '../src/config/load.js';
 import { CronError } from '../src/cron.js';
-import { AgentError, BufferError, CliError } from '../src/errors.js';
+import { type AgentError, BufferError, CliError } from '../src/errors.js';
 import { MilestoneError } from '../src/milestones/record.js';
 import { StopsFileError } from '../src/milestones/stops.js';
 import { RouteError } from '../src/sources/routes.js';

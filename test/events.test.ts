@@ -257,6 +257,7 @@ describe('codes are checked, not just warned about (item 6)', () => {
     expect(car.stderr).toBe('error: --resource-type: expected one of Truck, Trailer, Driver, got "Car"\n');
     expect(snapshot()).toEqual(before);
 
+    // biome-ignore lint/correctness/noEmptyCharacterClassInRegex: [^] is any character, newlines included: from [[sources]] to the end.
     const bad = writeFile(tmp.dir, 'bad.toml', readFileSync(cfg, 'utf8').replace(/\[\[sources\]\][^]*$/, '[[sources]]\ntype = "simulator"\nresource_id = "T1"\nresource_type = "car"\n'));
     const v = await runCli(['validate-config', '--config', bad]);
     expect(v.code).toBe(78);

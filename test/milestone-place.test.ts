@@ -107,10 +107,13 @@ describe('the place of a milestone recorded from the command line, end to end', 
     const { url } = await sandbox.start();
     const marker = join(tmp.dir, 'printed');
     // A minute between commits: the milestone is recorded long before any fix of T2 is committed.
-    const cfg = agentConfig(tmp.dir, url, positions('T2', HERMOSILLO, 0, marker), { flushMs: 60_000 });
+    // /metrics on a free port says when the daemon holds a fix in memory.
+    const cfg = agentConfig(tmp.dir, url, `[health]\nlisten = "127.0.0.1:0"\n${positions('T2', HERMOSILLO, 0, marker)}`, { flushMs: 60_000 });
     daemon = startDaemon(['--config', cfg], CHICAGO_CLI);
     await waitFor(() => existsSync(marker), 15_000, 'the exec source printing');
-    await new Promise((r) => setTimeout(r, 300));
+    const started = await waitFor(() => daemon!.output().split('\n').find((l) => l.includes('"msg":"agent started"')), 15_000, 'the agent started');
+    const metrics = `http://127.0.0.1:${(JSON.parse(started) as { health: number }).health}/metrics`;
+    await waitFor(async () => /^telematics_readings_pending [1-9]/m.test(await (await fetch(metrics)).text()), 10_000, 'a fix of T2 in the daemon\'s memory');
 
     expect((await runCli(['load', 'start', 'L-HMO', '--resource', 'T2', '--config', cfg])).code).toBe(0);
     const m = await runCli(['milestone', '--load', 'L-HMO', '--code', 'X6', '--config', cfg], { env: CHICAGO_CLI });

@@ -28,7 +28,6 @@ import { DataError } from '../errors.js';
 import { placeAt, placeNamed } from '../geo/places.js';
 import { formatTime, hasExplicitOffset, localTimeToInstant, systemZone, zoneAt } from '../geo/timezone.js';
 import { check, problemLine } from '../validation.js';
-import { EVENT_CODES, REASON_CODES } from './codes.js';
 
 export interface MilestoneInput {
   loadNumber: string;

@@ -167,6 +167,7 @@ export class Sandbox {
   }
 
   get port(): number {
+    // biome-ignore lint/correctness/noUnsafeOptionalChaining: asked only once started; before that, a TypeError is the right answer.
     return (this.server?.address() as AddressInfo).port;
   }
 

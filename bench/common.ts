@@ -4,9 +4,9 @@
  * Nothing here is used by the agent itself.
  */
 import { closeSync, fsyncSync, openSync, readdirSync, readFileSync } from 'node:fs';
-import { openDatabase } from '../buffer/db.js';
-import { packageFile } from '../paths.js';
-import type { Reading } from '../sources/types.js';
+import { openDatabase } from '../src/buffer/db.js';
+import { packageFile } from '../src/paths.js';
+import type { Reading } from '../src/sources/types.js';
 
 export const BENCH_KEY = 'bench-key-0123456789abcdef';
 export const BENCH_SCAC = 'BNCH';

@@ -9,11 +9,11 @@
  * - `peer`: one reading per request, posted one after another: the per-request time of a
  *   tracker that sends every reading on its own.
  */
-import { Agent } from '../agent.js';
-import { Store } from '../buffer/store.js';
-import { configSchema, type Config } from '../config/schema.js';
-import { buildTraceChunk, nextStopResolver, type TraceBuildOptions } from '../delivery/traces.js';
-import { createLogger } from '../log.js';
+import { Agent } from '../src/agent.js';
+import { Store } from '../src/buffer/store.js';
+import { configSchema, type Config } from '../src/config/schema.js';
+import { buildTraceChunk, nextStopResolver, type TraceBuildOptions } from '../src/delivery/traces.js';
+import { createLogger } from '../src/log.js';
 import { BENCH_DEVICE, BENCH_KEY, BENCH_SCAC, drainConfigInput, type WorkerCommand, type WorkerEvent } from './common.js';
 
 const send = (e: WorkerEvent) => process.send?.(e);

@@ -1,0 +1,358 @@
+/**
+ * `npm run bench`: how fast, how small and how gentle the agent is, each figure measured in
+ * the same run as its reference so the ratio holds on a noisy machine.
+ *
+ *   node dist-bench/bench/bench.js [--quick] [--json] [--dir DIR] [--cpu-prof DIR]
+ *
+ * 1. Ingest (ingest.ts): Ingest.admit + flush (validation, batches, the active-load subquery)
+ *    vs a raw better-sqlite3 prepared insert loop in one transaction.
+ * 2. Drain (drain.ts): a backlog delivered to the sandbox on loopback by the real Agent (in a
+ *    child process, drain-worker.ts) vs a plain undici client posting the same bodies; 7 days
+ *    of one truck at 1 Hz; the same over a 150 ms link vs one request per reading (modelled).
+ * 3. Memory (drain.ts): RSS of the agent's process idle, during the drain (sampled peak),
+ *    after; small vs large backlog.
+ * 4. Idle CPU and 5. flash writes (daemon.ts): `telematics-agent run` with a 1 Hz simulator,
+ *    from /proc.
+ * 6. Startup (daemon.ts): process start to first reading committed.
+ * 7. A full disk (full-disk.ts): `run` with its buffer on a small tmpfs (as root).
+ *
+ * It asserts nothing: it prints the numbers and PASS/MISS against each target of the brief.
+ * The sandbox runs in this process (it only counts: keepBodies false); the agent side runs in
+ * child processes so their RSS and CPU are the agent's alone. This file runs the row groups
+ * in order and prints the report.
+ */
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { PURGE_SLICE } from '../src/delivery/sender.js';
+import { Sandbox } from '../src/sandbox/server.js';
+import { BENCH_KEY, BENCH_SCAC, CHUNK } from './common.js';
+import { backlogFile, drainRun, postRun } from './drain.js';
+import { benchDaemons } from './daemon.js';
+import { FULL_DISK_BYTES, benchFullDisk, fullDiskRows, unmount } from './full-disk.js';
+import { benchIngest } from './ingest.js';
+import { AGENT_NODE_OPTIONS, BUFFER_DEFAULTS, HELP, JSON_OUT, LATENCY_MS, MB, PEER_RETRY_S, PROF_DIR, QUICK, SIZES, flag, option } from './options.js';
+import { WORKER, killChildren, progress } from './processes.js';
+import { fmt, machine, mb, pct, round, table, type Row } from './report.js';
+
+if (flag('--help') || flag('-h')) {
+  process.stdout.write(HELP);
+  process.exit(0);
+}
+if (!existsSync(WORKER)) {
+  process.stderr.write(`bench: ${WORKER} is missing: run \`npm run build:bench\` (tsc, then the bundle)\n`);
+  process.exit(1);
+}
+
+async function main(): Promise<void> {
+  const started = performance.now();
+  const base = option('--dir') ? resolve(option('--dir')!) : tmpdir();
+  mkdirSync(base, { recursive: true });
+  const dir = mkdtempSync(join(base, 'telematics-bench-'));
+  if (PROF_DIR) mkdirSync(PROF_DIR, { recursive: true });
+  const sandbox = new Sandbox({ key: BENCH_KEY, scac: BENCH_SCAC, keepBodies: false });
+  const onSignal = () => {
+    killChildren();
+    unmount();
+    rmSync(dir, { recursive: true, force: true });
+    process.exit(130);
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  try {
+    const m = machine();
+    progress(`${QUICK ? 'quick' : 'full'} run in ${dir} (${m.nproc} CPUs, ${m.cpu}, Node ${m.node})`);
+
+    progress(`1. ingest: ${fmt(SIZES.ingest)} readings x ${SIZES.rounds} rounds, agent path vs raw loop`);
+    const ingest = benchIngest(dir);
+
+    await sandbox.start();
+    const large = SIZES.large.loads * SIZES.large.perLoad;
+    const small = SIZES.small.loads * SIZES.small.perLoad;
+    progress(`2. drain: writing a backlog of ${fmt(large)} readings across ${SIZES.large.loads} loads`);
+    const largeDb = backlogFile(dir, 'large.db', SIZES.large);
+    const requests = SIZES.large.loads * Math.ceil(SIZES.large.perLoad / CHUNK);
+    progress(`   ceiling: a plain undici client posting ${fmt(requests)} pre-built bodies`);
+    const ceilingBefore = await postRun(sandbox, { cmd: 'ceiling', dbPath: largeDb, url: sandbox.url, requests, distinct: Math.min(requests, 100) });
+    progress(`   the agent draining ${fmt(large)} readings (child process, RSS sampled every 50 ms)`);
+    const drain = await drainRun(sandbox, largeDb, large, 0, SIZES.idleSettleMs);
+    rmSync(largeDb, { force: true });
+
+    progress(`3. memory: the agent draining ${fmt(small)} readings (and the ceiling again, so it brackets the drain)`);
+    const smallDb = backlogFile(dir, 'small.db', SIZES.small);
+    const ceilingAfter = await postRun(sandbox, { cmd: 'ceiling', dbPath: smallDb, url: sandbox.url, requests, distinct: Math.min(requests, 100) });
+    // The ceiling of the run: both brackets together (the machine may be busier before or after).
+    const ceiling = {
+      requests: ceilingBefore.requests + ceilingAfter.requests,
+      points: ceilingBefore.points + ceilingAfter.points,
+      ms: ceilingBefore.ms + ceilingAfter.ms,
+    };
+    const rateOf = (r: { points: number; ms: number }) => r.points / (r.ms / 1000);
+    const drainSmall = await drainRun(sandbox, smallDb, small);
+
+    progress(`   7 days of one truck at 1 Hz: ${fmt(SIZES.week)} readings`);
+    const weekTemplate = backlogFile(dir, 'week-template.db', { loads: 1, perLoad: SIZES.week });
+    const weekDb = join(dir, 'week.db');
+    copyFileSync(weekTemplate, weekDb);
+    const week = await drainRun(sandbox, weekDb, SIZES.week);
+
+    progress(`   the same over a ${LATENCY_MS} ms link: ${fmt(SIZES.cellular)} readings`);
+    const cellTemplate = SIZES.cellular === SIZES.week ? weekTemplate : backlogFile(dir, 'cell-template.db', { loads: 1, perLoad: SIZES.cellular });
+    const cellDb = join(dir, 'cell.db');
+    copyFileSync(cellTemplate, cellDb);
+    const cellular = await drainRun(sandbox, cellDb, SIZES.cellular, LATENCY_MS);
+    progress(`   peer: ${SIZES.peerRequests} single-reading requests over the same link`);
+    const peer = await postRun(sandbox, { cmd: 'peer', dbPath: cellTemplate, url: sandbox.url, requests: SIZES.peerRequests }, LATENCY_MS);
+    const peerPerRequestMs = peer.ms / peer.requests;
+    // The peer baseline: one request per reading, one after another, no batching; the fixed
+    // 30 s retry only adds time when a request fails (none are modelled: a lower bound).
+    const peerModelS = (peerPerRequestMs * SIZES.cellular) / 1000;
+
+    progress(`4.-6. telematics-agent run with a 1 Hz simulator: startup, then ${SIZES.idleS} s idle (NORMAL and FULL side by side)`);
+    const [normal, full] = await benchDaemons(sandbox, dir);
+    progress(`7. a full disk: \`run\` with its buffer on a ${FULL_DISK_BYTES / MB} MB tmpfs, filled by a fast exec source while the service answers 503`);
+    const fullDisk = await benchFullDisk(sandbox, dir);
+    if ('skipped' in fullDisk) progress(`   skipped (${fullDisk.skipped})`);
+    await sandbox.stop();
+
+    // schedstat (ns, every live thread), not utime+stime: in clock ticks of 10 ms an idle
+    // agent can show 0 over a short window.
+    const cpuFraction = normal.schedS / normal.windowS;
+    const bytesPerReading = normal.writeBytes / Math.max(1, normal.readings);
+    const bytesPerReadingFull = full.writeBytes / Math.max(1, full.readings);
+    const growth = drain.peakRss - drainSmall.peakRss;
+    const growthOk = drain.peakRss <= drainSmall.peakRss * 1.1 + 5 * MB;
+    const label = (n: number) => (n >= 1_000_000 ? `${n / 1_000_000}M` : n >= 1000 ? `${round(n / 1000, 1)}k` : String(n));
+
+    const rows: Row[] = [
+      {
+        id: '1',
+        measure: `ingest, readings/s (admit + flush, batch ${ingest.batchSize}, ${label(ingest.readings)})`,
+        value: fmt(ingest.oursPerS),
+        reference: `${fmt(ingest.rawPerS)} raw loop`,
+        ratio: pct(ingest.ratio),
+        target: '>= 50% of raw',
+        pass: ingest.ratio >= 0.5,
+      },
+      {
+        id: '2a',
+        measure: `drain ${label(large)} readings / ${SIZES.large.loads} loads, loopback, readings/s`,
+        value: `${fmt(drain.perS)} (${round(drain.ms / 1000)} s)`,
+        reference: `${fmt(rateOf(ceiling))} ceiling`,
+        ratio: pct(drain.perS / rateOf(ceiling)),
+        target: '>= 50% of ceiling',
+        pass: drain.perS >= 0.5 * rateOf(ceiling),
+      },
+      {
+        id: '2b',
+        measure: `drain 7 days x 1 Hz (${fmt(SIZES.week)}), loopback, wall time`,
+        value: `${round(week.ms / 1000)} s (${fmt(week.perS)}/s)`,
+        reference: '(vs the ceiling)',
+        ratio: pct(week.perS / rateOf(ceiling)),
+        target: '< 120 s',
+        pass: week.ms < 120_000,
+      },
+      {
+        id: '2c',
+        measure: `drain ${fmt(SIZES.cellular)} over ${LATENCY_MS} ms/request, wall time`,
+        value: `${round(cellular.ms / 1000)} s (${fmt(cellular.requests)} requests)`,
+        reference: `${fmt(peerModelS)} s peer model`,
+        ratio: `${fmt(peerModelS / (cellular.ms / 1000))}x faster`,
+        target: 'faster than peer',
+        pass: cellular.ms / 1000 < peerModelS,
+      },
+      {
+        id: '2d',
+        measure: `purge of the ${label(large)} delivered rows after the drain (slices of ${fmt(PURGE_SLICE)} ids between other work)`,
+        value: `${round(drain.purgeMs / 1000, 1)} s (${round((drain.purgeMs * 1000) / large, 2)} µs/row)`,
+        reference: '',
+        ratio: '',
+        target: '',
+        pass: null,
+      },
+      {
+        id: '3a',
+        measure: `RSS idle, ${round(SIZES.idleSettleMs / 1000, 0)} s after start (Agent in the worker; anon ${mb(drain.idle.anon)} + file ${mb(drain.idle.file)}; ${mb(drain.earlyRss)} at ${round(SIZES.settleMs / 1000, 1)} s)`,
+        value: mb(drain.idle.rss),
+        reference: '',
+        ratio: '',
+        target: '<= 60 MB',
+        pass: drain.idle.rss <= 60 * MB,
+      },
+      {
+        id: '3b',
+        measure: `RSS peak during the ${label(large)} drain (sampled; VmHWM ${mb(drain.hwm)}; anon peak ${mb(drain.peakAnon)})`,
+        value: mb(drain.peakRss),
+        reference: '',
+        ratio: '',
+        target: '<= 120 MB',
+        pass: drain.peakRss <= 120 * MB,
+      },
+      {
+        id: '3c',
+        measure: `RSS peak ${label(small)} vs ${label(large)} backlog (7 days: ${mb(week.peakRss)})`,
+        value: `${mb(drainSmall.peakRss)} vs ${mb(drain.peakRss)}`,
+        reference: '',
+        ratio: `${growth >= 0 ? '+' : ''}${mb(growth)}`,
+        target: 'flat (<= +10% +5 MB)',
+        pass: growthOk,
+      },
+      { id: '3d', measure: `RSS after the ${label(large)} drain`, value: mb(drain.afterRss), reference: '', ratio: '', target: '', pass: null },
+      {
+        id: '3e',
+        measure: `RSS of \`run\` after ${SIZES.idleS} s at 1 Hz (VmHWM ${mb(normal.hwm)})`,
+        value: mb(normal.rss),
+        reference: '',
+        ratio: '',
+        target: '<= 60 MB',
+        pass: normal.rss <= 60 * MB,
+      },
+      {
+        id: '4',
+        measure: `idle CPU, \`run\` at 1 Hz, ${round(normal.windowS, 0)} s (schedstat, all threads; utime+stime ${round(normal.cpuS, 2)} s)`,
+        value: `${round(normal.schedS, 3)} s = ${round(cpuFraction * 100, 2)}%`,
+        reference: '',
+        ratio: '',
+        target: '<= 1% of a core',
+        pass: cpuFraction <= 0.01,
+      },
+      {
+        id: '5',
+        measure: `flash: bytes written per reading (${normal.readings} readings), WAL + synchronous NORMAL`,
+        value: `${fmt(bytesPerReading)} B (${round((bytesPerReading * 86_400) / MB, 0)} MB/day)`,
+        reference: `${fmt(bytesPerReadingFull)} B with FULL`,
+        ratio: '',
+        target: '',
+        pass: null,
+      },
+      {
+        id: '5b',
+        measure: `flash: bytes written per reading delivered, ${label(large)} drain (7 days: ${fmt(week.writeBytes / week.readings)} B)`,
+        value: `${fmt(drain.writeBytes / large)} B (${mb(drain.writeBytes)})`,
+        reference: '',
+        ratio: '',
+        target: '',
+        pass: null,
+      },
+      {
+        id: '6',
+        measure: `startup: process start to first reading committed ('agent started' at ${fmt(normal.startedMs)} ms)`,
+        value: `${fmt(normal.firstCommitMs)} ms`,
+        reference: '',
+        ratio: '',
+        target: '',
+        pass: null,
+      },
+      ...fullDiskRows(fullDisk),
+    ];
+
+    const figures = {
+      ingestReadings: ingest.readings,
+      ingestOursPerS: ingest.oursPerS,
+      ingestRawPerS: ingest.rawPerS,
+      ingestRatio: ingest.ratio,
+      drainReadings: large,
+      drainPerS: drain.perS,
+      drainWallS: drain.ms / 1000,
+      drainRequests: drain.requests,
+      drainPurgeS: drain.purgeMs / 1000,
+      ceilingPerS: rateOf(ceiling),
+      ceilingRequests: ceiling.requests,
+      ceilingBeforePerS: rateOf(ceilingBefore),
+      ceilingAfterPerS: rateOf(ceilingAfter),
+      drainRatio: drain.perS / rateOf(ceiling),
+      weekReadings: SIZES.week,
+      weekWallS: week.ms / 1000,
+      weekPerS: week.perS,
+      cellularReadings: SIZES.cellular,
+      cellularLatencyMs: LATENCY_MS,
+      cellularWallS: cellular.ms / 1000,
+      peerPerRequestMs,
+      peerModelS,
+      cellularSpeedup: peerModelS / (cellular.ms / 1000),
+      rssIdleMB: drain.idle.rss / MB,
+      rssIdleEarlyMB: drain.earlyRss / MB,
+      rssIdleAnonMB: drain.idle.anon / MB,
+      rssIdleFileMB: drain.idle.file / MB,
+      rssPeakAnonMB: drain.peakAnon / MB,
+      rssPeakMB: drain.peakRss / MB,
+      rssPeakHwmMB: drain.hwm / MB,
+      rssAfterMB: drain.afterRss / MB,
+      rssPeakSmallMB: drainSmall.peakRss / MB,
+      smallReadings: small,
+      rssPeakWeekMB: week.peakRss / MB,
+      rssDaemonMB: normal.rss / MB,
+      idleWindowS: normal.windowS,
+      idleCpuSeconds: normal.schedS,
+      idleCpuPercent: cpuFraction * 100,
+      flashReadings: normal.readings,
+      flashBytesPerReading: bytesPerReading,
+      flashBytesPerReadingFull: bytesPerReadingFull,
+      drainWriteBytesPerReading: drain.writeBytes / large,
+      weekWriteBytesPerReading: week.writeBytes / week.readings,
+      startupAgentStartedMs: normal.startedMs,
+      startupFirstCommitMs: normal.firstCommitMs,
+      // Absent when the run was skipped (not root): every figure here is a measurement.
+      ...('skipped' in fullDisk
+        ? {}
+        : {
+            fullDiskWindowS: fullDisk.windowS,
+            fullDiskCpuPercent: (fullDisk.cpuS / fullDisk.windowS) * 100,
+            fullDiskRssMB: fullDisk.rss / MB,
+            fullDiskRssAnonMB: fullDisk.anon / MB,
+            fullDiskFirst2xxS: fullDisk.first2xxS,
+            fullDiskResumeS: fullDisk.resumeS,
+            fullDiskSigtermS: fullDisk.sigtermS,
+          }),
+      benchWallS: (performance.now() - started) / 1000,
+    };
+    const syncNote =
+      'WAL with synchronous=NORMAL: a commit is safe from a crash of the process (kill -9) at once, and never corrupts the file; ' +
+      'a power loss can roll back the commits not yet synced to the disk: the WAL is synced only at a checkpoint (every 1000 pages), ' +
+      'so in practice what the kernel had not yet written back (up to ~30 s: vm.dirty_expire_centisecs), plus the readings still ' +
+      `queued in memory (up to flush_interval_ms = ${BUFFER_DEFAULTS.flush_interval_ms} ms). Rolled-back acknowledgements make already delivered chunks go again with the same Idempotency-Key.`;
+
+    if (JSON_OUT) {
+      process.stdout.write(`${JSON.stringify({ quick: QUICK, machine: m, nodeOptions: AGENT_NODE_OPTIONS, sizes: SIZES, figures, rows, syncNote }, null, 2)}\n`);
+    } else {
+      const out = [
+        '',
+        `telematics-agent bench (${QUICK ? 'quick' : 'full'} run, ${round(figures.benchWallS, 0)} s)`,
+        `machine: ${m.nproc} CPUs (${m.cpu}), ${m.memory}, Node ${m.node} ${m.platform}`,
+        `agent processes run with the unit's NODE_OPTIONS: ${AGENT_NODE_OPTIONS}`,
+        '',
+        table(rows),
+        '',
+        `ingest: best of ${SIZES.rounds} alternating rounds each, fresh file each; raw = one prepared INSERT per reading in one transaction, load number known.`,
+        `drain: until the service has every reading; the Agent in a child process (sampling 0, ${CHUNK} per request, drain_interval_ms 0; the newest point of each load goes first, alone);`,
+        `  deleting the delivered rows afterwards is timed apart (2d); memory and flash figures include it.`,
+        `  ceiling = plain undici client, same process layout, posting the agent's bodies (${CHUNK} points, ${Math.min(requests, 100)} distinct, cycled, fresh keys) one after another:`,
+        `  ${fmt(requests)} requests before the drain (${fmt(rateOf(ceilingBefore))}/s) and ${fmt(requests)} after it (${fmt(rateOf(ceilingAfter))}/s); the reference is both together.`,
+        `  ${fmt(drain.requests)} requests; the sandbox validated every body and counted ${fmt(large)} points, no duplicates.`,
+        `peer model: ${fmt(SIZES.cellular)} readings x ${round(peerPerRequestMs)} ms per single-reading request (measured, ${peer.requests} requests over the ${LATENCY_MS} ms link),`,
+        `  sequential, no failures; each failure would add the fixed ${PEER_RETRY_S} s retry (1% failed = +${fmt((SIZES.cellular * 0.01 * PEER_RETRY_S) / 3600)} h).`,
+        `memory: RSS from /proc/PID/status of the worker; idle = ${SIZES.idleSettleMs} ms after start (V8 shrinks its young generation after some 8 s without allocation; the figure at ${SIZES.settleMs} ms is shown beside it), peak sampled every 50 ms (${drain.samples} samples), after = ${SIZES.settleMs} ms after the drain.`,
+        `idle/flash/startup: \`telematics-agent run\` with defaults (WAL, synchronous NORMAL, flush_interval_ms ${BUFFER_DEFAULTS.flush_interval_ms}, traces every 15 min) and one simulator at 1 Hz, a load with 2 stops active;`,
+        `  CPU = run time of every thread from /proc/PID/task/*/schedstat (ns); bytes = write_bytes from /proc/PID/io (page cache pages dirtied, i.e. what reaches the disk).`,
+        `full disk: \`run\` with its buffer on a ${FULL_DISK_BYTES / MB} MB tmpfs (reserve and WAL limit sized for it), the unit's NODE_OPTIONS, an exec source at ~10,000 readings/s until the disk is full, then 4/s;`,
+        `  traces pushed every 2 s and retried within 1 s so the service's return is seen at once, sampling 0 (a point per reading);`,
+        `  CPU from schedstat, memory from /proc/PID/status at the end of the window;`,
+        `  SIGTERM with the disk full again and the service answering 503.`,
+        `sync level: ${syncNote}`,
+        '',
+      ];
+      process.stdout.write(out.join('\n'));
+    }
+  } finally {
+    killChildren();
+    await sandbox.stop().catch(() => undefined);
+    unmount();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().catch((err) => {
+  process.stderr.write(`bench failed: ${(err as Error).stack ?? String(err)}\n`);
+  killChildren();
+  process.exitCode = 1;
+});

@@ -1,0 +1,33 @@
+/**
+ * The bench's command line and the sizes it runs with, shared by every row group.
+ */
+import { configSchema } from '../src/config/schema.js';
+import { unitNodeOptions } from './common.js';
+
+export const MB = 1024 * 1024;
+
+const argv = process.argv.slice(2);
+export const flag = (name: string) => argv.includes(name);
+export const option = (name: string) => {
+  const i = argv.indexOf(name);
+  return i >= 0 ? argv[i + 1] : undefined;
+};
+export const HELP = `usage: node dist-bench/bench/bench.js [--quick] [--json] [--dir DIR] [--cpu-prof DIR]
+  --quick          small sizes (CI): 20k readings, 5 s idle
+  --json           print the results as one JSON object instead of the table
+  --dir DIR        work directory (must be on a real disk for the flash figure; default: the OS temp dir)
+  --cpu-prof DIR   run the drain workers with --cpu-prof, profiles written to DIR
+`;
+
+export const QUICK = flag('--quick');
+export const JSON_OUT = flag('--json');
+export const PROF_DIR = option('--cpu-prof');
+
+export const SIZES = QUICK
+  ? { ingest: 20_000, rounds: 3, large: { loads: 200, perLoad: 100 }, small: { loads: 20, perLoad: 100 }, week: 20_000, cellular: 10_000, peerRequests: 10, idleS: 5, settleMs: 500, idleSettleMs: 3000 }
+  : { ingest: 200_000, rounds: 3, large: { loads: 200, perLoad: 5000 }, small: { loads: 200, perLoad: 500 }, week: 604_800, cellular: 604_800, peerRequests: 40, idleS: 60, settleMs: 2000, idleSettleMs: 15_000 };
+export const LATENCY_MS = 150;
+export const BUFFER_DEFAULTS = configSchema.shape.buffer.parse({});
+/** The agent's processes (drain worker, daemon) run with the unit's heap flags; reference clients with Node's defaults. */
+export const AGENT_NODE_OPTIONS = unitNodeOptions();
+export const PEER_RETRY_S = 30;
