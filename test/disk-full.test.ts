@@ -148,7 +148,8 @@ const buffer = () => join(mnt, 'buffer.db');
 /** A file that switches the generator's pace (see GENERATOR), outside the tmpfs. */
 const control = (name: string) => join(tmp.dir, name);
 const pace = (name: 'slow' | 'quiet') => writeFile(tmp.dir, name, '');
-const sizeOf = (p: string) => (existsSync(p) ? statSync(p).size : 0);
+/** The file's size, 0 when it is not there (the -wal comes and goes as SQLite opens and closes). */
+const sizeOf = (p: string) => statSync(p, { throwIfNoEntry: false })?.size ?? 0;
 const linesWith = (d: Daemon, text: string) => d.output().split('\n').filter((l) => l.includes(text)).length;
 
 /** The health port the daemon printed in its 'agent started' line. */
