@@ -49,12 +49,8 @@ export interface Backlog {
  */
 export function writeBacklog(path: string, b: Backlog, nowMs = Date.now()): void {
   const db = openDatabase(path);
-  const insertLoad = db.prepare(
-    "INSERT INTO loads (load_number, resource_id, resource_type, stops, started_ms) VALUES (?, ?, 'Truck', '[]', ?)",
-  );
-  const insert = db.prepare(
-    'INSERT INTO readings (resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
-  );
+  const insertLoad = db.prepare("INSERT INTO loads (load_number, resource_id, resource_type, stops, started_ms) VALUES (?, ?, 'Truck', '[]', ?)");
+  const insert = db.prepare('INSERT INTO readings (resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)');
   const startMs = nowMs - b.perLoad * 1000;
   db.transaction(() => {
     for (let l = 0; l < b.loads; l++) insertLoad.run(loadOf(l), resourceOf(l), startMs - 1000);

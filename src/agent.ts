@@ -112,7 +112,12 @@ export class Agent {
     this.ingest = new Ingest(this.store, this.ingestOptions(config), this.log.child({ component: 'buffer' }));
     this.ingest.onError = (err) => this.checkFatal(err);
     // Positions become arrival, departure and delay milestones as soon as they are committed.
-    const detector = new MilestoneDetector(this.store, () => this.loaded.config, this.log.child({ component: 'milestones' }), () => void this.sender.kick());
+    const detector = new MilestoneDetector(
+      this.store,
+      () => this.loaded.config,
+      this.log.child({ component: 'milestones' }),
+      () => void this.sender.kick(),
+    );
     this.ingest.onCommit((batch) => {
       let newest = Number.NEGATIVE_INFINITY;
       for (const r of batch) if (r.timeMs > newest) newest = r.timeMs;
@@ -155,7 +160,17 @@ export class Agent {
     await this.startHealth(config.health.listen);
     const zone = systemZone();
     this.log.info(
-      { deviceId, config: this.loaded.file, health: this.healthPort, buffer: config.buffer.path, keyOrigin: this.key.origin, sources: this.sources.map((s) => s.name), traces: config.schedule.traces, splayMs: splayMs(deviceId, config.schedule.splay_s), timeZone: zone },
+      {
+        deviceId,
+        config: this.loaded.file,
+        health: this.healthPort,
+        buffer: config.buffer.path,
+        keyOrigin: this.key.origin,
+        sources: this.sources.map((s) => s.name),
+        traces: config.schedule.traces,
+        splayMs: splayMs(deviceId, config.schedule.splay_s),
+        timeZone: zone,
+      },
       'agent started',
     );
     if (ruleSourceOf(zone) === 'intl') {
@@ -177,7 +192,9 @@ export class Agent {
       'corrupt',
       b.path,
       `${b.path}: the buffer turned out corrupt while running (${(err as Error).message}). ${
-        b.on_corrupt === 'move-aside' ? 'Restarting moves it aside (buffer.on_corrupt = "move-aside").' : 'Set buffer.on_corrupt = "move-aside" or move it aside, then start again; copy what is readable back with telematics-agent buffer salvage.'
+        b.on_corrupt === 'move-aside'
+          ? 'Restarting moves it aside (buffer.on_corrupt = "move-aside").'
+          : 'Set buffer.on_corrupt = "move-aside" or move it aside, then start again; copy what is readable back with telematics-agent buffer salvage.'
       }`,
     );
     // move-aside: a restart (exit 1, Restart=on-failure) does the moving at open.

@@ -69,16 +69,7 @@ export class Cron {
     const [s, mi, h, dom, mon, dow] = parts;
     const weekdays = parseField(dow, DAY_OF_WEEK);
     weekdays[0] = weekdays[0] || weekdays[7];
-    const cron = new Cron(
-      parseField(s, SECOND),
-      parseField(mi, MINUTE),
-      parseField(h, HOUR),
-      parseField(dom, DAY_OF_MONTH),
-      parseField(mon, MONTH),
-      weekdays,
-      !dom.startsWith('*'),
-      !dow.startsWith('*'),
-    );
+    const cron = new Cron(parseField(s, SECOND), parseField(mi, MINUTE), parseField(h, HOUR), parseField(dom, DAY_OF_MONTH), parseField(mon, MONTH), weekdays, !dom.startsWith('*'), !dow.startsWith('*'));
     if (cron.daysRestricted && !cron.weekdaysRestricted) {
       const fits = cron.months.some((on, m) => on && cron.days.some((d, day) => d && day <= MAX_DAYS[m - 1]));
       if (!fits) throw new CronError('day of month: no selected month has such a day, so it would never run');

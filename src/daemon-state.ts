@@ -28,4 +28,3 @@ export interface DaemonState {
   /** The daemon stopped because it found the buffer corrupt (SQLite's words): the next start checks it whole. */
   corrupt?: string;
 }
-

@@ -74,7 +74,9 @@ export async function runDemo(opts: DemoOptions): Promise<boolean> {
       received += 1;
       if (e.kind === 'milestone') {
         const b = e.body as MilestoneBody;
-        write(`  milestone 200  ${b.eventCode.padEnd(3)} stop ${b.stopsequenceNumber ?? '-'}  ${b.eventCity ?? '?'}, ${b.eventState ?? '?'}  ${b.time.dateTime} ${b.time.timeZoneCode} (${b.time.timeZoneOffset})`);
+        write(
+          `  milestone 200  ${b.eventCode.padEnd(3)} stop ${b.stopsequenceNumber ?? '-'}  ${b.eventCity ?? '?'}, ${b.eventState ?? '?'}  ${b.time.dateTime} ${b.time.timeZoneCode} (${b.time.timeZoneOffset})`,
+        );
       } else if (e.kind === 'trace') {
         const b = e.body as TraceBody;
         const first = b.traces[0];
@@ -102,18 +104,13 @@ export async function runDemo(opts: DemoOptions): Promise<boolean> {
   });
   const log = createLogger({ level: 'error' });
   let sim: SimulatorSource | undefined;
-  const agent = new Agent(
-    { file: '(demo)', config, deviceId: 'demo-device', warnings: [] },
-    { key, origin: 'demo' },
-    log,
-    {
-      sources: ({ intake }) => {
-        sim = new SimulatorSource(simCfg, intake('simulator'));
-        return [sim];
-      },
-      stateIntervalMs: 1000,
+  const agent = new Agent({ file: '(demo)', config, deviceId: 'demo-device', warnings: [] }, { key, origin: 'demo' }, log, {
+    sources: ({ intake }) => {
+      sim = new SimulatorSource(simCfg, intake('simulator'));
+      return [sim];
     },
-  );
+    stateIntervalMs: 1000,
+  });
 
   write(`telematics-agent demo`);
   write(`  sandbox  ${url} (SCAC ${scac})`);

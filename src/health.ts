@@ -49,7 +49,9 @@ export function metricsText(agent: Agent, nowMs = Date.now()): string {
   const metric = (name: string, type: 'gauge' | 'counter', help: string, samples: Array<[Record<string, string>, number]>) => {
     lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
     for (const [labels, v] of samples) {
-      const l = Object.entries(labels).map(([k, x]) => `${k}="${esc(x)}"`).join(',');
+      const l = Object.entries(labels)
+        .map(([k, x]) => `${k}="${esc(x)}"`)
+        .join(',');
       lines.push(`${name}${l ? `{${l}}` : ''} ${Number.isFinite(v) ? v : 0}`);
     }
   };
@@ -78,13 +80,28 @@ export function metricsText(agent: Agent, nowMs = Date.now()): string {
   );
   metric('telematics_buffer_bytes', 'gauge', 'Bytes of buffer data in use.', [[{}, agent.store.usedBytes()]]);
   const sources = agent.sources.map((src) => ({ name: src.name, type: src.type, h: src.health() }));
-  metric('telematics_source_healthy', 'gauge', '1 when the source is healthy.', sources.map((x) => [{ source: x.name, type: x.type }, x.h.healthy ? 1 : 0]));
-  metric('telematics_source_readings_total', 'counter', 'Readings emitted by the source.', sources.map((x) => [{ source: x.name }, x.h.readings]));
-  metric('telematics_source_rejected_total', 'counter', 'Bad inputs counted by the source.', sources.map((x) => [{ source: x.name }, x.h.rejected]));
+  metric(
+    'telematics_source_healthy',
+    'gauge',
+    '1 when the source is healthy.',
+    sources.map((x) => [{ source: x.name, type: x.type }, x.h.healthy ? 1 : 0]),
+  );
+  metric(
+    'telematics_source_readings_total',
+    'counter',
+    'Readings emitted by the source.',
+    sources.map((x) => [{ source: x.name }, x.h.readings]),
+  );
+  metric(
+    'telematics_source_rejected_total',
+    'counter',
+    'Bad inputs counted by the source.',
+    sources.map((x) => [{ source: x.name }, x.h.rejected]),
+  );
   metric(
     'telematics_source_last_reading_age_seconds',
     'gauge',
-    'Seconds since the source\'s last reading (last fix age for position sources).',
+    "Seconds since the source's last reading (last fix age for position sources).",
     sources.map((x) => [{ source: x.name }, x.h.lastReadingMs ? (nowMs - x.h.lastReadingMs) / 1000 : -1]),
   );
   return `${lines.join('\n')}\n`;

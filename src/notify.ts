@@ -171,10 +171,7 @@ export class SystemdNotifier {
     } catch (err) {
       // Under Type=notify systemd now waits for READY=1 in vain and stops the unit after
       // TimeoutStartSec: say why, loudly, once.
-      this.log.error(
-        { socket: this.socket, err: (err as Error).message },
-        `cannot send systemd notifications (is the ${UNIX_DGRAM} package installed and built?); systemd will not see the agent as started`,
-      );
+      this.log.error({ socket: this.socket, err: (err as Error).message }, `cannot send systemd notifications (is the ${UNIX_DGRAM} package installed and built?); systemd will not see the agent as started`);
       return;
     }
     if (this.heartbeatMs !== undefined) {

@@ -103,10 +103,14 @@ describe("the service's answers are kept", () => {
     daemon = startDaemon(['--config', cfg]);
     await record(cfg, ['X3', 'AF', 'X1', 'D1']);
     await waitFor(() => server!.got.length === 4, 10_000, 'four milestones at the receiver');
-    const rows = await waitFor(async () => {
-      const l = await listed(cfg);
-      return l.every((m) => m.state !== 'pending') && l;
-    }, 10_000, 'no milestone pending');
+    const rows = await waitFor(
+      async () => {
+        const l = await listed(cfg);
+        return l.every((m) => m.state !== 'pending') && l;
+      },
+      10_000,
+      'no milestone pending',
+    );
 
     expect(rows.map(({ code, state, attempts, lastStatus, correlationId }) => ({ code, state, attempts, lastStatus, correlationId }))).toEqual([
       { code: 'X3', state: 'sent', attempts: 1, lastStatus: 200, correlationId: 'corr-body-1' },
@@ -126,10 +130,14 @@ describe("the service's answers are kept", () => {
     expect(dead[0].headers).toMatchObject({ 'x-request-id': 'req-400', 'x-error-code': 'E_FIELD', 'content-type': 'application/json' });
 
     // The duplicate is counted where an operator looks: status, metrics and the log.
-    const status = await waitFor(async () => {
-      const s = JSON.parse((await runCli(['status', '--json', '--config', cfg])).stdout) as { delivery: { duplicates: number; deadLettered: { milestones: number }; sent: { milestones: number } } | null };
-      return s.delivery?.sent.milestones === 3 && s;
-    }, 10_000, 'status with the delivered milestones');
+    const status = await waitFor(
+      async () => {
+        const s = JSON.parse((await runCli(['status', '--json', '--config', cfg])).stdout) as { delivery: { duplicates: number; deadLettered: { milestones: number }; sent: { milestones: number } } | null };
+        return s.delivery?.sent.milestones === 3 && s;
+      },
+      10_000,
+      'status with the delivered milestones',
+    );
     expect(status.delivery).toMatchObject({ duplicates: 1, deadLettered: { milestones: 1 } });
     const port = Number(/"health":(\d+)/.exec(daemon.output())![1]);
     const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
@@ -148,10 +156,14 @@ describe("the service's answers are kept", () => {
     expect((await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg])).code).toBe(0);
     daemon = startDaemon(['--config', cfg]);
     await record(cfg, ['X3', 'AF', 'D1']);
-    const rows = await waitFor(async () => {
-      const l = await listed(cfg);
-      return l.length === 3 && l.every((m) => m.state !== 'pending') && l;
-    }, 10_000, 'no milestone pending');
+    const rows = await waitFor(
+      async () => {
+        const l = await listed(cfg);
+        return l.length === 3 && l.every((m) => m.state !== 'pending') && l;
+      },
+      10_000,
+      'no milestone pending',
+    );
     expect(rows.map((m) => [m.code, m.state, m.lastStatus, m.correlationId])).toEqual([
       ['X3', 'sent', 200, 'ref-1'],
       ['AF', 'sent', 200, 'hdr-2'],

@@ -172,7 +172,12 @@ describe('readings', () => {
 
   it('orders loads by their oldest waiting reading', () => {
     const store = Store.open(path);
-    for (const [l, r] of [['A', 'T-A'], ['B', 'T-B'], ['C', 'T-C']]) store.startLoad({ loadNumber: l, resourceId: r, resourceType: 'Truck', stops: [], nowMs: 1 });
+    for (const [l, r] of [
+      ['A', 'T-A'],
+      ['B', 'T-B'],
+      ['C', 'T-C'],
+    ])
+      store.startLoad({ loadNumber: l, resourceId: r, resourceType: 'Truck', stops: [], nowMs: 1 });
     store.insertReadings([reading(1, 'T-C'), reading(1, 'T-A'), reading(1, 'T-B'), reading(2, 'T-C'), reading(2, 'T-A')]);
     expect(store.loadsWithReadings()).toEqual(['C', 'A', 'B']);
     const c = [...store.iterateReadings('C')].map((r) => r.id);
@@ -351,12 +356,8 @@ describe('loads', () => {
   it('allows one active load per resource and explains refusals', () => {
     const store = Store.open(path);
     store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: 1 });
-    expect(() => store.startLoad({ loadNumber: 'L2', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: 2 })).toThrow(
-      'resource T1 already has active load L1; end it first',
-    );
-    expect(() => store.startLoad({ loadNumber: 'L1', resourceId: 'T2', resourceType: 'Truck', stops: [], nowMs: 2 })).toThrow(
-      'load L1 is already active on T1',
-    );
+    expect(() => store.startLoad({ loadNumber: 'L2', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: 2 })).toThrow('resource T1 already has active load L1; end it first');
+    expect(() => store.startLoad({ loadNumber: 'L1', resourceId: 'T2', resourceType: 'Truck', stops: [], nowMs: 2 })).toThrow('load L1 is already active on T1');
     store.endLoad('L1', 3);
     expect(() => store.endLoad('L1', 4)).toThrow('load L1 has already ended');
     expect(() => store.endLoad('nope', 4)).toThrow('no load nope');

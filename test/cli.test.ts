@@ -13,10 +13,7 @@ beforeEach(() => {
 });
 afterEach(() => tmp.cleanup());
 
-const COMMANDS = [
-  ['run'], ['validate-config'], ['status'], ['load'], ['load', 'start'], ['load', 'end'], ['load', 'list'],
-  ['milestone'], ['milestone', 'list'], ['sandbox'], ['demo'],
-];
+const COMMANDS = [['run'], ['validate-config'], ['status'], ['load'], ['load', 'start'], ['load', 'end'], ['load', 'list'], ['milestone'], ['milestone', 'list'], ['sandbox'], ['demo']];
 
 describe('command line contract', () => {
   it.each(COMMANDS)('%s %s has --help', async (...cmd) => {
@@ -56,7 +53,14 @@ describe('command line contract', () => {
 
 describe('loads and milestones from the command line', () => {
   it('starts, lists and ends loads', async () => {
-    const stops = writeFile(tmp.dir, 'stops.json', JSON.stringify([{ sequence: 1, type: 'pickup', latitude: 41.8, longitude: -87.6 }, { sequence: 2, type: 'delivery' }]));
+    const stops = writeFile(
+      tmp.dir,
+      'stops.json',
+      JSON.stringify([
+        { sequence: 1, type: 'pickup', latitude: 41.8, longitude: -87.6 },
+        { sequence: 2, type: 'delivery' },
+      ]),
+    );
     const start = await runCli(['load', 'start', 'L-100', '--resource', 'TRAILER-7', '--resource-type', 'Trailer', '--stops', stops, '--config', cfg]);
     expect(start.stderr).toBe('');
     expect(start.stdout).toBe('load L-100 started on TRAILER-7 (Trailer) with 2 stop(s)\n');
@@ -70,12 +74,17 @@ describe('loads and milestones from the command line', () => {
   });
 
   it('names the bad field of a stops file and exits 65', async () => {
-    const stops = writeFile(tmp.dir, 'stops.json', JSON.stringify([{ sequence: 0, type: 'pickup' }, { sequence: 2, type: 'lunch' }]));
+    const stops = writeFile(
+      tmp.dir,
+      'stops.json',
+      JSON.stringify([
+        { sequence: 0, type: 'pickup' },
+        { sequence: 2, type: 'lunch' },
+      ]),
+    );
     const r = await runCli(['load', 'start', 'L1', '--resource', 'T1', '--stops', stops, '--config', cfg]);
     expect(r.code).toBe(65);
-    expect(r.stderr).toBe(
-      `error: ${stops}: [0].sequence: expected a number >= 1, got 0\n${stops}: [1].type: expected one of "pickup", "delivery", "other", got "lunch"\n`,
-    );
+    expect(r.stderr).toBe(`error: ${stops}: [0].sequence: expected a number >= 1, got 0\n${stops}: [1].type: expected one of "pickup", "delivery", "other", got "lunch"\n`);
   });
 
   it('commits a milestone before returning, and refuses one without a load without touching the buffer', async () => {

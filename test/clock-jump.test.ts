@@ -109,10 +109,14 @@ env = { LD_PRELOAD = "" }
     await waitFor(() => d.output().includes('configuration reloaded'), 10_000, 'the reload');
     expect(d.output()).toMatch(/"msg":"system clock jumped \+31 d 0 h since the last check: no reading is dropped for its age now/);
     // Readings with the real time still come in, though the wall clock calls them 31 days old.
-    const after = await waitFor(async () => {
-      const s = await status();
-      return s.queue.readings >= before + 20 ? s : undefined;
-    }, 15_000, 'readings after the jump');
+    const after = await waitFor(
+      async () => {
+        const s = await status();
+        return s.queue.readings >= before + 20 ? s : undefined;
+      },
+      15_000,
+      'readings after the jump',
+    );
     expect(droppedForAge(after)).toBe(0);
     expect(timeRejected(after)).toBe(0);
     expect(after.clockJump?.ms).toBeGreaterThan(30 * 86_400_000);
@@ -122,10 +126,14 @@ env = { LD_PRELOAD = "" }
     const kept = (await status()).queue.readings;
     const again = run();
     await waitFor(() => again.output().includes('"msg":"agent started"'), 15_000, 'the restart');
-    const restarted = await waitFor(async () => {
-      const s = await status();
-      return s.queue.readings >= kept + 20 ? s : undefined;
-    }, 15_000, 'readings after the restart');
+    const restarted = await waitFor(
+      async () => {
+        const s = await status();
+        return s.queue.readings >= kept + 20 ? s : undefined;
+      },
+      15_000,
+      'readings after the restart',
+    );
     expect(droppedForAge(restarted)).toBe(0);
     expect(timeRejected(restarted)).toBe(0);
     expect(again.output()).not.toContain('readings older than buffer.max_age_days dropped');

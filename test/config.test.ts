@@ -82,17 +82,13 @@ speed_kmh = "fast"
 
   it('names a missing table and a TOML syntax error by line and column', () => {
     expect(problems(`device_id = "x"\n${SRC}`)).toEqual(['api: required table [api] is missing']);
-    expect(problems('[api\nscac = "ABCD"\n')).toEqual([
-      'line 1, column 5: TOML syntax error: Invalid TOML document: illegal character in key',
-    ]);
+    expect(problems('[api\nscac = "ABCD"\n')).toEqual(['line 1, column 5: TOML syntax error: Invalid TOML document: illegal character in key']);
   });
 
   it('refuses a config without a source, and one whose detector codes are not on the lists', () => {
     expect(problems('[api]\nscac = "ABCD"\n')).toEqual(['sources: expected at least one [[sources]] table: an agent without a source collects nothing']);
     expect(problems(`sources = []\n[api]\nscac = "ABCD"\n`)).toEqual(['sources: expected at least one [[sources]] table: an agent without a source collects nothing']);
-    expect(
-      problems(`[api]\nscac = "ABCD"\n[codes]\nevents = ["X3"]\nreasons = ["ns"]\n[milestones.delay]\nreason = "AI"\n${SRC}`),
-    ).toEqual([
+    expect(problems(`[api]\nscac = "ABCD"\n[codes]\nevents = ["X3"]\nreasons = ["ns"]\n[milestones.delay]\nreason = "AI"\n${SRC}`)).toEqual([
       'milestones.codes.pickup_depart: AF is not in codes.events; add it there',
       'milestones.codes.delivery_arrive: X1 is not in codes.events; add it there',
       'milestones.codes.delivery_depart: D1 is not in codes.events; add it there',
@@ -112,9 +108,7 @@ speed_kmh = "fast"
 
   it('still reads the old codes.known, with a warning, accepting its codes on both lists', () => {
     const old = loadConfig(writeFile(tmp.dir, 'old.toml', `[api]\nscac = "ABCD"\n[codes]\nknown = ["X3", "ZZ"]\n${SRC}`));
-    expect(old.warnings).toEqual([
-      'codes.known: replaced by codes.events (event codes) and codes.reasons (reason codes); its codes are accepted as both for now, move them to the right list',
-    ]);
+    expect(old.warnings).toEqual(['codes.known: replaced by codes.events (event codes) and codes.reasons (reason codes); its codes are accepted as both for now, move them to the right list']);
     expect(old.config.codes.events).toContain('ZZ');
     expect(old.config.codes.reasons).toContain('ZZ');
   });
@@ -145,9 +139,7 @@ describe('subscription key', () => {
     expect(resolveSubscriptionKey(withFile, { TELEMATICS_AGENT_SUBSCRIPTION_KEY: 'from-env', CREDENTIALS_DIRECTORY: credDir }).key).toBe('from-file');
 
     const inline = loadConfig(writeFile(tmp.dir, 'b.toml', base('subscription_key = "inline-key"\n')));
-    expect(inline.warnings).toEqual([
-      'api.subscription_key: the key is inline in the config file; prefer api.subscription_key_file or a systemd credential',
-    ]);
+    expect(inline.warnings).toEqual(['api.subscription_key: the key is inline in the config file; prefer api.subscription_key_file or a systemd credential']);
     expect(resolveSubscriptionKey(inline, { TELEMATICS_AGENT_SUBSCRIPTION_KEY: 'from-env', CREDENTIALS_DIRECTORY: credDir }).key).toBe('from-env');
     expect(resolveSubscriptionKey(inline, { CREDENTIALS_DIRECTORY: credDir }).key).toBe('from-credential');
     expect(resolveSubscriptionKey(inline, {}).key).toBe('inline-key');
@@ -244,7 +236,7 @@ describe('validate-config (real CLI)', () => {
 });
 
 describe('config/agent.example.toml', () => {
-  it('every key set in the example config has the schema\'s default (the schema is the one home of defaults)', () => {
+  it("every key set in the example config has the schema's default (the schema is the one home of defaults)", () => {
     const file = join(ROOT, 'config', 'agent.example.toml');
     const text = readFileSync(file, 'utf8');
     const example = parseConfigText(text, file, '/etc/telematics-agent') as unknown as Record<string, unknown> & { api: { scac: string }; sources: Array<{ type: string; resource_id: string }> };

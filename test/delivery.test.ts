@@ -173,9 +173,7 @@ describe('sender against the sandbox', () => {
     recordMilestone(store, config, { loadNumber: 'L1', code: 'AF', stop: 1 });
     sender.requestTracePush();
     await sender.kick();
-    const order = [...sandbox.milestones.map((m) => ({ at: m.at, what: String(m.body.eventCode) })), ...sandbox.traces.map((t) => ({ at: t.at, what: 'trace' }))]
-      .sort((a, b) => a.at - b.at)
-      .map((x) => x.what);
+    const order = [...sandbox.milestones.map((m) => ({ at: m.at, what: String(m.body.eventCode) })), ...sandbox.traces.map((t) => ({ at: t.at, what: 'trace' }))].sort((a, b) => a.at - b.at).map((x) => x.what);
     expect(order).toEqual(['X3', 'AF', 'trace']);
   });
 });
@@ -184,7 +182,20 @@ describe('response classes and backoff', () => {
   const res = (status: number) => ({ kind: 'response' as const, status, body: '', durationMs: 1 });
   it('classifies every status family', () => {
     expect([200, 202, 301, 401, 403, 404, 408, 413, 422, 425, 429, 400, 500, 503].map((s) => classify(res(s)))).toEqual([
-      'delivered', 'delivered', 'redirect', 'auth', 'auth', 'auth', 'retry', 'too-large', 'refused', 'retry', 'retry', 'refused', 'retry', 'retry',
+      'delivered',
+      'delivered',
+      'redirect',
+      'auth',
+      'auth',
+      'auth',
+      'retry',
+      'too-large',
+      'refused',
+      'retry',
+      'retry',
+      'refused',
+      'retry',
+      'retry',
     ]);
     expect(classify({ kind: 'network', error: 'x', durationMs: 1 })).toBe('retry');
   });

@@ -78,7 +78,15 @@ beforeEach(() => {
 afterEach(async (ctx) => {
   // What the daemons said, when a case failed: a timeout alone does not tell why.
   if (ctx.task.result?.state === 'fail') {
-    for (const d of daemons) console.error(d.output().split('\n').filter((l) => !l.includes('"level":20')).slice(-40).join('\n'));
+    for (const d of daemons)
+      console.error(
+        d
+          .output()
+          .split('\n')
+          .filter((l) => !l.includes('"level":20'))
+          .slice(-40)
+          .join('\n'),
+      );
   }
   for (const d of daemons) await d.stop('SIGKILL');
   daemons = [];
@@ -150,13 +158,20 @@ const control = (name: string) => join(tmp.dir, name);
 const pace = (name: 'slow' | 'quiet') => writeFile(tmp.dir, name, '');
 /** The file's size, 0 when it is not there (the -wal comes and goes as SQLite opens and closes). */
 const sizeOf = (p: string) => statSync(p, { throwIfNoEntry: false })?.size ?? 0;
-const linesWith = (d: Daemon, text: string) => d.output().split('\n').filter((l) => l.includes(text)).length;
+const linesWith = (d: Daemon, text: string) =>
+  d
+    .output()
+    .split('\n')
+    .filter((l) => l.includes(text)).length;
 
 /** The health port the daemon printed in its 'agent started' line. */
 async function healthPort(d: Daemon): Promise<number> {
   return waitFor(
     () => {
-      const line = d.output().split('\n').find((l) => l.includes('"agent started"'));
+      const line = d
+        .output()
+        .split('\n')
+        .find((l) => l.includes('"agent started"'));
       return line ? (JSON.parse(line) as { health: number }).health : undefined;
     },
     15_000,
@@ -206,11 +221,7 @@ async function startAgent(cfg: string): Promise<{ d: Daemon; port: number }> {
 /** Let the fast source fill the disk and the pending queue up to its cap, then slow it down. */
 async function fill(d: Daemon, port: number): Promise<void> {
   await waitFor(() => linesWith(d, 'could not commit readings') > 0, 30_000, 'the disk to fill');
-  await waitFor(
-    async () => Number(/^telematics_readings_pending (\d+)$/m.exec((await get(port, '/metrics')).text)?.[1]) >= MAX_PENDING,
-    15_000,
-    `${MAX_PENDING} readings pending in memory`,
-  );
+  await waitFor(async () => Number(/^telematics_readings_pending (\d+)$/m.exec((await get(port, '/metrics')).text)?.[1]) >= MAX_PENDING, 15_000, `${MAX_PENDING} readings pending in memory`);
   pace('slow');
 }
 
@@ -242,7 +253,10 @@ function expectAllDelivered(): number {
   const missing: number[] = [];
   for (let i = 1; i <= top; i++) if (!distinct.has(i)) missing.push(i);
   expect(missing.slice(0, 20), `${missing.length} of ${top} committed readings never reached the service`).toEqual([]);
-  expect([...distinct].filter((i) => i > top), 'ids that were never committed').toEqual([]);
+  expect(
+    [...distinct].filter((i) => i > top),
+    'ids that were never committed',
+  ).toEqual([]);
   const duplicates = ids.length - distinct.size;
   expect(duplicates, `${duplicates} duplicate points: at most one request's worth`).toBeLessThanOrEqual(CHUNK);
   return duplicates;
@@ -333,7 +347,14 @@ describe.skipIf(skipReason !== undefined)('a full disk (4 MB tmpfs)', () => {
       const healthyS = (performance.now() - back) / 1000;
       // Purging made room, and the readings went in then, not when the backoff tried next,
       // and not only once the whole backlog was delivered (it drains a chunk every 50 ms).
-      const resumedAt = (JSON.parse(d.output().split('\n').find((l) => l.includes('disk has room again'))!) as { time: number }).time;
+      const resumedAt = (
+        JSON.parse(
+          d
+            .output()
+            .split('\n')
+            .find((l) => l.includes('disk has room again'))!,
+        ) as { time: number }
+      ).time;
       expect(resumedAt, `commits resumed ${((backoffUntil - resumedAt) / 1000).toFixed(1)} s before the backoff's next attempt`).toBeLessThan(backoffUntil);
       await waitFor(() => highestReceived() >= backlog, 30_000, `the backlog (readings 1 to ${backlog}) delivered`);
       const drainedAt = sandbox.traces.find((t) => t.body.traces.some((p) => p.references![0].value === `disk-${backlog}`))!.at;
@@ -413,7 +434,11 @@ describe.skipIf(skipReason !== undefined)('a full disk (4 MB tmpfs)', () => {
       // Delivery goes on: what was committed before reaches the service and leaves the buffer.
       await waitFor(() => linesWith(d, 'the reserve was given up') > 0, 30_000, 'the reserve to be given up for delivery');
       await waitFor(() => highestReceived() >= atFill, 30_000, `reading ${atFill} at the service with the disk full`);
-      await waitFor(async () => (await get(port, '/metrics')).text.match(/^telematics_queue_readings (\d+)$/m)?.[1] === '0' && rowsInBuffer() === 0 ? true : undefined, 30_000, 'the delivered readings purged');
+      await waitFor(
+        async () => ((await get(port, '/metrics')).text.match(/^telematics_queue_readings (\d+)$/m)?.[1] === '0' && rowsInBuffer() === 0 ? true : undefined),
+        30_000,
+        'the delivered readings purged',
+      );
       const full = await get(port, '/healthz');
       console.log(`filled by another file: ${linesWith(d, 'could not commit readings')} "could not commit" line(s); /healthz ${full.status}`);
 

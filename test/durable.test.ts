@@ -315,7 +315,10 @@ describe('a WAL of another database', () => {
     const moveCfg = configWith(tmp.dir, url, buffer, 'on_corrupt = "move-aside"');
     const d = daemon(moveCfg);
     await started(d);
-    const line = d.output().split('\n').find((l) => l.includes('buffer unusable (foreign-wal)'));
+    const line = d
+      .output()
+      .split('\n')
+      .find((l) => l.includes('buffer unusable (foreign-wal)'));
     expect(line).toBeDefined();
     const { movedTo, foreignWal } = JSON.parse(line!) as { movedTo: string; foreignWal: string };
     expect(movedTo).toMatch(new RegExp(`^${buffer.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\.corrupt-\\d{8}T\\d{6}Z$`));
@@ -350,7 +353,10 @@ describe('a corrupt buffer moved aside and salvaged', () => {
   }
 
   function movedAside(d: Daemon, buffer: string): string {
-    const line = d.output().split('\n').find((l) => l.includes('"level":50') && l.includes('moved aside'));
+    const line = d
+      .output()
+      .split('\n')
+      .find((l) => l.includes('"level":50') && l.includes('moved aside'));
     expect(line, d.output()).toBeDefined();
     const { movedTo, msg } = JSON.parse(line!) as { movedTo: string; msg: string };
     expect(movedTo).toMatch(/\.corrupt-\d{8}T\d{6}Z$/);

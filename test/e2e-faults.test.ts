@@ -76,11 +76,15 @@ describe('daemon under faults', () => {
     const cfg = agentConfig(tmp.dir, url, '', { traces: '* * * * * *', sampling: 0 });
     writeFileSync(join(tmp.dir, 'key'), 'revoked-key\n');
     const d = daemon(cfg);
-    const paused = await waitFor(async () => {
-      const r = await runCli(['status', '--json', '--config', cfg]);
-      const s = JSON.parse(r.stdout);
-      return s.delivery?.paused ? s : undefined;
-    }, 15_000, 'status showing the pause');
+    const paused = await waitFor(
+      async () => {
+        const r = await runCli(['status', '--json', '--config', cfg]);
+        const s = JSON.parse(r.stdout);
+        return s.delivery?.paused ? s : undefined;
+      },
+      15_000,
+      'status showing the pause',
+    );
     expect(paused.delivery.paused).toContain('HTTP 401');
     expect(paused.queue).toMatchObject({ readings: 50, deadLetters: 0 });
     const text = await runCli(['status', '--config', cfg]);

@@ -50,11 +50,15 @@ interval_s = 1
     expect(sandbox.milestones[0].body).toMatchObject({ eventCode: 'X3', loadNumber: 'L-1', eventState: 'IL' });
 
     // The daemon writes its state for `status` within a second of a delivery.
-    const s = await waitFor(async () => {
-      const r = await runCli(['status', '--json', '--config', cfg]);
-      const j = JSON.parse(r.stdout);
-      return r.code === 0 && j.delivery?.sent.milestones === 1 && j;
-    }, 10_000, 'status showing the delivered milestone');
+    const s = await waitFor(
+      async () => {
+        const r = await runCli(['status', '--json', '--config', cfg]);
+        const j = JSON.parse(r.stdout);
+        return r.code === 0 && j.delivery?.sent.milestones === 1 && j;
+      },
+      10_000,
+      'status showing the delivered milestone',
+    );
     expect(s.daemon.running).toBe(true);
     expect(s.delivery.lastSuccessMs).toBeGreaterThan(0);
     expect(s.sources).toMatchObject([{ name: 'simulator:TRUCK-1', type: 'simulator', healthy: true }]);

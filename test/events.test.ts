@@ -120,7 +120,12 @@ function detect(batches: Reading[][], log = silent): void {
   const store = Store.open(buffer);
   try {
     const config = loadConfig(cfg).config;
-    const d = new MilestoneDetector(store, () => config, log, () => {});
+    const d = new MilestoneDetector(
+      store,
+      () => config,
+      log,
+      () => {},
+    );
     for (const b of batches) {
       store.insertReadings(b);
       d.process(b);
@@ -228,7 +233,9 @@ describe('codes are checked, not just warned about (item 6)', () => {
     expect(reasonAsEvent.stderr).toMatch(/^error: event code NS is not in codes\.events \(NS is a reason code: give it with --reason\); /);
     const badReason = await cli(['milestone', '--load', 'L1', '--code', 'X6', '--reason', 'X3']);
     expect(badReason.code).toBe(65);
-    expect(badReason.stderr).toMatch(/^error: reason code X3 is not in codes\.reasons \(X3 is an event code: give it with --code\); .* add it to codes\.reasons in the config; to send it once anyway, add --force\n$/);
+    expect(badReason.stderr).toMatch(
+      /^error: reason code X3 is not in codes\.reasons \(X3 is an event code: give it with --code\); .* add it to codes\.reasons in the config; to send it once anyway, add --force\n$/,
+    );
     const junk = await cli(['milestone', '--load', 'L1', '--code', 'X-3']);
     expect(junk.code).toBe(65);
     expect(junk.stderr).toBe('error: event code "X-3": expected 1-10 letters and digits, such as X3\n');

@@ -78,10 +78,14 @@ describe('health endpoint and metrics', () => {
 
     // The service goes away; readings keep coming; after two push intervals (1 s each) it is unhealthy.
     await sandbox.stop();
-    const bad = await waitFor(async () => {
-      const r = await fetch(`${base}/healthz`);
-      return r.status === 503 ? r.text() : undefined;
-    }, 10_000, 'an unhealthy report');
+    const bad = await waitFor(
+      async () => {
+        const r = await fetch(`${base}/healthz`);
+        return r.status === 503 ? r.text() : undefined;
+      },
+      10_000,
+      'an unhealthy report',
+    );
     expect(bad).toMatch(/^unhealthy\nno successful push for \d+ s while data waits \(push interval 1 s\)/);
     const after = parseMetrics(await (await fetch(`${base}/metrics`)).text());
     expect(after.get('telematics_pushes_total{class="retry"}')).toBeGreaterThan(0);
@@ -129,7 +133,11 @@ describe('per-source counts', () => {
     const metrics = parseMetrics(await (await fetch(`http://127.0.0.1:${agent.healthPort}/metrics`)).text());
     expect(metrics.get('telematics_source_readings_total{source="reefer"}')).toBe(2);
     expect(metrics.get('telematics_source_rejected_total{source="reefer"}')).toBe(2);
-    const skipped = out.text().split('\n').filter((l) => l.includes('bad input skipped')).map((l) => JSON.parse(l) as { source: string; rejected: number; msg: string });
+    const skipped = out
+      .text()
+      .split('\n')
+      .filter((l) => l.includes('bad input skipped'))
+      .map((l) => JSON.parse(l) as { source: string; rejected: number; msg: string });
     expect(skipped.map((l) => [l.source, l.rejected, l.msg.replace(/\d{4}-\S+Z/, 'T')])).toEqual([
       ['reefer', 1, 'bad input skipped: time: T is 3600 s in the future (sources_time.max_future_s = 300)'],
       ['reefer', 2, 'bad input skipped: temperature: out of range (400)'],

@@ -111,9 +111,17 @@ describe('the place of a milestone recorded from the command line, end to end', 
     const cfg = agentConfig(tmp.dir, url, `[health]\nlisten = "127.0.0.1:0"\n${positions('T2', HERMOSILLO, 0, marker)}`, { flushMs: 60_000 });
     daemon = startDaemon(['--config', cfg], CHICAGO_CLI);
     await waitFor(() => existsSync(marker), 15_000, 'the exec source printing');
-    const started = await waitFor(() => daemon!.output().split('\n').find((l) => l.includes('"msg":"agent started"')), 15_000, 'the agent started');
+    const started = await waitFor(
+      () =>
+        daemon!
+          .output()
+          .split('\n')
+          .find((l) => l.includes('"msg":"agent started"')),
+      15_000,
+      'the agent started',
+    );
     const metrics = `http://127.0.0.1:${(JSON.parse(started) as { health: number }).health}/metrics`;
-    await waitFor(async () => /^telematics_readings_pending [1-9]/m.test(await (await fetch(metrics)).text()), 10_000, 'a fix of T2 in the daemon\'s memory');
+    await waitFor(async () => /^telematics_readings_pending [1-9]/m.test(await (await fetch(metrics)).text()), 10_000, "a fix of T2 in the daemon's memory");
 
     expect((await runCli(['load', 'start', 'L-HMO', '--resource', 'T2', '--config', cfg])).code).toBe(0);
     const m = await runCli(['milestone', '--load', 'L-HMO', '--code', 'X6', '--config', cfg], { env: CHICAGO_CLI });
@@ -231,7 +239,9 @@ describe('the place rule, first match wins (CLI against a buffer file)', () => {
     expect((await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg])).code).toBe(0);
     fixAt(QUERETARO, 700);
     const old = await record(['--code', 'X6']);
-    expect(old.stderr).toMatch(/^warning: no position for this milestone \(the last fix of T1 is 70\d s old \(milestones\.max_fix_age_s = 600\); no --lat\/--lon or --city\/--state; no --stop\): it is recorded in this device's zone \(America\/Chicago\) without a city and state/);
+    expect(old.stderr).toMatch(
+      /^warning: no position for this milestone \(the last fix of T1 is 70\d s old \(milestones\.max_fix_age_s = 600\); no --lat\/--lon or --city\/--state; no --stop\): it is recorded in this device's zone \(America\/Chicago\) without a city and state/,
+    );
     expect(bodyOf(old.id).eventCity).toBeUndefined();
     fixAt(QUERETARO, 500);
     const recent = await record(['--code', 'X6']);
@@ -239,7 +249,7 @@ describe('the place rule, first match wins (CLI against a buffer file)', () => {
     expect(bodyOf(recent.id)).toMatchObject({ eventCity: 'Santiago de Querétaro' });
   });
 
-  it('timeZoneOffset is UTC<sign><hours> at the place: UTC+0 with GMT in London in winter, UTC-3:30 in St. John\'s; UTC+0 on a UTC device', async () => {
+  it("timeZoneOffset is UTC<sign><hours> at the place: UTC+0 with GMT in London in winter, UTC-3:30 in St. John's; UTC+0 on a UTC device", async () => {
     expect((await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg])).code).toBe(0);
     const london = bodyOf((await record(['--code', 'X6', '--lat', '51.5074', '--lon', '-0.1278', '--time', '2026-01-15T10:00:00Z'])).id);
     expect(london.time).toEqual({ dateTime: '2026-01-15T10:00:00.000+00:00', timeZoneCode: 'GMT', timeZoneOffset: 'UTC+0' });
@@ -247,7 +257,10 @@ describe('the place rule, first match wins (CLI against a buffer file)', () => {
     expect(stJohns.time).toEqual({ dateTime: '2026-01-15T06:30:00.000-03:30', timeZoneCode: 'NST', timeZoneOffset: 'UTC-3:30' });
     expect(stJohns.eventState).toBe('NL');
     // No position: the device's zone, with the same rules.
-    for (const [TZ, code] of [['Europe/London', 'GMT'], ['Etc/UTC', 'UTC']]) {
+    for (const [TZ, code] of [
+      ['Europe/London', 'GMT'],
+      ['Etc/UTC', 'UTC'],
+    ]) {
       const r = await runCli(['milestone', '--load', 'L1', '--code', 'X6', '--time', '2026-01-15T10:00:00', '--json', '--config', cfg], { env: { TZ } });
       expect((JSON.parse(r.stdout) as { body: Body }).body.time, TZ).toEqual({ dateTime: '2026-01-15T10:00:00.000+00:00', timeZoneCode: code, timeZoneOffset: 'UTC+0' });
     }

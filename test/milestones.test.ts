@@ -38,13 +38,23 @@ const stops = (appointmentEnd?: string): Stop[] => [
 ];
 function detector(s = store) {
   let kicks = 0;
-  const d = new MilestoneDetector(s, () => config, silent, () => (kicks += 1));
+  const d = new MilestoneDetector(
+    s,
+    () => config,
+    silent,
+    () => (kicks += 1),
+  );
   return { d, kicks: () => kicks };
 }
 function drive(speedKmh: number, stepS = 10): { readings: Reading[]; events: ReturnType<SimulatorModel['step']>['events'] } {
   const cfg = simulatorSourceSchema.parse({
-    type: 'simulator', resource_id: 'T1', speed_kmh: speedKmh,
-    stops: [{ at_point: 0, dwell_s: 1200 }, { at_point: route.length - 2, dwell_s: 1800 }],
+    type: 'simulator',
+    resource_id: 'T1',
+    speed_kmh: speedKmh,
+    stops: [
+      { at_point: 0, dwell_s: 1200 },
+      { at_point: route.length - 2, dwell_s: 1800 },
+    ],
   });
   const model = new SimulatorModel(cfg, T0, seededRandom(7));
   const readings: Reading[] = [];

@@ -308,7 +308,10 @@ describe('systemd notifications (Type=notify) and the watchdog', () => {
     // Time is the behaviour here: some ten failed heartbeats (one every 100 ms) give one
     // warning. A busy machine fails fewer of them, which weakens the test but cannot fail it.
     await sleep(1000);
-    const warnings = daemon.output().split('\n').filter((x) => x.includes('could not send a systemd notification'));
+    const warnings = daemon
+      .output()
+      .split('\n')
+      .filter((x) => x.includes('could not send a systemd notification'));
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toContain('nobody.sock: ENOENT');
     expect(await daemon.stop('SIGTERM')).toEqual({ code: 0, signal: null });

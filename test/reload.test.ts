@@ -203,14 +203,23 @@ describe('reload (SIGHUP)', () => {
     try {
       await waitFor(() => d.output().includes('agent started'), 15_000, 'the daemon to start');
       const { readFileSync, writeFileSync } = await import('node:fs');
-      const text = readFileSync(cfg, 'utf8')
-        .replace('device_id = "test-device"', 'device_id = "renamed"')
-        .replace('poll_interval_ms = 100', 'poll_interval_ms = 250');
+      const text = readFileSync(cfg, 'utf8').replace('device_id = "test-device"', 'device_id = "renamed"').replace('poll_interval_ms = 100', 'poll_interval_ms = 250');
       writeFileSync(cfg, text);
       d.child.kill('SIGHUP');
-      const line = await waitFor(() => d.output().split('\n').find((l) => l.includes('configuration reloaded')), 10_000, 'the reload');
+      const line = await waitFor(
+        () =>
+          d
+            .output()
+            .split('\n')
+            .find((l) => l.includes('configuration reloaded')),
+        10_000,
+        'the reload',
+      );
       expect(JSON.parse(line)).toMatchObject({ applied: ['delivery.poll_interval_ms'], needsRestart: ['device_id'] });
-      const warn = d.output().split('\n').find((l) => l.includes('apply only after a restart'));
+      const warn = d
+        .output()
+        .split('\n')
+        .find((l) => l.includes('apply only after a restart'));
       expect(JSON.parse(warn!).msg).toBe('changed settings that apply only after a restart (systemctl restart telematics-agent): device_id');
     } finally {
       await d.stop();

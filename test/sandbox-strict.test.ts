@@ -71,10 +71,14 @@ describe('sandbox --strict and the real agent', () => {
     await cli(['milestone', '--load', 'L-1', '--code', 'X3', '--stop', '1', '--config', cfg]);
     daemon = startDaemon(['--config', cfg]);
 
-    const dead = await waitFor(async () => {
-      const rows = await deadLetters(cfg);
-      return rows.some((r) => r.kind === 'milestone') && rows.some((r) => r.kind !== 'milestone') && rows;
-    }, 20_000, 'a dead-lettered milestone and trace point');
+    const dead = await waitFor(
+      async () => {
+        const rows = await deadLetters(cfg);
+        return rows.some((r) => r.kind === 'milestone') && rows.some((r) => r.kind !== 'milestone') && rows;
+      },
+      20_000,
+      'a dead-lettered milestone and trace point',
+    );
     expect(sandbox!.stats.accepted).toBe(0);
 
     const milestone = events.find((e) => e.kind === 'milestone' && e.status === 400)!;
@@ -121,10 +125,14 @@ describe('sandbox --strict and the real agent', () => {
     await cli(['milestone', '--load', '2026-000123', '--code', 'X3', '--stop', '1', '--config', cfg]);
     daemon = startDaemon(['--config', cfg]);
 
-    const dead = await waitFor(async () => {
-      const rows = await deadLetters(cfg);
-      return rows.length > 0 && sandbox!.milestones.length === 1 && rows;
-    }, 20_000, 'one milestone delivered, one dead-lettered');
+    const dead = await waitFor(
+      async () => {
+        const rows = await deadLetters(cfg);
+        return rows.length > 0 && sandbox!.milestones.length === 1 && rows;
+      },
+      20_000,
+      'one milestone delivered, one dead-lettered',
+    );
     expect(sandbox!.milestones[0].body.loadNumber).toBe('2026-000123');
     expect(dead).toHaveLength(1);
     expect(dead[0]).toMatchObject({ kind: 'milestone', loadNumber: 'L-1', status: 400 });

@@ -53,10 +53,7 @@ describe('sandbox', () => {
     expect(await res.json()).toEqual({ error: 'invalid body', problems: ['traces[1].coordinate.latitude: expected a number <= 90, got 200'] });
     const bad = await post(MILESTONE_PATH, { ...milestone, stopsequenceNumber: 0, time: { ...time, timeZoneOffset: 'UTC-06:00' } });
     expect(bad.status).toBe(400);
-    expect((await bad.json()).problems).toEqual([
-      'time.timeZoneOffset: expected UTC<sign><hours>[:minutes], e.g. UTC-5 or UTC-3:30, got "UTC-06:00"',
-      'stopsequenceNumber: expected a number >= 1, got 0',
-    ]);
+    expect((await bad.json()).problems).toEqual(['time.timeZoneOffset: expected UTC<sign><hours>[:minutes], e.g. UTC-5 or UTC-3:30, got "UTC-06:00"', 'stopsequenceNumber: expected a number >= 1, got 0']);
     const month13 = await post(MILESTONE_PATH, { ...milestone, time: { ...time, dateTime: '2026-13-01T10:00:00Z' } });
     expect((await month13.json()).problems).toEqual(['time.dateTime: expected a date that exists, got "2026-13-01T10:00:00Z"']);
     expect(sandbox.stats.invalid).toBe(3);
@@ -127,10 +124,7 @@ describe('strict sandbox', () => {
     expect(m.status).toBe(400);
     expect(await m.json()).toEqual({
       error: 'invalid body',
-      problems: [
-        'source: required (expected a non-empty string such as "carrier")',
-        'time.dateTime: expected UTC with whole seconds (YYYY-MM-DDTHH:MM:SSZ), got "2026-11-22T14:05:03.120-06:00"',
-      ],
+      problems: ['source: required (expected a non-empty string such as "carrier")', 'time.dateTime: expected UTC with whole seconds (YYYY-MM-DDTHH:MM:SSZ), got "2026-11-22T14:05:03.120-06:00"'],
     });
     const t = await postTo(TRACE_PATH, { source: 'carrier', loadNumber: 'L1', traces: [warm({ ...trace(), time: utc }, utc.dateTime), warm(trace(41.9), '2026-11-22T20:05:03.5Z')] });
     expect(t.status).toBe(400);

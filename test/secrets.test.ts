@@ -30,7 +30,7 @@ function daemon(cfg: string, env: NodeJS.ProcessEnv = {}): Daemon {
 }
 
 describe('the exec source', () => {
-  it("does not hand the key, or the credentials directory that holds it, to the adapter", async () => {
+  it('does not hand the key, or the credentials directory that holds it, to the adapter', async () => {
     const envKey = 'env-key-5f1c0a7d9e';
     const credKey = 'credential-key-82b4e6f0c3';
     const creds = join(tmp.dir, 'credentials');
@@ -86,7 +86,10 @@ describe('a key file other users can read', () => {
     expect(loose.stderr).toBe(`warning: ${warning}\n`);
     const d = daemon(cfg);
     await waitFor(() => d.output().includes('"msg":"agent started"'), 15_000, 'the daemon');
-    const line = d.output().split('\n').find((l) => l.includes('readable by every user'));
+    const line = d
+      .output()
+      .split('\n')
+      .find((l) => l.includes('readable by every user'));
     expect(line).toBeDefined();
     expect(JSON.parse(line!)).toMatchObject({ level: 40, msg: warning });
     expect(await d.stop('SIGTERM')).toEqual({ code: 0, signal: null });

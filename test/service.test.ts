@@ -137,7 +137,7 @@ describe('systemd unit: what the agent relies on', () => {
     expect(words('RestartPreventExitStatus').sort()).toEqual(['65', '73', '78']);
   });
 
-  it('keeps the agent\'s own stop bound below TimeoutStopSec: the schema refuses shutdown_timeout_s at or above it', () => {
+  it("keeps the agent's own stop bound below TimeoutStopSec: the schema refuses shutdown_timeout_s at or above it", () => {
     const m = /^(\d+)s?$/.exec(one('TimeoutStopSec') ?? '');
     expect(m).not.toBeNull();
     const timeoutStop = Number(m![1]);

@@ -13,11 +13,33 @@ describe('routes', () => {
     const t = tempDir();
     try {
       const gpx = writeFile(t.dir, 'r.gpx', '<gpx><trk><trkseg>\n<trkpt lat="41.0" lon="-87.0"/>\n<trkpt lat="41.1" lon="-87.1"></trkpt>\n</trkseg></trk></gpx>');
-      expect(loadRoute(gpx)).toEqual([{ lat: 41, lon: -87 }, { lat: 41.1, lon: -87.1 }]);
-      const geo = writeFile(t.dir, 'r.geojson', JSON.stringify({ type: 'Feature', geometry: { type: 'LineString', coordinates: [[-87, 41], [-87.1, 41.1]] } }));
-      expect(loadRoute(geo)).toEqual([{ lat: 41, lon: -87 }, { lat: 41.1, lon: -87.1 }]);
+      expect(loadRoute(gpx)).toEqual([
+        { lat: 41, lon: -87 },
+        { lat: 41.1, lon: -87.1 },
+      ]);
+      const geo = writeFile(
+        t.dir,
+        'r.geojson',
+        JSON.stringify({
+          type: 'Feature',
+          geometry: {
+            type: 'LineString',
+            coordinates: [
+              [-87, 41],
+              [-87.1, 41.1],
+            ],
+          },
+        }),
+      );
+      expect(loadRoute(geo)).toEqual([
+        { lat: 41, lon: -87 },
+        { lat: 41.1, lon: -87.1 },
+      ]);
       const csv = writeFile(t.dir, 'r.csv', 'lat,lon\n41,-87\n41.1,-87.1\n');
-      expect(loadRoute(csv)).toEqual([{ lat: 41, lon: -87 }, { lat: 41.1, lon: -87.1 }]);
+      expect(loadRoute(csv)).toEqual([
+        { lat: 41, lon: -87 },
+        { lat: 41.1, lon: -87.1 },
+      ]);
       const bad = writeFile(t.dir, 'bad.csv', 'lat,lon\n41,-87\n141,-87.1\n');
       expect(() => loadRoute(bad)).toThrow(`${bad}:3: latitude out of range (141)`);
       expect(() => loadRoute('builtin:atlantis')).toThrow('builtin:atlantis: unknown built-in route (known: builtin:chicago-indianapolis)');
@@ -31,7 +53,13 @@ describe('routes', () => {
 describe('simulator model', () => {
   it('drives the whole route at the configured speed, dwelling at stops, with events at the right times', () => {
     const route = loadRoute('builtin:chicago-indianapolis');
-    const c = cfg({ speed_kmh: 90, stops: [{ at_point: 0, dwell_s: 600 }, { at_point: route.length - 1, dwell_s: 300 }] });
+    const c = cfg({
+      speed_kmh: 90,
+      stops: [
+        { at_point: 0, dwell_s: 600 },
+        { at_point: route.length - 1, dwell_s: 300 },
+      ],
+    });
     const start = Date.UTC(2026, 0, 15, 12);
     const model = new SimulatorModel(c, start, seededRandom(1));
     const events: SimulatorEvent[] = [];

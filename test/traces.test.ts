@@ -74,7 +74,12 @@ describe('trace chunks', () => {
     expect(chunk.body!.traces.map((t) => t.references![0].value)).toEqual(['dev-1', 'dev-7', 'dev-13', 'dev-19', 'dev-25', 'dev-31', 'dev-37', 'dev-43', 'dev-49', 'dev-55']);
     // The tail after the last point stays for the next push (the load is still active).
     expect(chunk.lastId).toBe(55);
-    const next = buildTraceChunk({ ...load, lastSampleMs: chunk.lastSampleMs }, readings(10, 10, 56).map((r, i) => ({ ...r, time_ms: T0 + (55 + i) * 10_000 })), noStop, opts)!;
+    const next = buildTraceChunk(
+      { ...load, lastSampleMs: chunk.lastSampleMs },
+      readings(10, 10, 56).map((r, i) => ({ ...r, time_ms: T0 + (55 + i) * 10_000 })),
+      noStop,
+      opts,
+    )!;
     expect(next.body!.traces[0].references![0].value).toBe('dev-61');
   });
 
@@ -122,7 +127,7 @@ describe('trace chunks', () => {
     expect(buildTraceChunk(load, [], noStop, opts)).toBeUndefined();
   });
 
-  it('consumes an ended load\'s tail that sampling skipped', () => {
+  it("consumes an ended load's tail that sampling skipped", () => {
     const r = readings(3, 10);
     const chunk = buildTraceChunk({ ...load, endedMs: 1, lastSampleMs: T0 }, r, noStop, opts, true)!;
     expect(chunk.body).toBeNull();
@@ -133,8 +138,20 @@ describe('trace chunks', () => {
 describe('next stop of a trace point', () => {
   it('follows the departures recorded for the load, by their time', () => {
     const dep = (seq: number, iso: string, code = 'AF'): MilestoneRow => ({
-      id: seq, loadNumber: 'L1', ref: 'r', createdMs: 0, attempts: 0, lastError: null, sentMs: null, parkedMs: null,
-      code, stop: seq, origin: 'manual', needsPlace: false, lastStatus: null, correlationId: null,
+      id: seq,
+      loadNumber: 'L1',
+      ref: 'r',
+      createdMs: 0,
+      attempts: 0,
+      lastError: null,
+      sentMs: null,
+      parkedMs: null,
+      code,
+      stop: seq,
+      origin: 'manual',
+      needsPlace: false,
+      lastStatus: null,
+      correlationId: null,
       body: { eventCode: code, stopsequenceNumber: seq, time: { dateTime: iso } },
     });
     const at = nextStopResolver(load, [dep(1, '2026-01-15T13:00:00-06:00'), dep(1, '2026-01-15T12:30:00-06:00', 'X3')], ['AF', 'CD']);

@@ -31,18 +31,12 @@ describe('validation messages', () => {
       'inner.name: expected string, got an object',
       'extra: unknown key',
     ]);
-    expect(lines(schema, { kind: { type: 'c' }, items: [1, 2], unit: 'C', step: 5 }, 'toml')).toEqual([
-      'kind.type: expected one of "a", "b", got "c"',
-      'inner: required table [inner] is missing',
-    ]);
+    expect(lines(schema, { kind: { type: 'c' }, items: [1, 2], unit: 'C', step: 5 }, 'toml')).toEqual(['kind.type: expected one of "a", "b", got "c"', 'inner: required table [inner] is missing']);
     expect(lines(schema, [], 'json')).toEqual(['(top level): expected object, got an array']);
   });
 
   it("keep a schema's own message and add what was refused when it is a plain value", () => {
     const schema = z.object({ at: z.string().regex(/^\d+$/, 'expected digits'), pair: z.object({ a: z.number() }).refine(() => false, 'expected a pair that fits') });
-    expect(lines(schema, { at: 'x'.repeat(50), pair: { a: 1 } })).toEqual([
-      `at: expected digits, got "${'x'.repeat(40)}..."`,
-      'pair: expected a pair that fits',
-    ]);
+    expect(lines(schema, { at: 'x'.repeat(50), pair: { a: 1 } })).toEqual([`at: expected digits, got "${'x'.repeat(40)}..."`, 'pair: expected a pair that fits']);
   });
 });

@@ -23,9 +23,7 @@ export const dateTimeSchema = z
  * `UTC-5`, `UTC+1`, `UTC-3:30`, `UTC+0`: always a sign, no zero padding, minutes only when not
  * zero. A bare `UTC` (a zone name, not `UTC<sign><hours>`) and `UTC-0` are not what we send.
  */
-export const timeZoneOffsetSchema = z
-  .string()
-  .regex(/^UTC(\+0|[+-]([1-9]|1[0-4])(:(30|45))?)$/, 'expected UTC<sign><hours>[:minutes], e.g. UTC-5 or UTC-3:30');
+export const timeZoneOffsetSchema = z.string().regex(/^UTC(\+0|[+-]([1-9]|1[0-4])(:(30|45))?)$/, 'expected UTC<sign><hours>[:minutes], e.g. UTC-5 or UTC-3:30');
 
 export const timeSchema = z.object({
   dateTime: dateTimeSchema,
@@ -38,7 +36,11 @@ export const referenceSchema = z.object({
   value: z.string(),
 });
 
-const code = z.string().min(1).max(10).regex(/^[A-Za-z0-9]+$/, 'expected a short alphanumeric code');
+const code = z
+  .string()
+  .min(1)
+  .max(10)
+  .regex(/^[A-Za-z0-9]+$/, 'expected a short alphanumeric code');
 const stopSequence = z.number().int().min(1);
 
 export const milestoneBodySchema = z.looseObject({
@@ -46,7 +48,10 @@ export const milestoneBodySchema = z.looseObject({
   reasonCode: code,
   loadNumber: z.string().min(1).max(64),
   eventCity: z.string().min(1).optional(),
-  eventState: z.string().regex(/^[A-Z]{2}$/, 'expected a two-letter state or province code').optional(),
+  eventState: z
+    .string()
+    .regex(/^[A-Z]{2}$/, 'expected a two-letter state or province code')
+    .optional(),
   time: timeSchema,
   stopsequenceNumber: stopSequence.optional(),
   references: z.array(referenceSchema).optional(),
@@ -75,7 +80,10 @@ export const traceSchema = z.object({
 export const traceBodySchema = z.looseObject({
   loadNumber: z.string().min(1).max(64),
   eventCity: z.string().min(1).optional(),
-  eventState: z.string().regex(/^[A-Z]{2}$/, 'expected a two-letter state or province code').optional(),
+  eventState: z
+    .string()
+    .regex(/^[A-Z]{2}$/, 'expected a two-letter state or province code')
+    .optional(),
   traces: z.array(traceSchema).min(1),
 });
 

@@ -29,9 +29,7 @@ export class DeadLetters {
   parkMilestone(m: MilestoneRow, status: number | null, response: string, nowMs: number, headers?: Record<string, string>): void {
     this.ctx.withReserve(() =>
       this.db.transaction(() => {
-        this.db
-          .prepare('UPDATE milestones SET parked_ms = ?, attempts = attempts + 1, last_error = ?, last_status = ? WHERE id = ?')
-          .run(nowMs, response.slice(0, 500), status, m.id);
+        this.db.prepare('UPDATE milestones SET parked_ms = ?, attempts = attempts + 1, last_error = ?, last_status = ? WHERE id = ?').run(nowMs, response.slice(0, 500), status, m.id);
         this.db
           .prepare('INSERT INTO dead_letters (kind, load_number, record_id, status, response, headers, body, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
           .run('milestone', m.loadNumber, m.id, status, response.slice(0, MAX_ANSWER_CHARS), headers ? JSON.stringify(headers) : null, JSON.stringify(m.body), nowMs);
@@ -72,9 +70,7 @@ export class DeadLetters {
    */
   retryDeadLetters(ids: number[] | 'all'): number {
     return this.db.transaction(() => {
-      const rows = (ids === 'all'
-        ? this.db.prepare('SELECT * FROM dead_letters').all()
-        : ids.map((id) => this.db.prepare('SELECT * FROM dead_letters WHERE id = ?').get(id)).filter(Boolean)) as RawDeadLetter[];
+      const rows = (ids === 'all' ? this.db.prepare('SELECT * FROM dead_letters').all() : ids.map((id) => this.db.prepare('SELECT * FROM dead_letters WHERE id = ?').get(id)).filter(Boolean)) as RawDeadLetter[];
       for (const r of rows) {
         if (r.kind === 'milestone') this.db.prepare('UPDATE milestones SET parked_ms = NULL, last_error = NULL WHERE id = ?').run(r.record_id);
         else this.db.prepare(`UPDATE readings SET state = ${ReadingState.RETRY} WHERE id = ?`).run(r.record_id);

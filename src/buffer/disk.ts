@@ -50,12 +50,7 @@ export function diskPlan(path: string, reserveKb: number): DiskPlan {
 
 export function isDiskFull(err: unknown): boolean {
   const code = (err as { code?: string } | undefined)?.code;
-  return (
-    code === 'SQLITE_FULL' ||
-    code === 'SQLITE_IOERR_WRITE' ||
-    code === 'ENOSPC' ||
-    (err as Error | undefined)?.message?.includes('database or disk is full') === true
-  );
+  return code === 'SQLITE_FULL' || code === 'SQLITE_IOERR_WRITE' || code === 'ENOSPC' || (err as Error | undefined)?.message?.includes('database or disk is full') === true;
 }
 
 export class DiskRoom {

@@ -45,19 +45,13 @@ export class Loads {
       .transaction(() => {
         const existing = this.getLoad(load.loadNumber);
         if (existing) {
-          throw new LoadError(
-            existing.endedMs === null
-              ? `load ${load.loadNumber} is already active on ${existing.resourceId}`
-              : `load ${load.loadNumber} existed before and has ended; use a new load number`,
-          );
+          throw new LoadError(existing.endedMs === null ? `load ${load.loadNumber} is already active on ${existing.resourceId}` : `load ${load.loadNumber} existed before and has ended; use a new load number`);
         }
         const busy = this.activeLoadOf(load.resourceId);
         if (busy) throw new LoadError(`resource ${load.resourceId} already has active load ${busy.loadNumber}; end it first`);
         const first = load.stops[0]?.sequence ?? null;
         this.db
-          .prepare(
-            'INSERT INTO loads (load_number, resource_id, resource_type, stops, started_ms, next_stop) VALUES (?, ?, ?, ?, ?, ?)',
-          )
+          .prepare('INSERT INTO loads (load_number, resource_id, resource_type, stops, started_ms, next_stop) VALUES (?, ?, ?, ?, ?, ?)')
           .run(load.loadNumber, load.resourceId, load.resourceType, JSON.stringify(load.stops), load.nowMs, first);
         return this.getLoad(load.loadNumber)!;
       })
@@ -78,16 +72,12 @@ export class Loads {
   }
 
   activeLoadOf(resourceId: string): LoadRow | undefined {
-    const r = this.db.prepare('SELECT * FROM loads WHERE resource_id = ? AND ended_ms IS NULL').get(resourceId) as
-      | RawLoad
-      | undefined;
+    const r = this.db.prepare('SELECT * FROM loads WHERE resource_id = ? AND ended_ms IS NULL').get(resourceId) as RawLoad | undefined;
     return r && toLoad(r);
   }
 
   listLoads(includeEnded = false): LoadRow[] {
-    const sql = includeEnded
-      ? 'SELECT * FROM loads ORDER BY started_ms, load_number'
-      : 'SELECT * FROM loads WHERE ended_ms IS NULL ORDER BY started_ms, load_number';
+    const sql = includeEnded ? 'SELECT * FROM loads ORDER BY started_ms, load_number' : 'SELECT * FROM loads WHERE ended_ms IS NULL ORDER BY started_ms, load_number';
     return (this.db.prepare(sql).all() as RawLoad[]).map(toLoad);
   }
 

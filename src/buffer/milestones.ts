@@ -89,9 +89,7 @@ export class Milestones {
     nowMs: number,
     extra?: { stopStates?: ReadonlyArray<{ loadNumber: string; stop: number; state: StopState }>; nextStop?: { loadNumber: string; next: number | null } },
   ): { rows: MilestoneRow[]; skipped: Array<{ item: NewMilestone; existing: MilestoneRow }> } {
-    const insert = this.db.prepare(
-      'INSERT INTO milestones (load_number, ref, body, created_ms, code, stop_seq, origin, needs_place) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
-    );
+    const insert = this.db.prepare('INSERT INTO milestones (load_number, ref, body, created_ms, code, stop_seq, origin, needs_place) VALUES (?, ?, ?, ?, ?, ?, ?, ?)');
     const run = () => {
       const rows: MilestoneRow[] = [];
       const skipped: Array<{ item: NewMilestone; existing: MilestoneRow }> = [];
@@ -140,16 +138,12 @@ export class Milestones {
 
   /** The first milestone of a load with this code at this stop (null: no stop), if any. */
   findMilestone(loadNumber: string, code: string, stop: number | null): MilestoneRow | undefined {
-    const r = this.db
-      .prepare('SELECT * FROM milestones WHERE load_number = ? AND code = ? AND stop_seq IS ? ORDER BY id LIMIT 1')
-      .get(loadNumber, code, stop) as RawMilestone | undefined;
+    const r = this.db.prepare('SELECT * FROM milestones WHERE load_number = ? AND code = ? AND stop_seq IS ? ORDER BY id LIMIT 1').get(loadNumber, code, stop) as RawMilestone | undefined;
     return r && toMilestone(r);
   }
 
   pendingMilestones(limit = 100): MilestoneRow[] {
-    return (
-      this.db.prepare('SELECT * FROM milestones WHERE sent_ms IS NULL AND parked_ms IS NULL ORDER BY id LIMIT ?').all(limit) as RawMilestone[]
-    ).map(toMilestone);
+    return (this.db.prepare('SELECT * FROM milestones WHERE sent_ms IS NULL AND parked_ms IS NULL ORDER BY id LIMIT ?').all(limit) as RawMilestone[]).map(toMilestone);
   }
 
   hasPendingMilestones(): boolean {
@@ -157,9 +151,7 @@ export class Milestones {
   }
 
   listMilestones(loadNumber?: string): MilestoneRow[] {
-    const rows = loadNumber
-      ? this.db.prepare('SELECT * FROM milestones WHERE load_number = ? ORDER BY id').all(loadNumber)
-      : this.db.prepare('SELECT * FROM milestones ORDER BY id').all();
+    const rows = loadNumber ? this.db.prepare('SELECT * FROM milestones WHERE load_number = ? ORDER BY id').all(loadNumber) : this.db.prepare('SELECT * FROM milestones ORDER BY id').all();
     return (rows as RawMilestone[]).map(toMilestone);
   }
 
@@ -177,9 +169,7 @@ export class Milestones {
   }
 
   markMilestoneFailed(id: number, error: string, status: number | null = null): void {
-    this.ctx.withReserve(() =>
-      this.db.prepare('UPDATE milestones SET attempts = attempts + 1, last_error = ?, last_status = ? WHERE id = ?').run(error.slice(0, 500), status, id),
-    );
+    this.ctx.withReserve(() => this.db.prepare('UPDATE milestones SET attempts = attempts + 1, last_error = ?, last_status = ? WHERE id = ?').run(error.slice(0, 500), status, id));
   }
 
   /** The saved state of each stop of a load (absent: never seen, i.e. outside). */

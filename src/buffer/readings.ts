@@ -71,9 +71,7 @@ export class Readings {
          ON CONFLICT (resource_id) DO UPDATE SET time_ms = excluded.time_ms, lat = excluded.lat, lon = excluded.lon,
            speed = excluded.speed, heading = excluded.heading WHERE excluded.time_ms >= last_fix.time_ms`,
     );
-    this.insertRow = db.prepare(
-      'INSERT INTO readings (resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
-    );
+    this.insertRow = db.prepare('INSERT INTO readings (resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)');
     this.activeLoadNumber = db.prepare('SELECT load_number FROM loads WHERE resource_id = ? AND ended_ms IS NULL').pluck();
     this.resourceOfLoad = db.prepare('SELECT resource_id FROM loads WHERE load_number = ?').pluck();
     // Arrays, not objects: better-sqlite3 builds a row object in C++ at about twice the cost.
@@ -85,9 +83,7 @@ export class Readings {
           WHERE l.load_number = ? AND r.id > ? AND ${WAITING} ORDER BY r.id LIMIT ${PAGE_ROWS}`,
       )
       .raw();
-    this.ackStmt = db.prepare(
-      'UPDATE loads SET acked_id = max(acked_id, ?), last_sample_ms = CASE WHEN ? IS NULL THEN last_sample_ms ELSE max(coalesce(last_sample_ms, 0), ?) END WHERE load_number = ?',
-    );
+    this.ackStmt = db.prepare('UPDATE loads SET acked_id = max(acked_id, ?), last_sample_ms = CASE WHEN ? IS NULL THEN last_sample_ms ELSE max(coalesce(last_sample_ms, 0), ?) END WHERE load_number = ?');
     // In id order (neighbouring rows, neighbouring pages), each row against its own load's cursor.
     this.purgeRange = db.prepare(
       `DELETE FROM readings WHERE id > ? AND id <= ? AND state = ${ReadingState.WAITING}
@@ -193,10 +189,7 @@ export class Readings {
       if (top <= this.purgeFloor) return { deleted: 0, done: true };
       // Rows below the oldest waiting one cannot be acknowledged later: after this pass, none
       // of them is left, and the next pass starts there.
-      const waiting = this.db
-        .prepare(`SELECT min(${FIRST_WAITING}) FROM loads l`)
-        .pluck()
-        .get() as number | null;
+      const waiting = this.db.prepare(`SELECT min(${FIRST_WAITING}) FROM loads l`).pluck().get() as number | null;
       // From the oldest row, not from id 0: after a restart the floor is 0, and walking a
       // month of ids that are long gone costs a transaction per slice.
       const oldest = (this.db.prepare('SELECT coalesce(min(id), 1) FROM readings').pluck().get() as number) - 1;
@@ -258,12 +251,7 @@ export class Readings {
 
   /** Loads that have readings waiting, active or already ended, the one waiting longest first. */
   loadsWithReadings(): string[] {
-    return this.db
-      .prepare(
-        `SELECT load_number FROM (SELECT l.load_number, ${FIRST_WAITING} AS first FROM loads l) WHERE first IS NOT NULL ORDER BY first`,
-      )
-      .pluck()
-      .all() as string[];
+    return this.db.prepare(`SELECT load_number FROM (SELECT l.load_number, ${FIRST_WAITING} AS first FROM loads l) WHERE first IS NOT NULL ORDER BY first`).pluck().all() as string[];
   }
 
   /** Readings whose dead letters were retried, oldest first. */
@@ -293,10 +281,9 @@ export class Readings {
       .get(loadNumber) as StoredReading | undefined;
     // The oldest waiting row by id, not min(time_ms): readings are committed in time order,
     // and this is one index step where min() read every waiting row of the load.
-    const oldest = this.db
-      .prepare(`SELECT r.time_ms FROM loads l JOIN readings r ON r.load_number = l.load_number WHERE l.load_number = ? AND ${WAITING} ORDER BY r.id LIMIT 1`)
-      .pluck()
-      .get(loadNumber) as number | undefined;
+    const oldest = this.db.prepare(`SELECT r.time_ms FROM loads l JOIN readings r ON r.load_number = l.load_number WHERE l.load_number = ? AND ${WAITING} ORDER BY r.id LIMIT 1`).pluck().get(loadNumber) as
+      | number
+      | undefined;
     return { newest, oldestMs: oldest ?? null };
   }
 
@@ -313,9 +300,7 @@ export class Readings {
    * delivered: those are the purge's, and must not be counted as lost). Returns how many.
    */
   dropOldestReadings(count: number): number {
-    return this.db
-      .prepare(`DELETE FROM readings WHERE id IN (SELECT id FROM readings WHERE state = ${ReadingState.WAITING} AND ${NOT_ACKED} ORDER BY id LIMIT ?)`)
-      .run(count).changes;
+    return this.db.prepare(`DELETE FROM readings WHERE id IN (SELECT id FROM readings WHERE state = ${ReadingState.WAITING} AND ${NOT_ACKED} ORDER BY id LIMIT ?)`).run(count).changes;
   }
 
   /**

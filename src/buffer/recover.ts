@@ -20,7 +20,10 @@ type BufferConfig = Config['buffer'];
  * database's loads and readings as this buffer's. It becomes `<moved>.foreign-wal`.
  */
 export function moveAside(path: string, nowMs = Date.now(), foreignWal = false): string {
-  const stamp = new Date(nowMs).toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
+  const stamp = new Date(nowMs)
+    .toISOString()
+    .replace(/[-:]/g, '')
+    .replace(/\.\d+Z$/, 'Z');
   const target = `${path}.corrupt-${stamp}`;
   for (const suffix of ['', '-wal', '-shm']) {
     const to = foreignWal && suffix ? `${target}.foreign${suffix}` : target + suffix;
@@ -68,4 +71,3 @@ function lastStop(path: string): 'clean' | 'unclean' | 'corrupt' {
     store?.close();
   }
 }
-

@@ -15,25 +15,19 @@ export class StateTable {
   setState(key: string, value: unknown, nowMs: number): void {
     this.ctx.withReserve(() =>
       this.db
-        .prepare(
-          'INSERT INTO state (key, value, updated_ms) VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value, updated_ms = excluded.updated_ms',
-        )
+        .prepare('INSERT INTO state (key, value, updated_ms) VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value, updated_ms = excluded.updated_ms')
         .run(key, JSON.stringify(value), nowMs),
     );
   }
 
   getState<T>(key: string): { value: T; updatedMs: number } | undefined {
-    const r = this.db.prepare('SELECT value, updated_ms FROM state WHERE key = ?').get(key) as
-      | { value: string; updated_ms: number }
-      | undefined;
+    const r = this.db.prepare('SELECT value, updated_ms FROM state WHERE key = ?').get(key) as { value: string; updated_ms: number } | undefined;
     return r && { value: JSON.parse(r.value) as T, updatedMs: r.updated_ms };
   }
 
   bump(counter: string, by: number): void {
     if (by === 0) return;
-    this.db
-      .prepare('INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value')
-      .run(counter, by);
+    this.db.prepare('INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value').run(counter, by);
   }
 
   counters(): Record<string, number> {

@@ -15,8 +15,7 @@ export const err = (s: string): void => {
   process.stderr.write(`${s}\n`);
 };
 
-export const configOption = () =>
-  new Option('-c, --config <file>', 'config file (default: $TELEMATICS_AGENT_CONFIG, else /etc/telematics-agent/agent.toml)');
+export const configOption = () => new Option('-c, --config <file>', 'config file (default: $TELEMATICS_AGENT_CONFIG, else /etc/telematics-agent/agent.toml)');
 
 /** The config named by --config (else the environment, else /etc), its warnings printed. */
 export function load(configPath: string | undefined): LoadedConfig {

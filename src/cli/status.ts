@@ -83,7 +83,10 @@ export function buildStatus(store: Store, info: { deviceId: string; configFile: 
 function ago(ms: number | null | undefined, nowMs: number): string {
   if (ms === null || ms === undefined) return 'never';
   const s = Math.round((nowMs - ms) / 1000);
-  const when = new Date(ms).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+  const when = new Date(ms)
+    .toISOString()
+    .replace('T', ' ')
+    .replace(/\.\d+Z$/, 'Z');
   if (s < 0) return `${when} (in ${formatDuration(-s)})`;
   return `${when} (${formatDuration(s)} ago)`;
 }
@@ -103,10 +106,7 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
   row('buffer', r.buffer);
   row('daemon', r.daemon.note);
   const q = r.queue;
-  row(
-    'queue',
-    `${q.readings} readings${q.oldestReadingMs ? ` (oldest ${ago(q.oldestReadingMs, nowMs)})` : ''}, ${q.pendingMilestones} milestones pending, ${q.sentMilestones} sent`,
-  );
+  row('queue', `${q.readings} readings${q.oldestReadingMs ? ` (oldest ${ago(q.oldestReadingMs, nowMs)})` : ''}, ${q.pendingMilestones} milestones pending, ${q.sentMilestones} sent`);
   if (q.unassignedReadings) row('', `${q.unassignedReadings} readings kept without a load (privacy.record_without_load)`);
   if (q.deadLetters) row('dead letters', `${q.deadLetters} refused by the service (see "dead-letter list")`);
   const c = r.commits;

@@ -110,9 +110,7 @@ export function loadConfig(file: string): LoadedConfig {
   const config = parseConfigText(text, file);
   const warnings: string[] = [];
   if (config.api.subscription_key) {
-    warnings.push(
-      'api.subscription_key: the key is inline in the config file; prefer api.subscription_key_file or a systemd credential',
-    );
+    warnings.push('api.subscription_key: the key is inline in the config file; prefer api.subscription_key_file or a systemd credential');
   }
   if (config.codes.known) {
     // Old configs kept one list for both kinds of code: its codes stay accepted as either.
@@ -183,7 +181,5 @@ export function resolveSubscriptionKey(loaded: LoadedConfig, env: NodeJS.Process
     if (exists) return fromFile(cred, 'systemd credential');
   }
   if (config.api.subscription_key) return { key: config.api.subscription_key, origin: 'api.subscription_key (inline)' };
-  throw new ConfigError(file, [
-    `api.subscription_key_file: no subscription key found (set api.subscription_key_file, $${KEY_ENV}, or the systemd credential "${CREDENTIAL_NAME}")`,
-  ]);
+  throw new ConfigError(file, [`api.subscription_key_file: no subscription key found (set api.subscription_key_file, $${KEY_ENV}, or the systemd credential "${CREDENTIAL_NAME}")`]);
 }

@@ -24,17 +24,11 @@ export function changedSettings(a: unknown, b: unknown, prefix = ''): string[] {
   return JSON.stringify(a) === JSON.stringify(b) ? [] : [prefix];
 }
 
-
 /**
  * The config a reload runs with: the new file, except that every changed setting marked as
  * needing a restart keeps its running value; and which changed settings are which.
  */
-export function planReload(
-  running: Config,
-  runningDeviceId: string,
-  next: Config,
-  nextDeviceId: string,
-): ReloadResult & { changed: string[]; config: Config } {
+export function planReload(running: Config, runningDeviceId: string, next: Config, nextDeviceId: string): ReloadResult & { changed: string[]; config: Config } {
   const changed = changedSettings({ ...running, device_id: runningDeviceId }, { ...next, device_id: nextDeviceId });
   const restartKeys = restartSettings();
   const waits = (path: string) => restartKeys.some((k) => path === k || path.startsWith(`${k}.`));

@@ -29,14 +29,14 @@ export const UNIT_TIMEOUT_STOP_S = 45;
  */
 const restart = <T extends z.ZodType>(schema: T): T => schema.meta({ restart: true });
 
-export const configSchema = z.strictObject({
-  /**
-   * Names this device in logs, trace references and the trace splay. Default: the host name
-   * and the first 8 hex digits of /etc/machine-id (thousands of devices are called raspberrypi).
-   */
-  device_id: restart(z.string().min(1).max(64).optional()),
-  api: z
-    .strictObject({
+export const configSchema = z
+  .strictObject({
+    /**
+     * Names this device in logs, trace references and the trace splay. Default: the host name
+     * and the first 8 hex digits of /etc/machine-id (thousands of devices are called raspberrypi).
+     */
+    device_id: restart(z.string().min(1).max(64).optional()),
+    api: z.strictObject({
       base_url: z.url({ protocol: /^https?$/, error: 'expected an http:// or https:// URL' }).default('http://127.0.0.1:8787'),
       milestone_path: z.string().startsWith('/').default('/rcsc/events/v1/loads/milestone-requests'),
       trace_path: z.string().startsWith('/').default('/rcsc/events/v1/loads/trace-requests'),
@@ -71,205 +71,206 @@ export const configSchema = z.strictObject({
       correlation_id_field: z.string().min(1).default('correlationId'),
       correlation_id_header: z.string().min(1).toLowerCase().default('x-correlation-id'),
     }),
-  buffer: z
-    .strictObject({
-      path: restart(z.string().min(1).default('/var/lib/telematics-agent/buffer.db')),
-      /**
-       * A buffer SQLite finds corrupt: `stop` (exit 65, nothing touched) or `move-aside`
-       * (renamed to <path>.corrupt-<time> with its -wal and -shm, a fresh one started; the old
-       * one is kept for `telematics-agent buffer salvage`).
-       */
-      on_corrupt: restart(z.enum(['stop', 'move-aside']).default('stop')),
-      /**
-       * Room (KiB) kept in `<path>.reserve` for acknowledging and purging when the disk is full
-       * (at most an eighth of the file system); 0: none.
-       */
-      reserve_kb: restart(z.number().int().nonnegative().max(1_048_576).default(2048)),
-      /**
-       * Readings waiting in memory while they cannot be committed (a full disk); past this the
-       * oldest pending ones are dropped and counted.
-       */
-      max_pending: positiveInt.max(10_000_000).default(20_000),
-      /** SQLite synchronous level in WAL mode: NORMAL loses at most the last commits on power loss, never corrupts. */
-      synchronous: z.enum(['OFF', 'NORMAL', 'FULL']).default('NORMAL'),
-      /**
-       * SQLite page cache, KiB. Reads walk an index in order, so a big cache buys little and
-       * costs RSS on a 512 MB device (better-sqlite3 alone would take 16 MiB).
-       */
-      cache_kb: positiveInt.min(256).max(1_048_576).default(2048),
-      /** Readings are committed together every flush_interval_ms or when this many wait. */
-      batch_size: positiveInt.max(100_000).default(500),
-      /**
-       * 5 s: each commit rewrites a few pages whatever it holds, so at 1 Hz this writes a fifth
-       * of what 1 s did; a crash loses at most these seconds not yet committed (a power cut
-       * with synchronous NORMAL can cost more anyway), and detected milestones wait as long.
-       */
-      flush_interval_ms: positiveInt.max(60_000).default(5000),
-      /** Size cap of the buffer's data (MB). Past it the oldest readings go first; milestones never. */
-      max_size_mb: z.number().positive().default(512),
-      /** Readings older than this are dropped (counted and logged); milestones never. */
-      max_age_days: z.number().positive().default(30),
-    })
-    .prefault({}),
-  schedule: z
-    .strictObject({
-      /** Cron expression (5 fields, or 6 with seconds) for trace pushes, in the machine's local time. */
-      traces: z
-        .string()
-        .superRefine((s, ctx) => {
-          const problem = cronProblem(s);
-          if (problem) ctx.addIssue({ code: 'custom', message: `expected a cron expression such as */15 * * * * (${problem})` });
-        })
-        .default('*/15 * * * *'),
-      /** Each device waits a fixed share of this (derived from device_id) after each tick. */
-      splay_s: nonNegative.max(3600).default(120),
-    })
-    .prefault({}),
-  sampling: z
-    .strictObject({
-      /** At most one trace point per this many seconds of reading time; 0 keeps every reading. */
-      interval_s: nonNegative.default(60),
-      /** A trace point carries the latest temperature only if it is at most this old. */
-      temperature_max_age_s: nonNegative.default(300),
-    })
-    .prefault({}),
-  delivery: z
-    .strictObject({
-      max_traces_per_request: positiveInt.max(10_000).default(500),
-      /** How often the daemon looks for milestones recorded by other processes (the CLI). */
-      poll_interval_ms: positiveInt.max(60_000).default(1000),
-      retry_initial_s: z.number().positive().default(5),
-      retry_max_s: z.number().positive().default(900),
-      /** Longest wait a Retry-After may impose. */
-      retry_after_max_s: z.number().positive().default(3600),
-      /** Retry interval while the service refuses the key, SCAC or path (401/403/404). */
-      auth_retry_s: z.number().positive().default(300),
-      /** Pause between trace requests while a backlog drains. */
-      drain_interval_ms: nonNegative.max(60_000).default(50),
-      /**
-       * From SIGTERM to exit, at most (an in-flight request is abandoned before, and kept for the
-       * next start). Below the unit's TimeoutStopSec, or systemd kills the agent mid-stop.
-       */
-      shutdown_timeout_s: z
-        .number()
-        .positive()
-        .refine((v) => v < UNIT_TIMEOUT_STOP_S, `expected a number below ${UNIT_TIMEOUT_STOP_S}, the unit's TimeoutStopSec (systemd kills the agent then)`)
-        .default(20),
-      /** 409 Conflict to a record already sent: the service has it; counted as delivered (a duplicate). */
-      conflict_is_delivered: z.boolean().default(true),
-    })
-    .prefault({}),
-  privacy: z
-    .strictObject({
-      /** Keep readings of resources with no active load (they are never sent as traces). */
-      record_without_load: z.boolean().default(false),
-    })
-    .prefault({}),
-  codes: z
-    .strictObject({
-      /** Reason code sent when none is given. */
-      default_reason: code.default('NS'),
-      /** Codes whose milestone means "left the stop": the next stop becomes the trace's stopsequenceNumber. */
-      departure: z.array(code).default(['AF', 'D1', 'CD']),
-      /** Event codes the service accepts (X12 214 AT7-01); others are refused unless forced. */
-      events: z.array(code).default(Object.keys(EVENT_CODES)),
-      /** Reason codes the service accepts (X12 214 AT7-02); others are refused unless forced. */
-      reasons: z.array(code).default(Object.keys(REASON_CODES)),
-      /** Codes whose time is an appointment, which may lie in the future. */
-      appointments: z.array(code).default(['AA', 'AB']),
-      /** Codes a load may carry more than once for the same stop (delays, en route, changed appointments). */
-      repeatable: z.array(code).default(['SD', 'X6', 'AG', 'AA', 'AB']),
-      /** Replaced by `events` and `reasons`; still read (with a warning) so an old config keeps working. */
-      known: z.array(code).optional(),
-    })
-    .prefault({}),
-  milestones: z
-    .strictObject({
-      /** Detect arrival and departure at a load's stops from positions. */
-      detect: z.boolean().default(true),
-      /** Arrival radius when a stop gives none, metres. */
-      radius_m: z.number().positive().max(50_000).default(300),
-      /** Departure when the position leaves radius x this factor (hysteresis against GPS jitter). */
-      exit_radius_factor: z.number().min(1).max(10).default(1.5),
-      /** Arrived once inside for this long and for at least min_fixes fixes in a row. */
-      dwell_s: nonNegative.max(86_400).default(120),
-      /** Consecutive fixes needed to confirm arrival, and outside the exit radius to confirm departure. */
-      min_fixes: positiveInt.max(1000).default(3),
-      /** A milestone without a place of its own takes the resource's last fix if it is at most this old. */
-      max_fix_age_s: nonNegative.max(7 * 86_400).default(1800),
-      codes: z
-        .strictObject({
-          pickup_arrive: code.default('X3'),
-          pickup_depart: code.default('AF'),
-          delivery_arrive: code.default('X1'),
-          delivery_depart: code.default('D1'),
-          other_arrive: code.default('X1'),
-          other_depart: code.default('CD'),
-        })
-        .prefault({}),
-      delay: z
-        .strictObject({
-          enabled: z.boolean().default(true),
-          code: code.default('SD'),
-          reason: code.default('NS'),
-          /** Delay milestone when the predicted arrival passes the appointment end by more than this. */
-          grace_s: nonNegative.default(900),
-          /** Another delay milestone only when the predicted delay grew by this much. */
-          step_s: z.number().positive().default(1800),
-          /** Road distance = straight-line distance x this factor. */
-          road_factor: z.number().min(1).max(3).default(1.25),
-          /** Speed is averaged over this window of recent fixes. */
-          speed_window_s: z.number().positive().default(900),
-          /** Below this averaged speed (a fuel stop, a jam) the prediction uses planning_speed_kmh. */
-          min_speed_kmh: z.number().positive().default(30),
-          planning_speed_kmh: z.number().positive().default(70),
-        })
-        .prefault({}),
-    })
-    .prefault({}),
-  health: z
-    .strictObject({
-      /** Loopback address for /healthz and /metrics, e.g. "127.0.0.1:9101"; empty: off. */
-      listen: z
-        .string()
-        .regex(/^$|^(127\.\d+\.\d+\.\d+|localhost|\[::1\]):\d{1,5}$/, 'expected a loopback host:port such as 127.0.0.1:9101, or "" for off')
-        .default(''),
-      /** A source with no reading for this long makes /healthz unhealthy. */
-      source_silent_s: z.number().positive().default(300),
-    })
-    .prefault({}),
-  log: z
-    .strictObject({
-      level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
-    })
-    .prefault({}),
-  sources: z
-    .array(sourceSchema)
-    .superRefine((a, ctx) => {
-      if (a.length === 0) ctx.addIssue({ code: 'custom', message: 'expected at least one [[sources]] table: an agent without a source collects nothing' });
-    })
-    .prefault([]),
-  /** Which reading times are believed (see src/sources/time-guard.ts). Not applied to the simulator. */
-  sources_time: z
-    .strictObject({
-      /** A reading more than this far ahead of the system clock is refused. */
-      max_future_s: nonNegative.default(300),
-      /** A reading older than this is refused. */
-      max_past_days: z.number().positive().default(30),
-    })
-    .prefault({}),
-}).superRefine((c, ctx) => {
-  // The codes the agent sends by itself must be on the lists the CLI checks against.
-  const events = new Set([...c.codes.events, ...(c.codes.known ?? [])]);
-  const reasons = new Set([...c.codes.reasons, ...(c.codes.known ?? [])]);
-  const need = (ok: boolean, path: PropertyKey[], what: string, list: string) => {
-    if (!ok) ctx.addIssue({ code: 'custom', path, message: `${what} is not in codes.${list}; add it there` });
-  };
-  for (const [k, v] of Object.entries(c.milestones.codes)) need(events.has(v), ['milestones', 'codes', k], v, 'events');
-  need(events.has(c.milestones.delay.code), ['milestones', 'delay', 'code'], c.milestones.delay.code, 'events');
-  need(reasons.has(c.milestones.delay.reason), ['milestones', 'delay', 'reason'], c.milestones.delay.reason, 'reasons');
-  need(reasons.has(c.codes.default_reason), ['codes', 'default_reason'], c.codes.default_reason, 'reasons');
-});
+    buffer: z
+      .strictObject({
+        path: restart(z.string().min(1).default('/var/lib/telematics-agent/buffer.db')),
+        /**
+         * A buffer SQLite finds corrupt: `stop` (exit 65, nothing touched) or `move-aside`
+         * (renamed to <path>.corrupt-<time> with its -wal and -shm, a fresh one started; the old
+         * one is kept for `telematics-agent buffer salvage`).
+         */
+        on_corrupt: restart(z.enum(['stop', 'move-aside']).default('stop')),
+        /**
+         * Room (KiB) kept in `<path>.reserve` for acknowledging and purging when the disk is full
+         * (at most an eighth of the file system); 0: none.
+         */
+        reserve_kb: restart(z.number().int().nonnegative().max(1_048_576).default(2048)),
+        /**
+         * Readings waiting in memory while they cannot be committed (a full disk); past this the
+         * oldest pending ones are dropped and counted.
+         */
+        max_pending: positiveInt.max(10_000_000).default(20_000),
+        /** SQLite synchronous level in WAL mode: NORMAL loses at most the last commits on power loss, never corrupts. */
+        synchronous: z.enum(['OFF', 'NORMAL', 'FULL']).default('NORMAL'),
+        /**
+         * SQLite page cache, KiB. Reads walk an index in order, so a big cache buys little and
+         * costs RSS on a 512 MB device (better-sqlite3 alone would take 16 MiB).
+         */
+        cache_kb: positiveInt.min(256).max(1_048_576).default(2048),
+        /** Readings are committed together every flush_interval_ms or when this many wait. */
+        batch_size: positiveInt.max(100_000).default(500),
+        /**
+         * 5 s: each commit rewrites a few pages whatever it holds, so at 1 Hz this writes a fifth
+         * of what 1 s did; a crash loses at most these seconds not yet committed (a power cut
+         * with synchronous NORMAL can cost more anyway), and detected milestones wait as long.
+         */
+        flush_interval_ms: positiveInt.max(60_000).default(5000),
+        /** Size cap of the buffer's data (MB). Past it the oldest readings go first; milestones never. */
+        max_size_mb: z.number().positive().default(512),
+        /** Readings older than this are dropped (counted and logged); milestones never. */
+        max_age_days: z.number().positive().default(30),
+      })
+      .prefault({}),
+    schedule: z
+      .strictObject({
+        /** Cron expression (5 fields, or 6 with seconds) for trace pushes, in the machine's local time. */
+        traces: z
+          .string()
+          .superRefine((s, ctx) => {
+            const problem = cronProblem(s);
+            if (problem) ctx.addIssue({ code: 'custom', message: `expected a cron expression such as */15 * * * * (${problem})` });
+          })
+          .default('*/15 * * * *'),
+        /** Each device waits a fixed share of this (derived from device_id) after each tick. */
+        splay_s: nonNegative.max(3600).default(120),
+      })
+      .prefault({}),
+    sampling: z
+      .strictObject({
+        /** At most one trace point per this many seconds of reading time; 0 keeps every reading. */
+        interval_s: nonNegative.default(60),
+        /** A trace point carries the latest temperature only if it is at most this old. */
+        temperature_max_age_s: nonNegative.default(300),
+      })
+      .prefault({}),
+    delivery: z
+      .strictObject({
+        max_traces_per_request: positiveInt.max(10_000).default(500),
+        /** How often the daemon looks for milestones recorded by other processes (the CLI). */
+        poll_interval_ms: positiveInt.max(60_000).default(1000),
+        retry_initial_s: z.number().positive().default(5),
+        retry_max_s: z.number().positive().default(900),
+        /** Longest wait a Retry-After may impose. */
+        retry_after_max_s: z.number().positive().default(3600),
+        /** Retry interval while the service refuses the key, SCAC or path (401/403/404). */
+        auth_retry_s: z.number().positive().default(300),
+        /** Pause between trace requests while a backlog drains. */
+        drain_interval_ms: nonNegative.max(60_000).default(50),
+        /**
+         * From SIGTERM to exit, at most (an in-flight request is abandoned before, and kept for the
+         * next start). Below the unit's TimeoutStopSec, or systemd kills the agent mid-stop.
+         */
+        shutdown_timeout_s: z
+          .number()
+          .positive()
+          .refine((v) => v < UNIT_TIMEOUT_STOP_S, `expected a number below ${UNIT_TIMEOUT_STOP_S}, the unit's TimeoutStopSec (systemd kills the agent then)`)
+          .default(20),
+        /** 409 Conflict to a record already sent: the service has it; counted as delivered (a duplicate). */
+        conflict_is_delivered: z.boolean().default(true),
+      })
+      .prefault({}),
+    privacy: z
+      .strictObject({
+        /** Keep readings of resources with no active load (they are never sent as traces). */
+        record_without_load: z.boolean().default(false),
+      })
+      .prefault({}),
+    codes: z
+      .strictObject({
+        /** Reason code sent when none is given. */
+        default_reason: code.default('NS'),
+        /** Codes whose milestone means "left the stop": the next stop becomes the trace's stopsequenceNumber. */
+        departure: z.array(code).default(['AF', 'D1', 'CD']),
+        /** Event codes the service accepts (X12 214 AT7-01); others are refused unless forced. */
+        events: z.array(code).default(Object.keys(EVENT_CODES)),
+        /** Reason codes the service accepts (X12 214 AT7-02); others are refused unless forced. */
+        reasons: z.array(code).default(Object.keys(REASON_CODES)),
+        /** Codes whose time is an appointment, which may lie in the future. */
+        appointments: z.array(code).default(['AA', 'AB']),
+        /** Codes a load may carry more than once for the same stop (delays, en route, changed appointments). */
+        repeatable: z.array(code).default(['SD', 'X6', 'AG', 'AA', 'AB']),
+        /** Replaced by `events` and `reasons`; still read (with a warning) so an old config keeps working. */
+        known: z.array(code).optional(),
+      })
+      .prefault({}),
+    milestones: z
+      .strictObject({
+        /** Detect arrival and departure at a load's stops from positions. */
+        detect: z.boolean().default(true),
+        /** Arrival radius when a stop gives none, metres. */
+        radius_m: z.number().positive().max(50_000).default(300),
+        /** Departure when the position leaves radius x this factor (hysteresis against GPS jitter). */
+        exit_radius_factor: z.number().min(1).max(10).default(1.5),
+        /** Arrived once inside for this long and for at least min_fixes fixes in a row. */
+        dwell_s: nonNegative.max(86_400).default(120),
+        /** Consecutive fixes needed to confirm arrival, and outside the exit radius to confirm departure. */
+        min_fixes: positiveInt.max(1000).default(3),
+        /** A milestone without a place of its own takes the resource's last fix if it is at most this old. */
+        max_fix_age_s: nonNegative.max(7 * 86_400).default(1800),
+        codes: z
+          .strictObject({
+            pickup_arrive: code.default('X3'),
+            pickup_depart: code.default('AF'),
+            delivery_arrive: code.default('X1'),
+            delivery_depart: code.default('D1'),
+            other_arrive: code.default('X1'),
+            other_depart: code.default('CD'),
+          })
+          .prefault({}),
+        delay: z
+          .strictObject({
+            enabled: z.boolean().default(true),
+            code: code.default('SD'),
+            reason: code.default('NS'),
+            /** Delay milestone when the predicted arrival passes the appointment end by more than this. */
+            grace_s: nonNegative.default(900),
+            /** Another delay milestone only when the predicted delay grew by this much. */
+            step_s: z.number().positive().default(1800),
+            /** Road distance = straight-line distance x this factor. */
+            road_factor: z.number().min(1).max(3).default(1.25),
+            /** Speed is averaged over this window of recent fixes. */
+            speed_window_s: z.number().positive().default(900),
+            /** Below this averaged speed (a fuel stop, a jam) the prediction uses planning_speed_kmh. */
+            min_speed_kmh: z.number().positive().default(30),
+            planning_speed_kmh: z.number().positive().default(70),
+          })
+          .prefault({}),
+      })
+      .prefault({}),
+    health: z
+      .strictObject({
+        /** Loopback address for /healthz and /metrics, e.g. "127.0.0.1:9101"; empty: off. */
+        listen: z
+          .string()
+          .regex(/^$|^(127\.\d+\.\d+\.\d+|localhost|\[::1\]):\d{1,5}$/, 'expected a loopback host:port such as 127.0.0.1:9101, or "" for off')
+          .default(''),
+        /** A source with no reading for this long makes /healthz unhealthy. */
+        source_silent_s: z.number().positive().default(300),
+      })
+      .prefault({}),
+    log: z
+      .strictObject({
+        level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
+      })
+      .prefault({}),
+    sources: z
+      .array(sourceSchema)
+      .superRefine((a, ctx) => {
+        if (a.length === 0) ctx.addIssue({ code: 'custom', message: 'expected at least one [[sources]] table: an agent without a source collects nothing' });
+      })
+      .prefault([]),
+    /** Which reading times are believed (see src/sources/time-guard.ts). Not applied to the simulator. */
+    sources_time: z
+      .strictObject({
+        /** A reading more than this far ahead of the system clock is refused. */
+        max_future_s: nonNegative.default(300),
+        /** A reading older than this is refused. */
+        max_past_days: z.number().positive().default(30),
+      })
+      .prefault({}),
+  })
+  .superRefine((c, ctx) => {
+    // The codes the agent sends by itself must be on the lists the CLI checks against.
+    const events = new Set([...c.codes.events, ...(c.codes.known ?? [])]);
+    const reasons = new Set([...c.codes.reasons, ...(c.codes.known ?? [])]);
+    const need = (ok: boolean, path: PropertyKey[], what: string, list: string) => {
+      if (!ok) ctx.addIssue({ code: 'custom', path, message: `${what} is not in codes.${list}; add it there` });
+    };
+    for (const [k, v] of Object.entries(c.milestones.codes)) need(events.has(v), ['milestones', 'codes', k], v, 'events');
+    need(events.has(c.milestones.delay.code), ['milestones', 'delay', 'code'], c.milestones.delay.code, 'events');
+    need(reasons.has(c.milestones.delay.reason), ['milestones', 'delay', 'reason'], c.milestones.delay.reason, 'reasons');
+    need(reasons.has(c.codes.default_reason), ['codes', 'default_reason'], c.codes.default_reason, 'reasons');
+  });
 
 export type Config = z.infer<typeof configSchema>;
 

@@ -9,16 +9,14 @@ export const positiveInt = z.number().int().positive();
 export const nonNegative = z.number().finite().nonnegative();
 
 /** `Truck`, `Trailer` or `Driver`; the case is fixed (`trailer` -> `Trailer`). */
-export const resourceTypeSchema = z
-  .string()
-  .transform((s, ctx) => {
-    const t = resourceTypeOf(s);
-    if (!t) {
-      ctx.addIssue({ code: 'custom', message: `expected one of ${RESOURCE_TYPES.join(', ')}` });
-      return z.NEVER;
-    }
-    return t;
-  });
+export const resourceTypeSchema = z.string().transform((s, ctx) => {
+  const t = resourceTypeOf(s);
+  if (!t) {
+    ctx.addIssue({ code: 'custom', message: `expected one of ${RESOURCE_TYPES.join(', ')}` });
+    return z.NEVER;
+  }
+  return t;
+});
 const resourceType = resourceTypeSchema;
 export const resourceId = z.string().min(1).max(64);
 
@@ -64,45 +62,53 @@ export const simulatorSourceSchema = z.strictObject({
 /** Name in logs and `status`; default: `<type>:<what it reads>`. */
 const sourceNameKey = z.string().min(1).optional();
 /** Longest line a source accepts; a longer one is skipped as it arrives, never buffered whole. */
-const maxLineBytes = (d: number) => positiveInt.min(256).max(16 * 1_048_576).default(d);
+const maxLineBytes = (d: number) =>
+  positiveInt
+    .min(256)
+    .max(16 * 1_048_576)
+    .default(d);
 const BAUD_RATES = [1200, 2400, 4800, 9600, 19200, 38400, 57600, 115200, 230400, 460800, 921600];
 
 /** A gpsd daemon over TCP (its JSON protocol). */
-export const gpsdSourceSchema = z.strictObject({
-  type: z.literal('gpsd'),
-  name: sourceNameKey,
-  resource_id: resourceId,
-  host: z.string().min(1).default('127.0.0.1'),
-  port: z.number().int().min(1).max(65535).default(2947),
-  /** Only this device's reports (gpsd may serve several); default: every device. */
-  device: z.string().min(1).optional(),
-  /** No device report (TPV, SKY...) for this long: unhealthy, and the connection is opened again. 0: off. */
-  no_data_timeout_s: nonNegative.default(30),
-  reconnect_initial_s: z.number().positive().default(1),
-  reconnect_max_s: z.number().positive().default(60),
-  max_line_bytes: maxLineBytes(65_536),
-}).refine((c) => c.reconnect_max_s >= c.reconnect_initial_s, { path: ['reconnect_max_s'], message: 'expected a number >= reconnect_initial_s' });
+export const gpsdSourceSchema = z
+  .strictObject({
+    type: z.literal('gpsd'),
+    name: sourceNameKey,
+    resource_id: resourceId,
+    host: z.string().min(1).default('127.0.0.1'),
+    port: z.number().int().min(1).max(65535).default(2947),
+    /** Only this device's reports (gpsd may serve several); default: every device. */
+    device: z.string().min(1).optional(),
+    /** No device report (TPV, SKY...) for this long: unhealthy, and the connection is opened again. 0: off. */
+    no_data_timeout_s: nonNegative.default(30),
+    reconnect_initial_s: z.number().positive().default(1),
+    reconnect_max_s: z.number().positive().default(60),
+    max_line_bytes: maxLineBytes(65_536),
+  })
+  .refine((c) => c.reconnect_max_s >= c.reconnect_initial_s, { path: ['reconnect_max_s'], message: 'expected a number >= reconnect_initial_s' });
 
 /** NMEA 0183 sentences from a serial device, a FIFO or a recorded file. */
-export const nmeaSourceSchema = z.strictObject({
-  type: z.literal('nmea'),
-  name: sourceNameKey,
-  resource_id: resourceId,
-  /** A tty (e.g. /dev/ttyUSB0, set with stty to `baud`), a FIFO, or a regular file read once. */
-  device: z.string().min(1),
-  /** Line speed of a tty (ignored for FIFOs and files). */
-  baud: z
-    .number()
-    .int()
-    .refine((b) => BAUD_RATES.includes(b), `expected a baud rate (${BAUD_RATES.join(', ')})`)
-    .default(4800),
-  /** No bytes for this long from a tty or FIFO: unhealthy, and a tty is opened again. 0: off. */
-  no_data_timeout_s: nonNegative.default(30),
-  reopen_initial_s: z.number().positive().default(1),
-  reopen_max_s: z.number().positive().default(60),
-  /** Sentences are at most 82 characters; proprietary ones a little more. */
-  max_line_bytes: maxLineBytes(4096),
-}).refine((c) => c.reopen_max_s >= c.reopen_initial_s, { path: ['reopen_max_s'], message: 'expected a number >= reopen_initial_s' });
+export const nmeaSourceSchema = z
+  .strictObject({
+    type: z.literal('nmea'),
+    name: sourceNameKey,
+    resource_id: resourceId,
+    /** A tty (e.g. /dev/ttyUSB0, set with stty to `baud`), a FIFO, or a regular file read once. */
+    device: z.string().min(1),
+    /** Line speed of a tty (ignored for FIFOs and files). */
+    baud: z
+      .number()
+      .int()
+      .refine((b) => BAUD_RATES.includes(b), `expected a baud rate (${BAUD_RATES.join(', ')})`)
+      .default(4800),
+    /** No bytes for this long from a tty or FIFO: unhealthy, and a tty is opened again. 0: off. */
+    no_data_timeout_s: nonNegative.default(30),
+    reopen_initial_s: z.number().positive().default(1),
+    reopen_max_s: z.number().positive().default(60),
+    /** Sentences are at most 82 characters; proprietary ones a little more. */
+    max_line_bytes: maxLineBytes(4096),
+  })
+  .refine((c) => c.reopen_max_s >= c.reopen_initial_s, { path: ['reopen_max_s'], message: 'expected a number >= reopen_initial_s' });
 
 /** DS18B20 (and other w1_therm) temperature sensors through the Linux 1-Wire sysfs. */
 export const onewireSourceSchema = z.strictObject({
@@ -111,14 +117,12 @@ export const onewireSourceSchema = z.strictObject({
   /** Where the kernel lists 1-Wire devices (a fake tree in tests). */
   sysfs_root: z.string().min(1).default('/sys/bus/w1/devices'),
   /** Sensor id (the directory name, e.g. "28-0316a2792aff") = resource id. Unlisted sensors are ignored. */
-  sensors: z
-    .record(z.string(), resourceId)
-    .superRefine((m, ctx) => {
-      if (Object.keys(m).length === 0) ctx.addIssue({ code: 'custom', message: 'expected at least one sensor: "28-..." = "TRAILER-1"' });
-      for (const id of Object.keys(m)) {
-        if (!/^[0-9a-f]{2}-[0-9a-f]{12}$/.test(id)) ctx.addIssue({ code: 'custom', path: [id], message: 'expected a 1-Wire id such as 28-0316a2792aff' });
-      }
-    }),
+  sensors: z.record(z.string(), resourceId).superRefine((m, ctx) => {
+    if (Object.keys(m).length === 0) ctx.addIssue({ code: 'custom', message: 'expected at least one sensor: "28-..." = "TRAILER-1"' });
+    for (const id of Object.keys(m)) {
+      if (!/^[0-9a-f]{2}-[0-9a-f]{12}$/.test(id)) ctx.addIssue({ code: 'custom', path: [id], message: 'expected a 1-Wire id such as 28-0316a2792aff' });
+    }
+  }),
   /** Seconds between reads of all sensors (each read takes ~0.75 s on the bus). */
   interval_s: z.number().positive().max(86_400).default(30),
   /** `w1_slave` (CRC line checked), `temperature` (newer kernels), or `auto`: w1_slave when present. */
@@ -126,27 +130,26 @@ export const onewireSourceSchema = z.strictObject({
 });
 
 /** A command printing one JSON reading per line (the universal adapter). */
-export const execSourceSchema = z.strictObject({
-  type: z.literal('exec'),
-  name: sourceNameKey,
-  /** A string runs under /bin/sh -c; an array is the program and its arguments, no shell. */
-  command: z.union([
-    z.string().min(1),
-    z.array(z.string().min(1)).refine((a) => a.length > 0, 'expected the program and its arguments, e.g. ["reefer-reader", "--port", "/dev/ttyS1"]'),
-  ]),
-  /** Working directory of the command; default: the agent's. */
-  cwd: z.string().min(1).optional(),
-  /** Extra environment variables for the command. */
-  env: z.record(z.string(), z.string()).default({}),
-  max_line_bytes: maxLineBytes(65_536),
-  /** After the command exits it is started again, waiting restart_initial_s, doubling up to restart_max_s. */
-  restart_initial_s: z.number().positive().default(1),
-  restart_max_s: z.number().positive().default(60),
-  /** No output line for this long: unhealthy (the command is left running). 0: off. */
-  no_data_timeout_s: nonNegative.default(0),
-  /** On stop, SIGTERM to the command's process group, then SIGKILL after this long. */
-  stop_timeout_s: z.number().positive().max(600).default(5),
-}).refine((c) => c.restart_max_s >= c.restart_initial_s, { path: ['restart_max_s'], message: 'expected a number >= restart_initial_s' });
+export const execSourceSchema = z
+  .strictObject({
+    type: z.literal('exec'),
+    name: sourceNameKey,
+    /** A string runs under /bin/sh -c; an array is the program and its arguments, no shell. */
+    command: z.union([z.string().min(1), z.array(z.string().min(1)).refine((a) => a.length > 0, 'expected the program and its arguments, e.g. ["reefer-reader", "--port", "/dev/ttyS1"]')]),
+    /** Working directory of the command; default: the agent's. */
+    cwd: z.string().min(1).optional(),
+    /** Extra environment variables for the command. */
+    env: z.record(z.string(), z.string()).default({}),
+    max_line_bytes: maxLineBytes(65_536),
+    /** After the command exits it is started again, waiting restart_initial_s, doubling up to restart_max_s. */
+    restart_initial_s: z.number().positive().default(1),
+    restart_max_s: z.number().positive().default(60),
+    /** No output line for this long: unhealthy (the command is left running). 0: off. */
+    no_data_timeout_s: nonNegative.default(0),
+    /** On stop, SIGTERM to the command's process group, then SIGKILL after this long. */
+    stop_timeout_s: z.number().positive().max(600).default(5),
+  })
+  .refine((c) => c.restart_max_s >= c.restart_initial_s, { path: ['restart_max_s'], message: 'expected a number >= restart_initial_s' });
 
 /** A JavaScript module exporting a source factory. */
 export const moduleSourceSchema = z.strictObject({
@@ -158,14 +161,7 @@ export const moduleSourceSchema = z.strictObject({
   options: z.record(z.string(), z.unknown()).default({}),
 });
 
-export const sourceSchema = z.discriminatedUnion('type', [
-  simulatorSourceSchema,
-  gpsdSourceSchema,
-  nmeaSourceSchema,
-  onewireSourceSchema,
-  execSourceSchema,
-  moduleSourceSchema,
-]);
+export const sourceSchema = z.discriminatedUnion('type', [simulatorSourceSchema, gpsdSourceSchema, nmeaSourceSchema, onewireSourceSchema, execSourceSchema, moduleSourceSchema]);
 
 export type SourceConfig = z.infer<typeof sourceSchema>;
 export type SimulatorSourceConfig = z.infer<typeof simulatorSourceSchema>;

@@ -55,14 +55,7 @@ export class TracePoster {
   }
 
   /** One trace request; on a refusal the points from `toSplit` are sent as halves (see split). */
-  private async post(
-    load: LoadRow,
-    body: object | string,
-    key: string,
-    readingIds: number[],
-    delivered: number[],
-    toSplit: () => { traces: Trace[]; readingIds: number[] } | undefined,
-  ): Promise<Delivered> {
+  private async post(load: LoadRow, body: object | string, key: string, readingIds: number[], delivered: number[], toSplit: () => { traces: Trace[]; readingIds: number[] } | undefined): Promise<Delivered> {
     const { ctx } = this;
     if (ctx.stopping) return 'failed';
     const { client, config, log } = ctx.deps;

@@ -41,9 +41,7 @@ export class Sender implements DeliveryContext {
   private readonly milestones: MilestoneSender;
   private readonly drain: Drain;
 
-  constructor(
-    private currentDeps: SenderDeps & { schedule?: TraceSchedule },
-  ) {
+  constructor(private currentDeps: SenderDeps & { schedule?: TraceSchedule }) {
     this.nowFn = currentDeps.now ?? Date.now;
     this.pollMs = currentDeps.config.delivery.poll_interval_ms;
     this.status = {
@@ -62,8 +60,17 @@ export class Sender implements DeliveryContext {
       deadLettered: { milestones: 0, tracePoints: 0 },
       failures: {},
     };
-    this.retry = new RetryPolicy(this.status, () => this.currentDeps.config, () => this.currentDeps.log, this.nowFn, currentDeps.random ?? Math.random);
-    this.purger = new Purger(() => this.currentDeps, () => this.isStopping || this.running !== undefined);
+    this.retry = new RetryPolicy(
+      this.status,
+      () => this.currentDeps.config,
+      () => this.currentDeps.log,
+      this.nowFn,
+      currentDeps.random ?? Math.random,
+    );
+    this.purger = new Purger(
+      () => this.currentDeps,
+      () => this.isStopping || this.running !== undefined,
+    );
     this.milestones = new MilestoneSender(this);
     this.drain = new Drain(this, new TracePoster(this), this.milestones, this.purger);
     this.schedule = currentDeps.schedule ?? new TraceSchedule(undefined, 0);

@@ -64,13 +64,7 @@ function toFahrenheit(c: number): number {
  * there is nothing to send yet. `final` (the load has ended) lets the tail that sampling
  * skipped be consumed too, so an ended load does not linger.
  */
-export function buildTraceChunk(
-  load: LoadRow,
-  readings: Iterable<StoredReading>,
-  stopAt: (timeMs: number) => number | undefined,
-  opts: TraceBuildOptions,
-  final = false,
-): TraceChunk | undefined {
+export function buildTraceChunk(load: LoadRow, readings: Iterable<StoredReading>, stopAt: (timeMs: number) => number | undefined, opts: TraceBuildOptions, final = false): TraceChunk | undefined {
   const traces: Trace[] = [];
   const readingIds: number[] = [];
   let lastSampleMs = load.lastSampleMs;

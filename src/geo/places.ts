@@ -208,14 +208,7 @@ export function placeNamed(city: string, state: string, country?: Place['country
 
 /** Whether `name` is `short` in a long official form: `heroica matamoros`, `leon de los aldama` (both folded). */
 function isLongForm(name: string, short: string): boolean {
-  return (
-    name === `heroica ${short}` ||
-    name === `ciudad ${short}` ||
-    name.startsWith(`${short} de `) ||
-    name.startsWith(`${short} del `) ||
-    name.endsWith(` de ${short}`) ||
-    name.endsWith(` del ${short}`)
-  );
+  return name === `heroica ${short}` || name === `ciudad ${short}` || name.startsWith(`${short} de `) || name.startsWith(`${short} del `) || name.endsWith(` de ${short}`) || name.endsWith(` del ${short}`);
 }
 
 /** `St. John's` -> `st johns`, `Querétaro` -> `queretaro`, `Winston-Salem` -> `winston salem`. */
@@ -281,10 +274,7 @@ function load(): Index | null {
     file = packageFile('data', 'places-na.bin');
     return openIndex(readFileSync(file));
   } catch (err) {
-    process.emitWarning(
-      `gazetteer ${file} not usable (${(err as Error).message}): eventCity/eventState will be left out`,
-      { code: 'TELEMATICS_AGENT_NO_GAZETTEER' },
-    );
+    process.emitWarning(`gazetteer ${file} not usable (${(err as Error).message}): eventCity/eventState will be left out`, { code: 'TELEMATICS_AGENT_NO_GAZETTEER' });
     return null;
   }
 }

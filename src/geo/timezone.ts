@@ -77,12 +77,7 @@ function zoneNameFromPath(path: string): string | undefined {
 }
 
 /** The machine's zone from `TZ` and the files, or undefined when none names a readable zone. */
-export function systemZoneFromFiles(
-  env: NodeJS.ProcessEnv = process.env,
-  localtime = '/etc/localtime',
-  timezoneFile = '/etc/timezone',
-  dir?: string,
-): string | undefined {
+export function systemZoneFromFiles(env: NodeJS.ProcessEnv = process.env, localtime = '/etc/localtime', timezoneFile = '/etc/timezone', dir?: string): string | undefined {
   const known = (name: string | undefined) => (name && loadZone(name, dir) ? name : undefined);
   const tz = env.TZ;
   if (tz !== undefined) {
@@ -132,13 +127,7 @@ export function formatTime(date: Date, zone: string, form: DateForm): TimeObject
  * `formatTime` at a position: the zone at (lat, lon) when both are finite and on the globe,
  * else `fallbackZone`, else the system zone. Never throws for bad coordinates.
  */
-export function eventTime(
-  date: Date,
-  lat: number | null | undefined,
-  lon: number | null | undefined,
-  form: DateForm,
-  fallbackZone?: string,
-): TimeObject {
+export function eventTime(date: Date, lat: number | null | undefined, lon: number | null | undefined, form: DateForm, fallbackZone?: string): TimeObject {
   let zone: string | undefined;
   if (typeof lat === 'number' && typeof lon === 'number') {
     try {
@@ -369,9 +358,7 @@ function pad2(n: number): string {
 function ymdhms(d: Date): string {
   const y = d.getUTCFullYear();
   const year = y >= 0 && y <= 9999 ? String(y).padStart(4, '0') : String(y);
-  return `${year}-${pad2(d.getUTCMonth() + 1)}-${pad2(d.getUTCDate())}T${pad2(d.getUTCHours())}:${pad2(
-    d.getUTCMinutes(),
-  )}:${pad2(d.getUTCSeconds())}`;
+  return `${year}-${pad2(d.getUTCMonth() + 1)}-${pad2(d.getUTCDate())}T${pad2(d.getUTCHours())}:${pad2(d.getUTCMinutes())}:${pad2(d.getUTCSeconds())}`;
 }
 
 function utcDateTime(ms: number): string {

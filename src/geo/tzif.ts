@@ -96,8 +96,7 @@ export function parseTzif(buf: Buffer): ZoneRules {
       charcnt: buf.readUInt32BE(at + 40),
     };
   };
-  const blockSize = (h: ReturnType<typeof header>, timeSize: number) =>
-    h.timecnt * timeSize + h.timecnt + h.typecnt * 6 + h.charcnt + h.leapcnt * (timeSize + 4) + h.isstdcnt + h.isutcnt;
+  const blockSize = (h: ReturnType<typeof header>, timeSize: number) => h.timecnt * timeSize + h.timecnt + h.typecnt * 6 + h.charcnt + h.leapcnt * (timeSize + 4) + h.isstdcnt + h.isutcnt;
 
   const v1 = header(0);
   let h = v1;

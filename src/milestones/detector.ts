@@ -217,14 +217,7 @@ export class MilestoneDetector {
     return rows.length;
   }
 
-  private checkDelay(
-    load: LoadRow,
-    fix: Fix,
-    window: Fix[],
-    states: Map<number, StopState>,
-    dirty: Set<number>,
-    events: Array<{ item: NewMilestone; input: MilestoneInput; log: () => void }>,
-  ): void {
+  private checkDelay(load: LoadRow, fix: Fix, window: Fix[], states: Map<number, StopState>, dirty: Set<number>, events: Array<{ item: NewMilestone; input: MilestoneInput; log: () => void }>): void {
     const config = this.config();
     const d = config.milestones.delay;
     const atStop = load.stops.some((s) => {

@@ -102,7 +102,14 @@ function checkCode(kind: 'event' | 'reason', raw: string, config: Config, force:
   const list = kind === 'event' ? config.codes.events : config.codes.reasons;
   if (list.includes(code)) return code;
   const key = kind === 'event' ? 'codes.events' : 'codes.reasons';
-  const other = kind === 'event' ? (config.codes.reasons.includes(code) ? ` (${code} is a reason code: give it with --reason)` : '') : config.codes.events.includes(code) ? ` (${code} is an event code: give it with --code)` : '';
+  const other =
+    kind === 'event'
+      ? config.codes.reasons.includes(code)
+        ? ` (${code} is a reason code: give it with --reason)`
+        : ''
+      : config.codes.events.includes(code)
+        ? ` (${code} is an event code: give it with --code)`
+        : '';
   if (force) {
     warnings.push(`${kind} code ${code} is not in ${key}; recorded anyway (--force): the service may refuse it`);
     return code;
@@ -111,9 +118,7 @@ function checkCode(kind: 'event' | 'reason', raw: string, config: Config, force:
     kind === 'event'
       ? 'X12 214 shipment status codes such as X3 arrived at pick-up, AF departed pick-up, X1 arrived at delivery, D1 unloaded, SD delayed, AA/AB appointment'
       : 'X12 214 status reason codes such as NS normal, AI mechanical breakdown, AO weather, BE road conditions, AH driver related';
-  throw new MilestoneError(
-    `${kind} code ${code} is not in ${key}${other}; the list holds ${examples}. If the service accepts it, add it to ${key} in the config; to send it once anyway, add --force`,
-  );
+  throw new MilestoneError(`${kind} code ${code} is not in ${key}${other}; the list holds ${examples}. If the service accepts it, add it to ${key} in the config; to send it once anyway, add --force`);
 }
 
 /** Where the milestone happened and in which zone (see the rule at the top). */
@@ -141,9 +146,7 @@ function place(store: Store, config: Config, load: LoadRow, input: MilestoneInpu
     // A city without its state (or the reverse) cannot be looked up: say so, rather than
     // claim that Chicago is not in the gazetteer.
     const lookup = input.city && input.state ? 'is not in the gazetteer' : `cannot be looked up in the gazetteer without ${input.city ? '--state' : '--city'}`;
-    warnings.push(
-      `${[input.city, input.state].filter(Boolean).join(', ')} ${lookup}: sent as typed, with the zone ${rest ? `of the ${rest.source} (${rest.zone})` : `of this device (${systemZone()})`}`,
-    );
+    warnings.push(`${[input.city, input.state].filter(Boolean).join(', ')} ${lookup}: sent as typed, with the zone ${rest ? `of the ${rest.source} (${rest.zone})` : `of this device (${systemZone()})`}`);
     return { ...(rest ?? { source: 'command line', zone: systemZone() }), city: input.city, state: input.state };
   }
   return locate() ?? none();
@@ -185,7 +188,8 @@ function instantOf(input: MilestoneInput, zone: string, nowMs: number): number {
   const text = input.timeText.trim();
   if (hasExplicitOffset(text)) {
     const ms = Date.parse(text);
-    if (Number.isNaN(ms)) throw new MilestoneError(`--time: expected an ISO 8601 time such as 2026-11-23T10:00:00 (read in the zone of the milestone's place) or 2026-11-23T10:00:00-06:00, got ${JSON.stringify(text)}`);
+    if (Number.isNaN(ms))
+      throw new MilestoneError(`--time: expected an ISO 8601 time such as 2026-11-23T10:00:00 (read in the zone of the milestone's place) or 2026-11-23T10:00:00-06:00, got ${JSON.stringify(text)}`);
     return ms;
   }
   try {

@@ -24,7 +24,10 @@ export const stopSchema = z.strictObject({
     })
     .optional(),
   city: z.string().min(1).optional(),
-  state: z.string().regex(/^[A-Z]{2}$/, 'expected a two-letter state or province code').optional(),
+  state: z
+    .string()
+    .regex(/^[A-Z]{2}$/, 'expected a two-letter state or province code')
+    .optional(),
 });
 
 export const stopsSchema = z

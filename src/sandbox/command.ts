@@ -53,12 +53,7 @@ export async function runSandboxCommand(opts: Record<string, string | string[] |
     onRequest: opts.quiet
       ? undefined
       : (e) => {
-          const what =
-            e.kind === 'trace' && e.body
-              ? `${(e.body as TraceBody).traces.length} trace(s)`
-              : e.kind === 'milestone' && e.body
-                ? (e.body as MilestoneBody).eventCode
-                : '';
+          const what = e.kind === 'trace' && e.body ? `${(e.body as TraceBody).traces.length} trace(s)` : e.kind === 'milestone' && e.body ? (e.body as MilestoneBody).eventCode : '';
           const load = e.body ? ` load ${e.body.loadNumber}` : '';
           process.stdout.write(`${new Date().toISOString()} ${e.kind} ${e.status || 'dropped'}${load} ${what}${e.duplicate ? ' (duplicate)' : ''}${e.problem ? ` ${e.problem}` : ''}\n`);
         },

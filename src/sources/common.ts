@@ -95,11 +95,7 @@ export class LineSplitter {
 }
 
 /** A source's health: its own state, with the counts admission keeps for it. */
-export function sourceHealth(
-  ctx: SourceContext,
-  state: { healthy: boolean; detail?: string; finished?: boolean },
-  counters: Record<string, number>,
-): SourceHealth & { counters: Record<string, number> } {
+export function sourceHealth(ctx: SourceContext, state: { healthy: boolean; detail?: string; finished?: boolean }, counters: Record<string, number>): SourceHealth & { counters: Record<string, number> } {
   const c = ctx.counts;
   return { healthy: state.healthy, readings: c.readings, rejected: c.rejected, lastReadingMs: c.lastReadingMs, detail: state.detail, finished: state.finished ?? false, counters: { ...counters } };
 }

@@ -74,14 +74,17 @@ export class GpsdDecoder {
     if (!p) return;
     const m = p.m;
     // Non-numbers (a string, null) fail the range checks of admission and are rejected by name.
-    this.ctx.emit({
-      resourceId: this.resourceId,
-      timeMs: p.timeMs,
-      lat: m.lat as number,
-      lon: m.lon as number,
-      speed: m.speed === undefined ? undefined : (m.speed as number),
-      heading: m.track === undefined ? undefined : (m.track as number),
-    }, `line ${p.line}`);
+    this.ctx.emit(
+      {
+        resourceId: this.resourceId,
+        timeMs: p.timeMs,
+        lat: m.lat as number,
+        lon: m.lon as number,
+        speed: m.speed === undefined ? undefined : (m.speed as number),
+        heading: m.track === undefined ? undefined : (m.track as number),
+      },
+      `line ${p.line}`,
+    );
   }
 
   private tpv(m: Json, n: number): void {

@@ -19,9 +19,7 @@ import type { Reading, Source, SourceContext, SourceHealth } from './types.js';
 
 const KNOTS_TO_MS = 1852 / 3600;
 
-export type SentenceResult =
-  | { ok: true; talker: string; type: string; fields: string[] }
-  | { ok: false; reason: string; kind: 'checksum' | 'malformed' };
+export type SentenceResult = { ok: true; talker: string; type: string; fields: string[] } | { ok: false; reason: string; kind: 'checksum' | 'malformed' };
 
 /** XOR of the characters between `$` and `*`, as two upper-case hex digits. */
 export function nmeaChecksum(body: string): string {
@@ -227,14 +225,17 @@ export class NmeaDecoder {
     }
     const speedKn = optionalNumber(e.rmc?.speedKn);
     const course = optionalNumber(e.rmc?.course);
-    this.out.reading({
-      resourceId: this.resourceId,
-      timeMs: day + e.todMs,
-      lat,
-      lon,
-      speed: speedKn === undefined ? undefined : Math.round(speedKn * KNOTS_TO_MS * 1000) / 1000,
-      heading: course,
-    }, `fix at ${e.key}`);
+    this.out.reading(
+      {
+        resourceId: this.resourceId,
+        timeMs: day + e.todMs,
+        lat,
+        lon,
+        speed: speedKn === undefined ? undefined : Math.round(speedKn * KNOTS_TO_MS * 1000) / 1000,
+        heading: course,
+      },
+      `fix at ${e.key}`,
+    );
   }
 }
 

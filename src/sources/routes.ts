@@ -109,7 +109,12 @@ export function loadRoute(spec: string): RoutePoint[] {
   if (spec.startsWith('builtin:')) {
     const name = spec.slice('builtin:'.length);
     const r = BUILTIN_ROUTES[name];
-    if (!r) throw new RouteError(`${spec}: unknown built-in route (known: ${Object.keys(BUILTIN_ROUTES).map((k) => `builtin:${k}`).join(', ')})`);
+    if (!r)
+      throw new RouteError(
+        `${spec}: unknown built-in route (known: ${Object.keys(BUILTIN_ROUTES)
+          .map((k) => `builtin:${k}`)
+          .join(', ')})`,
+      );
     return r;
   }
   let text: string;
@@ -119,8 +124,7 @@ export function loadRoute(spec: string): RoutePoint[] {
     throw new RouteError(`${spec}: cannot read route file (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
   }
   const ext = extname(spec).toLowerCase();
-  const points =
-    ext === '.gpx' ? parseGpxRoute(text, spec) : ext === '.json' || ext === '.geojson' ? parseGeoJsonRoute(text, spec) : parseCsvRoute(text, spec);
+  const points = ext === '.gpx' ? parseGpxRoute(text, spec) : ext === '.json' || ext === '.geojson' ? parseGeoJsonRoute(text, spec) : parseCsvRoute(text, spec);
   if (points.length < 2) throw new RouteError(`${spec}: a route needs at least 2 points, found ${points.length}`);
   return points;
 }

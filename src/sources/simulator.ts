@@ -171,7 +171,6 @@ export class SimulatorModel {
   get finished(): boolean {
     return this.ended;
   }
-
 }
 
 export class SimulatorSource implements Source {

@@ -25,7 +25,7 @@ describe('localTimeToInstant: ordinary times', () => {
     expect(utc('2026-07-15T10:00:00', 'UTC')).toBe('2026-07-15T10:00:00.000Z');
   });
 
-  it("Newfoundland: NST UTC-3:30 in winter, NDT UTC-2:30 in summer", () => {
+  it('Newfoundland: NST UTC-3:30 in winter, NDT UTC-2:30 in summer', () => {
     expect(utc('2026-01-15T12:00:00', 'America/St_Johns')).toBe('2026-01-15T15:30:00.000Z');
     expect(utc('2026-07-15T12:00:00', 'America/St_Johns')).toBe('2026-07-15T14:30:00.000Z');
   });
@@ -60,32 +60,39 @@ describe('localTimeToInstant: refusals', () => {
 
   it('anything but YYYY-MM-DDTHH:MM[:SS[.fff]]', () => {
     for (const text of [
-      '', '2026-11-23', '2026-11-23T10', '2026-11-23T1000', '26-11-23T10:00', '2026-1-23T10:00', '2026/11/23 10:00',
-      '2026-11-23t10:00', '2026-11-23  10:00', ' 2026-11-23T10:00', '2026-11-23T10:00 ', '2026-11-23T10:00:00.1234',
-      '2026-11-23T10:00:00.', '2026-11-23T10:00:00,5', '2026-11-23T10:00 UTC', 'tomorrow 10am', '1763913600000',
+      '',
+      '2026-11-23',
+      '2026-11-23T10',
+      '2026-11-23T1000',
+      '26-11-23T10:00',
+      '2026-1-23T10:00',
+      '2026/11/23 10:00',
+      '2026-11-23t10:00',
+      '2026-11-23  10:00',
+      ' 2026-11-23T10:00',
+      '2026-11-23T10:00 ',
+      '2026-11-23T10:00:00.1234',
+      '2026-11-23T10:00:00.',
+      '2026-11-23T10:00:00,5',
+      '2026-11-23T10:00 UTC',
+      'tomorrow 10am',
+      '1763913600000',
     ]) {
       expect(() => localTimeToInstant(text, 'America/Chicago'), text).toThrow(RangeError);
       expect(() => localTimeToInstant(text, 'America/Chicago'), text).toThrow(FORMAT);
     }
-    expect(() => localTimeToInstant('2026-11-23', 'America/Chicago')).toThrow(
-      'expected a local date and time YYYY-MM-DDTHH:MM[:SS[.fff]] without offset, got "2026-11-23"',
-    );
+    expect(() => localTimeToInstant('2026-11-23', 'America/Chicago')).toThrow('expected a local date and time YYYY-MM-DDTHH:MM[:SS[.fff]] without offset, got "2026-11-23"');
   });
 
   it('a time with an offset or Z: it is an instant already', () => {
     for (const text of ['2026-11-23T16:00:00Z', '2026-11-23T10:00:00-06:00', '2026-11-23T10:00-0600', '2026-11-23T17:00:00.000+01:00']) {
       expect(() => localTimeToInstant(text, 'America/Chicago'), text).toThrow(RangeError);
     }
-    expect(() => localTimeToInstant('2026-11-23T16:00:00Z', 'America/Chicago')).toThrow(
-      '"2026-11-23T16:00:00Z" carries a UTC offset or Z: it is an instant already, no zone applies',
-    );
+    expect(() => localTimeToInstant('2026-11-23T16:00:00Z', 'America/Chicago')).toThrow('"2026-11-23T16:00:00Z" carries a UTC offset or Z: it is an instant already, no zone applies');
   });
 
   it('dates and times that are not on the calendar', () => {
-    for (const text of [
-      '2026-02-29T10:00', '2026-02-30T10:00', '2026-04-31T10:00', '2026-13-01T10:00', '2026-00-10T10:00', '2026-11-00T10:00',
-      '2026-11-23T24:00', '2026-11-23T10:60', '2026-11-23T10:00:60',
-    ]) {
+    for (const text of ['2026-02-29T10:00', '2026-02-30T10:00', '2026-04-31T10:00', '2026-13-01T10:00', '2026-00-10T10:00', '2026-11-00T10:00', '2026-11-23T24:00', '2026-11-23T10:60', '2026-11-23T10:00:60']) {
       const message = `${JSON.stringify(text)} is not a date and time that exists on a calendar`;
       expect(() => localTimeToInstant(text, 'America/Chicago'), text).toThrow(message);
     }
@@ -134,7 +141,7 @@ describe('localTimeToInstant: clock changes', () => {
     expect(utc('2026-10-25T02:00', 'Europe/London')).toBe('2026-10-25T02:00:00.000Z');
   });
 
-  it("Newfoundland changes at 02:00 local, half an hour off the UTC hour", () => {
+  it('Newfoundland changes at 02:00 local, half an hour off the UTC hour', () => {
     expect(utc('2026-03-08T01:59:59', 'America/St_Johns')).toBe('2026-03-08T05:29:59.000Z');
     expect(utc('2026-03-08T02:30', 'America/St_Johns')).toBe('2026-03-08T06:00:00.000Z');
     expect(back('2026-03-08T02:30', 'America/St_Johns')).toBe('2026-03-08T03:30:00.000-02:30');
@@ -229,19 +236,24 @@ describe('localTimeToInstant against zdump', () => {
 describe('hasExplicitOffset', () => {
   it('Z or a numeric offset after the time of day', () => {
     for (const text of [
-      '2026-11-23T16:00:00Z', '2026-11-23T16:00:00z', '2026-11-23T16:00Z', '2026-11-23T16:00:00.123456Z',
-      '2026-11-23T10:00:00-06:00', '2026-11-23T10:00:00.000-06:00', '2026-11-23T10:00:00-0600', '2026-11-23T10:00:00-06',
-      '2026-11-23T16:00:00+00:00', '2026-11-23 10:00:00 -06:00', '2026-11-23T21:45:00+05:45',
+      '2026-11-23T16:00:00Z',
+      '2026-11-23T16:00:00z',
+      '2026-11-23T16:00Z',
+      '2026-11-23T16:00:00.123456Z',
+      '2026-11-23T10:00:00-06:00',
+      '2026-11-23T10:00:00.000-06:00',
+      '2026-11-23T10:00:00-0600',
+      '2026-11-23T10:00:00-06',
+      '2026-11-23T16:00:00+00:00',
+      '2026-11-23 10:00:00 -06:00',
+      '2026-11-23T21:45:00+05:45',
     ]) {
       expect([text, hasExplicitOffset(text)]).toEqual([text, true]);
     }
   });
 
   it('not for a local time, a date alone or text that is no date-time', () => {
-    for (const text of [
-      '2026-11-23T10:00:00', '2026-11-23T10:00', '2026-11-23 10:00:00.123', '2026-11-23', '2026-11-23T10', '',
-      'tomorrow', '2026-11-23T10:00 UTC', 'UTC+0', '-06:00',
-    ]) {
+    for (const text of ['2026-11-23T10:00:00', '2026-11-23T10:00', '2026-11-23 10:00:00.123', '2026-11-23', '2026-11-23T10', '', 'tomorrow', '2026-11-23T10:00 UTC', 'UTC+0', '-06:00']) {
       expect([text, hasExplicitOffset(text)]).toEqual([text, false]);
     }
   });

@@ -147,9 +147,7 @@ describe('eventTime, local form (the spec: local time, milliseconds, offset)', (
   });
 
   it('keeps milliseconds, pads them, and rolls the local date over midnight', () => {
-    expect(formatTime(new Date('2026-01-01T03:00:00.007Z'), 'America/Chicago', 'local').dateTime).toBe(
-      '2025-12-31T21:00:00.007-06:00',
-    );
+    expect(formatTime(new Date('2026-01-01T03:00:00.007Z'), 'America/Chicago', 'local').dateTime).toBe('2025-12-31T21:00:00.007-06:00');
   });
 });
 
@@ -218,12 +216,35 @@ describe('eventTime without a usable position', () => {
 describe('output always fits the shared schema', () => {
   it('for zones and instants across the year', () => {
     const zones = [
-      'America/Chicago', 'America/New_York', 'America/Denver', 'America/Los_Angeles', 'America/Anchorage',
-      'America/Adak', 'Pacific/Honolulu', 'America/St_Johns', 'America/Halifax', 'America/Regina',
-      'America/Phoenix', 'America/Hermosillo', 'America/Mazatlan', 'America/Mexico_City', 'America/Tijuana',
-      'America/Whitehorse', 'America/Dawson', 'America/Puerto_Rico', 'America/Miquelon', 'Etc/GMT+5', 'UTC',
-      'Etc/UTC', 'Africa/Abidjan', 'Antarctica/Troll', 'Atlantic/Azores', 'Europe/London', 'Asia/Kolkata',
-      'Asia/Kathmandu', 'Australia/Adelaide',
+      'America/Chicago',
+      'America/New_York',
+      'America/Denver',
+      'America/Los_Angeles',
+      'America/Anchorage',
+      'America/Adak',
+      'Pacific/Honolulu',
+      'America/St_Johns',
+      'America/Halifax',
+      'America/Regina',
+      'America/Phoenix',
+      'America/Hermosillo',
+      'America/Mazatlan',
+      'America/Mexico_City',
+      'America/Tijuana',
+      'America/Whitehorse',
+      'America/Dawson',
+      'America/Puerto_Rico',
+      'America/Miquelon',
+      'Etc/GMT+5',
+      'UTC',
+      'Etc/UTC',
+      'Africa/Abidjan',
+      'Antarctica/Troll',
+      'Atlantic/Azores',
+      'Europe/London',
+      'Asia/Kolkata',
+      'Asia/Kathmandu',
+      'Australia/Adelaide',
     ];
     for (const zone of zones) {
       for (let m = 0; m < 12; m++) {
@@ -256,8 +277,6 @@ describe('output always fits the shared schema', () => {
     for (const bad of [...refused, 'GMT', 'GMT+1', 'utc+0', 'UTC+15', '']) {
       expect(timeZoneOffsetSchema.safeParse(bad).success, bad).toBe(false);
     }
-    expect(timeZoneOffsetSchema.safeParse('UTC').error?.issues[0].message).toBe(
-      'expected UTC<sign><hours>[:minutes], e.g. UTC-5 or UTC-3:30',
-    );
+    expect(timeZoneOffsetSchema.safeParse('UTC').error?.issues[0].message).toBe('expected UTC<sign><hours>[:minutes], e.g. UTC-5 or UTC-3:30');
   });
 });

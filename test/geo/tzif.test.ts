@@ -23,11 +23,30 @@ const longOffset = (zone: string) => new Intl.DateTimeFormat('en-US', { timeZone
 const ZONES = Intl.supportedValuesOf('timeZone').filter((z) => loadZone(z) !== undefined);
 
 const NORTH_AMERICA = [
-  'America/Chicago', 'America/New_York', 'America/Denver', 'America/Los_Angeles', 'America/Phoenix',
-  'America/Anchorage', 'America/Adak', 'Pacific/Honolulu', 'America/Halifax', 'America/St_Johns',
-  'America/Regina', 'America/Winnipeg', 'America/Toronto', 'America/Vancouver', 'America/Edmonton',
-  'America/Mexico_City', 'America/Tijuana', 'America/Hermosillo', 'America/Indiana/Indianapolis',
-  'America/Kentucky/Louisville', 'America/Boise', 'America/Havana', 'America/Goose_Bay', 'America/Whitehorse',
+  'America/Chicago',
+  'America/New_York',
+  'America/Denver',
+  'America/Los_Angeles',
+  'America/Phoenix',
+  'America/Anchorage',
+  'America/Adak',
+  'Pacific/Honolulu',
+  'America/Halifax',
+  'America/St_Johns',
+  'America/Regina',
+  'America/Winnipeg',
+  'America/Toronto',
+  'America/Vancouver',
+  'America/Edmonton',
+  'America/Mexico_City',
+  'America/Tijuana',
+  'America/Hermosillo',
+  'America/Indiana/Indianapolis',
+  'America/Kentucky/Louisville',
+  'America/Boise',
+  'America/Havana',
+  'America/Goose_Bay',
+  'America/Whitehorse',
 ];
 
 describe('zoneinfo rules against Intl (the same tz database, read two ways)', () => {
@@ -222,7 +241,10 @@ function tzif(version: 1 | 2, transitions: number[], idx: number[], types: Array
 }
 
 describe('TZif files', () => {
-  const types: Array<[number, number, number]> = [[-21600, 0, 0], [-18000, 1, 4]];
+  const types: Array<[number, number, number]> = [
+    [-21600, 0, 0],
+    [-18000, 1, 4],
+  ];
   const chars = 'CST\0CDT\0';
   const t1 = Date.UTC(2030, 2, 10, 8) / 1000;
   const t2 = Date.UTC(2030, 10, 3, 7) / 1000;

@@ -20,8 +20,7 @@ const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', '
 // `America/Chicago  Sun Mar  8 07:59:59 2026 UT = Sun Mar  8 01:59:59 2026 CST isdst=0 gmtoff=-21600`
 const LINE = /^(\S+)\s+\w{3} (\w{3})\s+(\d+) (\d\d:\d\d:\d\d) (\d{4}) UT = \w{3} (\w{3})\s+(\d+) (\d\d:\d\d:\d\d) (\d{4}) (\S+) isdst=(\d) gmtoff=(-?\d+)$/;
 
-const ymd = (year: string, mon: string, day: string) =>
-  `${year}-${String(MONTHS.indexOf(mon) + 1).padStart(2, '0')}-${day.padStart(2, '0')}`;
+const ymd = (year: string, mon: string, day: string) => `${year}-${String(MONTHS.indexOf(mon) + 1).padStart(2, '0')}-${day.padStart(2, '0')}`;
 
 /**
  * Every line of `zdump -v -c FROM,TO` for the zones, in zdump's order: two lines per change of

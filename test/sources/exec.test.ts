@@ -121,10 +121,7 @@ describe('exec source', () => {
     cleanup.push(t.cleanup);
     const pidFile = join(t.dir, 'helper.pid');
     const rec = recorder();
-    const src = new ExecSource(
-      cfg({ command: `${process.execPath} -e 'setInterval(() => {}, 1000)' & echo $! > "$PID_FILE"; exit 0`, env: { PID_FILE: pidFile }, stop_timeout_s: 1 }),
-      rec.ctx,
-    );
+    const src = new ExecSource(cfg({ command: `${process.execPath} -e 'setInterval(() => {}, 1000)' & echo $! > "$PID_FILE"; exit 0`, env: { PID_FILE: pidFile }, stop_timeout_s: 1 }), rec.ctx);
     cleanup.push(() => src.stop());
     await src.start();
     await waitFor(() => src.health().counters.starts >= 2, 5000, 'a restart');
@@ -158,9 +155,13 @@ describe('exec source', () => {
     await src.stop();
     expect(alive(pid)).toBe(false);
     // Handles are released as their close events run, not by a deadline.
-    await waitFor(() => {
-      const after = activeResources();
-      return (after.ProcessWrap ?? 0) <= (before.ProcessWrap ?? 0) && (after.Timeout ?? 0) <= (before.Timeout ?? 0) && (after.PipeWrap ?? 0) <= (before.PipeWrap ?? 0);
-    }, 5000, 'no process, pipe or timer left');
+    await waitFor(
+      () => {
+        const after = activeResources();
+        return (after.ProcessWrap ?? 0) <= (before.ProcessWrap ?? 0) && (after.Timeout ?? 0) <= (before.Timeout ?? 0) && (after.PipeWrap ?? 0) <= (before.PipeWrap ?? 0);
+      },
+      5000,
+      'no process, pipe or timer left',
+    );
   });
 });

@@ -8,14 +8,15 @@ import type { Reading } from '../../src/sources/types.js';
 import { waitFor } from '../helpers.js';
 import { activeResources, freePort, NMEA_LOG, recorder, requireGpsd, sleep, startGpsd, startPty, stopProcess, type Pty } from './support.js';
 
-const cfg = (extra: Record<string, unknown>) =>
-  gpsdSourceSchema.parse({ type: 'gpsd', resource_id: 'TRUCK-1', reconnect_initial_s: 0.05, reconnect_max_s: 0.2, ...extra });
+const cfg = (extra: Record<string, unknown>) => gpsdSourceSchema.parse({ type: 'gpsd', resource_id: 'TRUCK-1', reconnect_initial_s: 0.05, reconnect_max_s: 0.2, ...extra });
 
 /** The fixture decoded independently, by time: what gpsd must report. */
 function expectedFixes(): Map<number, Reading> {
   const out = new Map<number, Reading>();
   const d = new NmeaDecoder('TRUCK-1', { reading: (r) => out.set(r.timeMs, r), reject: () => undefined });
-  readFileSync(NMEA_LOG, 'utf8').split('\n').forEach((l, i) => d.line(l, i + 1));
+  readFileSync(NMEA_LOG, 'utf8')
+    .split('\n')
+    .forEach((l, i) => d.line(l, i + 1));
   d.flush();
   return out;
 }
@@ -159,9 +160,7 @@ describe('gpsd source on bad input', () => {
     await waitFor(() => rec.readings.length === 1, 10_000, 'the good report');
 
     expect(peer.watches).toEqual(['?WATCH={"enable":true,"json":true,"device":"/dev/ttyUSB0"}']);
-    expect(rec.readings).toEqual([
-      { resourceId: 'TRUCK-1', timeMs: Date.parse('2026-01-15T12:00:04.250Z'), lat: 39.768, lon: -86.158, speed: 12.5, heading: 181.5 },
-    ]);
+    expect(rec.readings).toEqual([{ resourceId: 'TRUCK-1', timeMs: Date.parse('2026-01-15T12:00:04.250Z'), lat: 39.768, lon: -86.158, speed: 12.5, heading: 181.5 }]);
     expect(rec.rejects).toEqual([
       expect.stringMatching(/^line 2: not JSON: "\\u0000/),
       expect.stringMatching(/^line 3: not JSON: "{\\"class\\":\\"TPV\\",\\"mode\\":3,\\"lat\\":NaN/),

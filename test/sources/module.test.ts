@@ -68,10 +68,7 @@ describe('module source', () => {
 
   it('validates what a module emits, keeps only reading fields, and counts it all itself', async () => {
     const rec = recorder();
-    const src = new ModuleSource(
-      moduleSourceSchema.parse({ type: 'module', path: 'test/fixtures/sources/counting-source.mjs', options: { resource_id: 'REEFER-3', every_ms: 10 } }),
-      rec.ctx,
-    );
+    const src = new ModuleSource(moduleSourceSchema.parse({ type: 'module', path: 'test/fixtures/sources/counting-source.mjs', options: { resource_id: 'REEFER-3', every_ms: 10 } }), rec.ctx);
     expect(src.file).toBe(join(FIXTURES, 'sources', 'counting-source.mjs')); // relative to the working directory
     cleanup.push(() => src.stop());
     await src.start();
@@ -79,12 +76,7 @@ describe('module source', () => {
     await src.stop();
     expect(rec.readings[0]).toEqual({ resourceId: 'REEFER-3', timeMs: Date.parse('2026-01-15T12:00:01Z'), temperatureC: -17.9 });
     expect(rec.readings.every((r) => !('secret' in r))).toBe(true);
-    expect(rec.rejects.slice(0, 4)).toEqual([
-      'latitude: out of range (200)',
-      'temperature: out of range (NaN)',
-      'emit: expected a reading object, got null',
-      'frame 5: bad CRC from the controller',
-    ]);
+    expect(rec.rejects.slice(0, 4)).toEqual(['latitude: out of range (200)', 'temperature: out of range (NaN)', 'emit: expected a reading object, got null', 'frame 5: bad CRC from the controller']);
     // The module claims 999999 readings; the agent reports what it counted.
     const h = src.health();
     expect(h).toMatchObject({ readings: rec.readings.length, rejected: 4 });
@@ -97,10 +89,7 @@ describe('module source', () => {
     await expect(missing.start()).rejects.toThrow(/^module source \/nonexistent\/plugin\.js: cannot load \/nonexistent\/plugin\.js: /);
     expect(missing.health()).toMatchObject({ healthy: false, detail: expect.stringContaining('cannot load') });
     await expect(make(join(FIXTURES, 'sources', 'no-start.mjs')).start()).rejects.toThrow(/must return an object with start\(\) and stop\(\)$/);
-    const failing = new ModuleSource(
-      moduleSourceSchema.parse({ type: 'module', path: join(FIXTURES, 'sources', 'fails-to-start.mjs'), options: { port: '/dev/ttyS1' } }),
-      recorder().ctx,
-    );
+    const failing = new ModuleSource(moduleSourceSchema.parse({ type: 'module', path: join(FIXTURES, 'sources', 'fails-to-start.mjs'), options: { port: '/dev/ttyS1' } }), recorder().ctx);
     await expect(failing.start()).rejects.toThrow('no reefer controller on /dev/ttyS1');
     expect(failing.health()).toMatchObject({ healthy: false, detail: 'no reefer controller on /dev/ttyS1' });
   });

@@ -9,8 +9,7 @@ import type { Reading } from '../../src/sources/types.js';
 import { tempDir, waitFor } from '../helpers.js';
 import { NMEA_LOG, recorder, sleep, startPty, stopProcess } from './support.js';
 
-const cfg = (extra: Record<string, unknown>) =>
-  nmeaSourceSchema.parse({ type: 'nmea', resource_id: 'TRUCK-1', reopen_initial_s: 0.05, reopen_max_s: 0.2, ...extra });
+const cfg = (extra: Record<string, unknown>) => nmeaSourceSchema.parse({ type: 'nmea', resource_id: 'TRUCK-1', reopen_initial_s: 0.05, reopen_max_s: 0.2, ...extra });
 
 /** A sentence with a correct checksum. */
 const sentence = (body: string) => `$${body}*${nmeaChecksum(body)}`;
@@ -41,7 +40,7 @@ describe('NMEA decoding', () => {
     const { readings, rejects, d } = decode(readFileSync(NMEA_LOG, 'utf8').split('\n'));
     expect(rejects).toEqual([]);
     expect(readings).toHaveLength(60);
-    expect(readings[0]).toEqual({ resourceId: 'TRUCK-1', timeMs: Date.parse('2025-06-15T14:30:03Z'), lat: 39.767789, lon: -86.157900, speed: 25.002, heading: 160 });
+    expect(readings[0]).toEqual({ resourceId: 'TRUCK-1', timeMs: Date.parse('2025-06-15T14:30:03Z'), lat: 39.767789, lon: -86.1579, speed: 25.002, heading: 160 });
     expect(readings[59].timeMs).toBe(Date.parse('2025-06-15T14:31:02Z'));
     // 10 epochs without time, 23 with time but no fix; none without a date (RMC V carries it).
     expect(d.counters).toMatchObject({ noFix: 33, noDate: 0, badChecksum: 0, malformed: 0 });

@@ -31,8 +31,7 @@ function replace(id: string, text: string | Buffer): void {
   renameSync(join(tree.dir, id, 'w1_slave.new'), join(tree.dir, id, 'w1_slave'));
 }
 
-const cfg = (extra: Record<string, unknown> = {}) =>
-  onewireSourceSchema.parse({ type: 'onewire', sysfs_root: tree.dir, interval_s: 0.05, sensors: { [A]: 'TRAILER-1', [B]: 'TRAILER-2' }, ...extra });
+const cfg = (extra: Record<string, unknown> = {}) => onewireSourceSchema.parse({ type: 'onewire', sysfs_root: tree.dir, interval_s: 0.05, sensors: { [A]: 'TRAILER-1', [B]: 'TRAILER-2' }, ...extra });
 
 describe('1-Wire parsing', () => {
   it('reads w1_slave only when the CRC line says YES', () => {

@@ -143,8 +143,7 @@ describe('reconnector', () => {
       noDataTimeoutS: 2,
       openTimeout: true,
       peer: 'gpsd at 10.0.0.1:2947',
-      open: (signal) =>
-        new Promise((_resolve, reject) => signal.addEventListener('abort', () => (aborted.push(Date.now()), reject(new Error('aborted'))))),
+      open: (signal) => new Promise((_resolve, reject) => signal.addEventListener('abort', () => (aborted.push(Date.now()), reject(new Error('aborted'))))),
     });
     const t0 = Date.now();
     void r.start();

@@ -10,7 +10,7 @@ export function addDemoCommand(program: Command): void {
     .command('demo')
     .description('start the sandbox and the agent in one process with the simulator at high speed; show traces and milestones arriving')
     .option('--time-scale <n>', 'simulated seconds per real second', '400')
-    .option('--keep', 'keep the demo\'s buffer directory instead of deleting it')
+    .option('--keep', "keep the demo's buffer directory instead of deleting it")
     .action(async (opts: { timeScale: string; keep?: boolean }) => {
       const { runDemo } = await import('../../demo.js');
       const ok = await runDemo({ timeScale: Number(opts.timeScale), keep: opts.keep ?? false });

@@ -17,7 +17,7 @@ export function addLoadCommand(program: Command): void {
     .argument('<loadNumber>', 'the load number the service knows; must match api.load_number_pattern (default ^[A-Za-z0-9-]{1,35}$)')
     .requiredOption('-r, --resource <id>', 'resourceId the readings are tagged with')
     .option('-t, --resource-type <type>', `resourceType sent with traces: ${RESOURCE_TYPES.join(', ')}`, 'Truck')
-    .option('-s, --stops <file>', 'JSON file with the load\'s stops (see config/stops.example.json)')
+    .option('-s, --stops <file>', "JSON file with the load's stops (see config/stops.example.json)")
     .addOption(configOption())
     .action((loadNumber: string, opts: { resource: string; resourceType: string; stops?: string; config?: string }) => {
       const resourceType = resourceTypeOf(opts.resourceType);
@@ -25,9 +25,7 @@ export function addLoadCommand(program: Command): void {
       const stops = opts.stops ? readStopsFile(opts.stops) : [];
       const loaded = load(opts.config);
       checkLoadNumber(loadNumber, loaded.config);
-      const row = withStore(loaded, (store) =>
-        store.startLoad({ loadNumber, resourceId: opts.resource, resourceType, stops, nowMs: Date.now() }),
-      );
+      const row = withStore(loaded, (store) => store.startLoad({ loadNumber, resourceId: opts.resource, resourceType, stops, nowMs: Date.now() }));
       out(`load ${row.loadNumber} started on ${row.resourceId} (${row.resourceType}) with ${row.stops.length} stop(s)`);
     });
   loadCmd

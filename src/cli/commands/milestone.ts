@@ -34,7 +34,8 @@ any, it goes without a city and state, in this device's zone (a warning says so)
     )
     .action(
       (opts: { load?: string; code?: string; reason?: string; stop?: string; time?: string; lat?: string; lon?: string; city?: string; state?: string; force?: boolean; json?: boolean; config?: string }) => {
-        if (!opts.load || !opts.code) throw new CliError(`required option${!opts.load && !opts.code ? 's' : ''} ${[!opts.load && '--load', !opts.code && '--code'].filter(Boolean).join(' and ')} not specified`, EXIT.USAGE);
+        if (!opts.load || !opts.code)
+          throw new CliError(`required option${!opts.load && !opts.code ? 's' : ''} ${[!opts.load && '--load', !opts.code && '--code'].filter(Boolean).join(' and ')} not specified`, EXIT.USAGE);
         const stop = opts.stop === undefined ? undefined : parseIntArg(opts.stop, '--stop');
         if ((opts.lat === undefined) !== (opts.lon === undefined)) throw new CliError('--lat and --lon go together', EXIT.USAGE);
         const lat = opts.lat === undefined ? undefined : parseCoordinate(opts.lat, '--lat', 90);
@@ -109,9 +110,7 @@ any, it goes without a city and state, in this device's zone (a warning says so)
       for (const m of rows) {
         const time = String((m.body.time as { dateTime?: string }).dateTime);
         const answer = m.lastStatus === null ? (m.lastError ? m.lastError : '-') : `HTTP ${m.lastStatus}${m.lastError ? ` ${m.lastError.replace(/\s+/g, ' ').slice(0, 80)}` : ''}`;
-        out(
-          `${m.id}\t${m.code}\tstop ${m.stop ?? '-'}\t${time}\t${m.origin ?? 'earlier version'}\t${state(m)}\t${m.attempts} attempt(s)\t${answer}\tcorrelation ${m.correlationId ?? '-'}`,
-        );
+        out(`${m.id}\t${m.code}\tstop ${m.stop ?? '-'}\t${time}\t${m.origin ?? 'earlier version'}\t${state(m)}\t${m.attempts} attempt(s)\t${answer}\tcorrelation ${m.correlationId ?? '-'}`);
       }
     });
 }

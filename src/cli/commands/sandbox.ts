@@ -21,7 +21,10 @@ export function addSandboxCommand(program: Command): void {
     .option('--retry-after <value>', 'Retry-After sent with 429 (seconds or HTTP date)', '1')
     .option('--reject-load <loadNumber...>', 'answer 400 to bodies for these loads')
     .option('--max-traces <n>', 'answer 413 to trace requests with more traces than this', '0')
-    .option('--strict', 'also refuse (400) what the deployed service is reported to: dateTime not UTC YYYY-MM-DDTHH:MM:SSZ, no top-level "source", a loadNumber outside --load-number-pattern (default ^[A-Za-z0-9-]{1,35}$)')
+    .option(
+      '--strict',
+      'also refuse (400) what the deployed service is reported to: dateTime not UTC YYYY-MM-DDTHH:MM:SSZ, no top-level "source", a loadNumber outside --load-number-pattern (default ^[A-Za-z0-9-]{1,35}$)',
+    )
     .option('--load-number-pattern <regex>', 'refuse (400) a loadNumber this regular expression does not match as a whole (also without --strict)')
     .option('-q, --quiet', 'do not print a line per request')
     .action(async (opts: Record<string, string | string[] | boolean | undefined>) => {

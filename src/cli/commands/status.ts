@@ -15,9 +15,7 @@ export function addStatusCommand(program: Command): void {
     .option('--json', 'machine-readable output')
     .action((opts: { config?: string; json?: boolean }) => {
       const loaded = load(opts.config);
-      const report = withStore(loaded, (store) =>
-        buildStatus(store, { deviceId: loaded.deviceId, configFile: loaded.file, buffer: loaded.config.buffer.path }),
-      );
+      const report = withStore(loaded, (store) => buildStatus(store, { deviceId: loaded.deviceId, configFile: loaded.file, buffer: loaded.config.buffer.path }));
       out(opts.json ? JSON.stringify(report, null, 2) : formatStatus(report));
       if (!report.daemon.running) process.exitCode = EXIT.NOT_RUNNING;
     });
