@@ -8,7 +8,7 @@ import { ApiClient } from './api/client.js';
 import { enforceBounds } from './buffer/bounds.js';
 import { Ingest, type IngestOptions } from './buffer/ingest.js';
 import { BufferLock } from './buffer/lock.js';
-import { openBuffer } from './buffer/recover.js';
+import { corruptWhileRunning, openBuffer } from './buffer/recover.js';
 import type { Store } from './buffer/store.js';
 import { TrustedClock } from './clock.js';
 import { keyFileWarning, type KeyLookup, type LoadedConfig } from './config/load.js';
@@ -16,15 +16,14 @@ import { planReload, type ReloadResult } from './config/reload.js';
 import type { Config } from './config/schema.js';
 import { splayMs, TraceSchedule } from './delivery/schedule.js';
 import { Sender } from './delivery/sender.js';
-import { BufferError, isCorruption } from './errors.js';
+import { type BufferError, isCorruption } from './errors.js';
 import { ruleSourceOf, systemZone } from './geo/timezone.js';
 import { zoneinfoDir } from './geo/tzif.js';
 import { HealthServer } from './health.js';
 import { addSecret } from './log.js';
 import { MilestoneDetector } from './milestones/detector.js';
-import { createSource, sourceName } from './sources/index.js';
-import { systemClockUnset } from './sources/time-guard.js';
-import type { Source, SourceContext } from './sources/types.js';
+import { RunningSources, type SourceFactory } from './sources/running.js';
+import type { Source } from './sources/types.js';
 import { DAEMON_STATE_KEY, type DaemonState } from './daemon-state.js';
 
 export { DAEMON_STATE_KEY, type DaemonState };
@@ -35,7 +34,7 @@ export { splayMs };
 
 export interface AgentOptions {
   /** Sources built by the caller (the demo's simulator, tests); used instead of the config's. */
-  sources?: (ctx: { intake(name: string): SourceContext; log: Logger }) => Source[];
+  sources?: SourceFactory;
   /** How often the daemon state is written for `status`, ms. */
   stateIntervalMs?: number;
   /** Told when the agent cannot go on (a buffer found corrupt while running): the caller exits. */
@@ -47,7 +46,7 @@ export class Agent {
   ingest!: Ingest;
   sender!: Sender;
   client!: ApiClient;
-  sources: Source[] = [];
+  private running!: RunningSources;
   readonly clock: TrustedClock;
   private lock: BufferLock | undefined;
   private boundsTimer: NodeJS.Timeout | undefined;
@@ -58,7 +57,6 @@ export class Agent {
   healthPort: number | undefined;
   private healthListen = '';
   private lastSenderState = '';
-  private timeCounts = new Map<Source, { timeRejected: number }>();
   private lastStateWriteMs = 0;
   private stateWriteFailing = false;
   private reloading: Promise<unknown> = Promise.resolve();
@@ -78,6 +76,11 @@ export class Agent {
 
   get config(): Config {
     return this.loaded.config;
+  }
+
+  /** The sources running now. */
+  get sources(): Source[] {
+    return this.running?.list ?? [];
   }
 
   get startedAt(): number {
@@ -139,9 +142,10 @@ export class Agent {
       schedule: TraceSchedule.fromConfig(config.schedule, deviceId),
     });
 
-    this.sources = await this.makeSources();
+    this.running = new RunningSources(this.ingest, this.clock, this.log, this.opts.sources);
+    await this.running.build(config);
     this.ingest.start();
-    await this.startSources();
+    await this.running.start();
     this.sender.start();
     this.checkBounds();
     this.boundsTimer = setInterval(() => this.checkBounds(), 60_000);
@@ -187,18 +191,7 @@ export class Agent {
     this.fatal = true;
     // Kept in the state written at stop, so the next start checks the file (see lastStop).
     this.corruptFound = (err as Error).message;
-    const b = this.loaded.config.buffer;
-    const e = new BufferError(
-      'corrupt',
-      b.path,
-      `${b.path}: the buffer turned out corrupt while running (${(err as Error).message}). ${
-        b.on_corrupt === 'move-aside'
-          ? 'Restarting moves it aside (buffer.on_corrupt = "move-aside").'
-          : 'Set buffer.on_corrupt = "move-aside" or move it aside, then start again; copy what is readable back with telematics-agent buffer salvage.'
-      }`,
-    );
-    // move-aside: a restart (exit 1, Restart=on-failure) does the moving at open.
-    const fatal = b.on_corrupt === 'move-aside' ? Object.assign(new Error(e.message), { code: e.code }) : e;
+    const { error: e, fatal } = corruptWhileRunning(this.loaded.config.buffer, (err as Error).message);
     this.log.fatal({ err: e.message }, 'buffer corrupt; stopping');
     this.opts.onFatal?.(fatal);
   }
@@ -223,48 +216,6 @@ export class Agent {
       timeoutMs: config.api.timeout_s * 1000,
       extraFields: config.api.extra_fields,
     });
-  }
-
-  private async makeSources(): Promise<Source[]> {
-    const { config } = this.loaded;
-    if (this.opts.sources) return this.opts.sources({ intake: (name) => this.ingest.intake(name, this.log), log: this.log });
-    const time = { clock: this.clock, maxFutureS: config.sources_time.max_future_s, maxPastDays: config.sources_time.max_past_days };
-    if (systemClockUnset(Date.now())) this.log.warn('system clock is before 2025 (no RTC or NTP yet): only readings with their own good time are kept');
-    this.timeCounts = new Map();
-    const made: Source[] = [];
-    for (const [i, cfg] of config.sources.entries()) {
-      const log = this.log.child({ component: 'source', source: sourceName(cfg, i) });
-      // The simulator's clock runs ahead of real time on purpose (time_scale): not judged.
-      const intake = this.ingest.intake(sourceName(cfg, i), log, cfg.type === 'simulator' ? undefined : time);
-      const source = await createSource(cfg, intake);
-      // The source's own name (e.g. simulator:TRUCK-1) once it exists; the same in logs, rows and status.
-      intake.name = source.name;
-      log.setBindings({ source: source.name });
-      this.timeCounts.set(source, intake.counts);
-      made.push(source);
-    }
-    return made;
-  }
-
-  private async startSources(): Promise<void> {
-    for (const s of this.sources) {
-      try {
-        await s.start();
-      } catch (err) {
-        // One broken source must not keep the others (or delivery of what is buffered) down.
-        this.log.error({ source: s.name, err: (err as Error).message }, 'source failed to start');
-      }
-    }
-  }
-
-  private async stopSources(): Promise<void> {
-    for (const s of this.sources) {
-      try {
-        await s.stop();
-      } catch (err) {
-        this.log.warn({ source: s.name, err: (err as Error).message }, 'source did not stop cleanly');
-      }
-    }
   }
 
   private async startHealth(listen: string): Promise<void> {
@@ -343,9 +294,9 @@ export class Agent {
     this.sender.updateConfig(config, this.client);
     this.sender.schedule.reconfigure(config.schedule, this.loaded.deviceId);
     if (changed.some((p) => p === 'sources' || p.startsWith('sources_time.'))) {
-      await this.stopSources();
-      this.sources = await this.makeSources();
-      await this.startSources();
+      await this.running.stop();
+      await this.running.build(config);
+      await this.running.start();
     }
     if (config.health.listen !== this.healthListen) {
       await this.stopHealth();
@@ -404,7 +355,7 @@ export class Agent {
       keyOrigin: this.key.origin,
       sender: this.sender.status,
       ingest: this.ingest.stats,
-      sources: this.sources.map((s) => ({ name: s.name, type: s.type, ...s.health(), timeRejected: this.timeCounts.get(s)?.timeRejected ?? 0 })),
+      sources: this.running.states(),
       nextTracePushMs: this.sender.schedule.nextPushMs(),
       disk: disk ? { freeBytes: free === undefined || !Number.isFinite(free) ? null : free, reserve: disk.hasReserve(), reserveBytes: disk.plan.reserveBytes } : undefined,
       clockJump: this.clockJump,
@@ -435,7 +386,7 @@ export class Agent {
     this.sender.schedule.stop();
     clearInterval(this.stateTimer);
     clearInterval(this.boundsTimer);
-    await this.stopSources();
+    await this.running.stop();
     this.ingest.stop();
     await this.sender.stop();
     this.writeState(false);

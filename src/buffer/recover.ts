@@ -71,3 +71,23 @@ function lastStop(path: string): 'clean' | 'unclean' | 'corrupt' {
     store?.close();
   }
 }
+
+/**
+ * The buffer turned out corrupt while the daemon ran: the error to log, and the one the
+ * daemon exits with. With `on_corrupt = "move-aside"` that is a plain failure (exit 1,
+ * Restart=on-failure), and the restart does the moving at open; otherwise the BufferError
+ * (exit 65, which the unit does not restart on).
+ */
+export function corruptWhileRunning(b: BufferConfig, message: string): { error: BufferError; fatal: Error } {
+  const error = new BufferError(
+    'corrupt',
+    b.path,
+    `${b.path}: the buffer turned out corrupt while running (${message}). ${
+      b.on_corrupt === 'move-aside'
+        ? 'Restarting moves it aside (buffer.on_corrupt = "move-aside").'
+        : 'Set buffer.on_corrupt = "move-aside" or move it aside, then start again; copy what is readable back with telematics-agent buffer salvage.'
+    }`,
+  );
+  const fatal = b.on_corrupt === 'move-aside' ? Object.assign(new Error(error.message), { code: error.code }) : error;
+  return { error, fatal };
+}
