@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { chownSync, mkdirSync, statSync, truncateSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -7,7 +8,7 @@ import { Ingest } from '../src/buffer/ingest.js';
 import { MIGRATIONS, SCHEMA_VERSION, migrate, openDatabase } from '../src/buffer/db.js';
 import { Store } from '../src/buffer/store.js';
 import { createLogger } from '../src/log.js';
-import { agentConfig, runCli, tempDir } from './helpers.js';
+import { agentConfig, ROOT, runCli, tempDir } from './helpers.js';
 
 let tmp: ReturnType<typeof tempDir>;
 let path: string;
@@ -251,6 +252,33 @@ describe('readings', () => {
     expect(again.counts().readings).toBe(5);
     expect(again.db.prepare('SELECT source FROM readings ORDER BY id').pluck().all()).toEqual(['gps', 'reefer', null, 'gps', null]);
     again.close();
+  });
+});
+
+describe('beside another writer', () => {
+  it('dead-letter retry waits for a writer that holds the lock, then sees what it wrote (no SQLITE_BUSY)', async () => {
+    const store = Store.open(path);
+    store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
+    store.insertReadings([reading(1)]);
+    const [id] = [...store.iterateReadings('L1')].map((r) => r.id);
+    store.parkReading(id, 'L1', 400, 'refused', {}, 1);
+    // Another process (the daemon) takes the write lock, writes, and commits 300 ms later.
+    const child = spawn(
+      process.execPath,
+      [
+        '-e',
+        `const db = new (require('better-sqlite3'))(${JSON.stringify(path)}); db.exec('BEGIN IMMEDIATE'); db.prepare('UPDATE loads SET last_sample_ms = 7').run(); process.stdout.write('locked\\n'); setTimeout(() => { db.exec('COMMIT'); db.close(); }, 300);`,
+      ],
+      { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    const exited = new Promise((r) => child.on('exit', r));
+    await new Promise<void>((r) => child.stdout.on('data', (d: Buffer) => d.toString().includes('locked') && r()));
+    // Synchronous: blocks until the lock is free (busy_timeout), then reads and writes.
+    expect(store.retryDeadLetters('all')).toBe(1);
+    expect(store.listDeadLetters()).toEqual([]);
+    expect(store.getLoad('L1')?.lastSampleMs).toBe(7);
+    await exited;
+    store.close();
   });
 });
 

@@ -139,7 +139,7 @@ describe('daemon under faults', () => {
     expect((await runCli(['dead-letter', 'retry', '--config', cfg])).code).toBe(64);
     sandbox.setFaults({ rejectTraceRefs: [] });
     const retry = await runCli(['dead-letter', 'retry', '--id', '1', '--config', cfg]);
-    expect(retry.stdout).toBe('1 dead letter(s) put back in the queue\n');
+    expect(retry.stdout, retry.stderr).toBe('1 dead letter(s) put back in the queue\n');
     await waitFor(() => sandbox.stats.tracePoints === 10, 10_000, 'the retried point delivered');
     expect((await runCli(['dead-letter', 'list', '--config', cfg])).stdout).toBe('no dead letters\n');
     await d.stop('SIGTERM');

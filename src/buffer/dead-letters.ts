@@ -69,14 +69,21 @@ export class DeadLetters {
    * Returns how many were put back.
    */
   retryDeadLetters(ids: number[] | 'all'): number {
-    return this.db.transaction(() => {
-      const rows = (ids === 'all' ? this.db.prepare('SELECT * FROM dead_letters').all() : ids.map((id) => this.db.prepare('SELECT * FROM dead_letters WHERE id = ?').get(id)).filter(Boolean)) as RawDeadLetter[];
-      for (const r of rows) {
-        if (r.kind === 'milestone') this.db.prepare('UPDATE milestones SET parked_ms = NULL, last_error = NULL WHERE id = ?').run(r.record_id);
-        else this.db.prepare(`UPDATE readings SET state = ${ReadingState.RETRY} WHERE id = ?`).run(r.record_id);
-        this.db.prepare('DELETE FROM dead_letters WHERE id = ?').run(r.id);
-      }
-      return rows.length;
-    })();
+    return this.db
+      .transaction(() => {
+        const rows = (
+          ids === 'all' ? this.db.prepare('SELECT * FROM dead_letters').all() : ids.map((id) => this.db.prepare('SELECT * FROM dead_letters WHERE id = ?').get(id)).filter(Boolean)
+        ) as RawDeadLetter[];
+        for (const r of rows) {
+          if (r.kind === 'milestone') this.db.prepare('UPDATE milestones SET parked_ms = NULL, last_error = NULL WHERE id = ?').run(r.record_id);
+          else this.db.prepare(`UPDATE readings SET state = ${ReadingState.RETRY} WHERE id = ?`).run(r.record_id);
+          this.db.prepare('DELETE FROM dead_letters WHERE id = ?').run(r.id);
+        }
+        return rows.length;
+        // IMMEDIATE: the CLI reads, then writes, beside a daemon that commits all the time; a
+        // deferred transaction whose snapshot the daemon moved on failed at once with
+        // SQLITE_BUSY instead of waiting for the lock.
+      })
+      .immediate();
   }
 }
