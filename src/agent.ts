@@ -5,13 +5,14 @@
  */
 import type { Logger } from 'pino';
 import { ApiClient } from './api/client.js';
+import { addProxySecrets, proxyInUse } from './api/transport.js';
 import { enforceBounds } from './buffer/bounds.js';
 import { Ingest, type IngestOptions } from './buffer/ingest.js';
 import { BufferLock } from './buffer/lock.js';
 import { corruptWhileRunning, openBuffer } from './buffer/recover.js';
 import type { Store } from './buffer/store.js';
 import { TrustedClock } from './clock.js';
-import { keyFileWarning, type KeyLookup, type LoadedConfig } from './config/load.js';
+import { keyFileWarning, type KeyLookup, type LoadedConfig, resolveCa } from './config/load.js';
 import { planReload, type ReloadResult } from './config/reload.js';
 import type { Config } from './config/schema.js';
 import { splayMs, TraceSchedule } from './delivery/schedule.js';
@@ -95,8 +96,11 @@ export class Agent {
   async start(): Promise<void> {
     const { config, deviceId } = this.loaded;
     addSecret(this.key.key);
+    addProxySecrets(this.loaded.config.api.proxy);
     const warning = keyFileWarning(this.key);
     if (warning) this.log.warn(`subscription key: ${warning}`);
+    // Before anything is opened: an api.ca_file that cannot be used stops the start here.
+    this.client = this.makeClient(this.loaded, this.key);
     // The lock before the buffer: a second daemon must not even open (or move aside) it.
     if (config.buffer.path !== ':memory:') this.lock = BufferLock.acquire(config.buffer.path);
     try {
@@ -127,7 +131,6 @@ export class Agent {
       this.clock.noteCommitted(newest);
       detector.process(batch);
     });
-    this.client = this.makeClient();
     this.sender = new Sender({
       store: this.store,
       client: this.client,
@@ -170,6 +173,7 @@ export class Agent {
         health: this.healthPort,
         buffer: config.buffer.path,
         keyOrigin: this.key.origin,
+        proxy: proxyInUse(new URL(config.api.base_url), config.api.proxy),
         sources: this.sources.map((s) => s.name),
         traces: config.schedule.traces,
         splayMs: splayMs(deviceId, config.schedule.splay_s),
@@ -205,16 +209,20 @@ export class Agent {
     };
   }
 
-  private makeClient(): ApiClient {
-    const { config } = this.loaded;
+  /** A client for `loaded`'s [api] (throws a ConfigError when api.ca_file cannot be used). */
+  private makeClient(loaded: LoadedConfig, key: KeyLookup): ApiClient {
+    const { api } = loaded.config;
     return new ApiClient({
-      baseUrl: config.api.base_url,
-      milestonePath: config.api.milestone_path,
-      tracePath: config.api.trace_path,
-      scac: config.api.scac,
-      subscriptionKey: this.key.key,
-      timeoutMs: config.api.timeout_s * 1000,
-      extraFields: config.api.extra_fields,
+      baseUrl: api.base_url,
+      milestonePath: api.milestone_path,
+      tracePath: api.trace_path,
+      scac: api.scac,
+      subscriptionKey: key.key,
+      timeoutMs: api.timeout_s * 1000,
+      connectTimeoutMs: api.connect_timeout_s * 1000,
+      proxy: api.proxy,
+      ca: resolveCa(loaded),
+      extraFields: api.extra_fields,
     });
   }
 
@@ -277,9 +285,13 @@ export class Agent {
   private async reloadNow(next: LoadedConfig, key: KeyLookup): Promise<ReloadResult> {
     const old = this.loaded.config;
     const { changed, applied, needsRestart, config } = planReload(old, this.loaded.deviceId, next.config, next.deviceId);
-    this.loaded = { ...next, config, deviceId: this.loaded.deviceId };
+    const loaded = { ...next, config, deviceId: this.loaded.deviceId };
+    // First, so that an api.ca_file that cannot be used refuses the reload with nothing changed.
+    const client = this.makeClient(loaded, key);
+    this.loaded = loaded;
     this.key = key;
     addSecret(key.key);
+    addProxySecrets(config.api.proxy);
     const warning = keyFileWarning(key);
     if (warning) this.log.warn(`subscription key: ${warning}`);
     this.log.level = config.log.level;
@@ -290,7 +302,7 @@ export class Agent {
     });
     this.ingest.configure(this.ingestOptions(config));
     const oldClient = this.client;
-    this.client = this.makeClient();
+    this.client = client;
     this.sender.updateConfig(config, this.client);
     this.sender.schedule.reconfigure(config.schedule, this.loaded.deviceId);
     if (changed.some((p) => p === 'sources' || p.startsWith('sources_time.'))) {
@@ -328,6 +340,10 @@ export class Agent {
       'health.listen': this.healthListen,
       'health.port': this.healthPort,
       'api.base_url': this.client.baseUrl,
+      'api.timeout_s': this.client.transport.timeoutMs / 1000,
+      'api.connect_timeout_s': this.client.transport.connectTimeoutMs / 1000,
+      'api.proxy': this.client.transport.proxy,
+      'api.private_ca': this.client.transport.privateCa,
       'log.level': this.log.level,
       'schedule.traces': this.sender.schedule.expression,
       sources: this.sources.map((s) => s.name),

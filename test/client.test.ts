@@ -158,6 +158,15 @@ describe('ApiClient', () => {
     client = undefined;
   });
 
+  it('sends one request after another on one kept-alive connection', async () => {
+    let connections = 0;
+    const url = await serve((req, res) => void readBody(req).then(() => res.writeHead(200).end('{}')));
+    server!.on('connection', () => (connections += 1));
+    const c = makeClient(url);
+    for (let i = 0; i < 5; i++) expect(await c.postTraces({ n: i }, `k${i}`)).toMatchObject({ kind: 'response', status: 200 });
+    expect(connections).toBe(1);
+  });
+
   it('reports a refused connection as a network error', async () => {
     const url = await serve(() => undefined);
     await new Promise<void>((r) => server!.close(() => r()));

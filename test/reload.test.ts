@@ -13,6 +13,7 @@ import { configSchema, restartSettings, type Config } from '../src/config/schema
 import { createLogger } from '../src/log.js';
 import { Sandbox } from '../src/sandbox/server.js';
 import { startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile, agentConfig } from './helpers.js';
+import { makePki } from './pki.js';
 
 let tmp: ReturnType<typeof tempDir>;
 let sandbox: Sandbox;
@@ -54,6 +55,9 @@ function configs(url: string): { a: Config; b: Config } {
       subscription_key_file: join(tmp.dir, 'key-b'),
       subscription_key: 'other-inline-key',
       timeout_s: 7,
+      connect_timeout_s: 3,
+      proxy: 'direct',
+      ca_file: makePki(tmp.dir).caFile,
       date_time_format: 'utc',
       temperature_unit: 'F',
       extra_fields: { source: 'carrier' },
@@ -168,6 +172,10 @@ describe('reload (SIGHUP)', () => {
       'privacy.record_without_load': true,
       'delivery.poll_interval_ms': 333,
       'api.base_url': b.api.base_url,
+      'api.timeout_s': 7,
+      'api.connect_timeout_s': 3,
+      'api.proxy': 'direct',
+      'api.private_ca': true,
       'log.level': 'debug',
       'schedule.traces': '*/5 * * * *',
       sources: ['src-b'],

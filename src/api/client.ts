@@ -1,23 +1,25 @@
 /**
  * The HTTP side of interface E. One POST per call; the caller decides what a status means.
+ * Sent with undici through one dispatcher per client (./transport.ts: keep-alive, timeouts,
+ * proxy, private CA).
  *
  * Redirects are never followed: the subscription key travels in a header, and a 3xx to
- * another host would hand it over (node:http never follows one by itself). The key never
- * appears in an error we produce.
- *
- * Built on node:http/https rather than an HTTP library: the agent sends one request at a
- * time, and a library's import alone cost about 10 MB of RSS on a 512 MB device.
+ * another host would hand it over (undici's request follows none unless told to). The key
+ * never appears in an error we produce.
  */
-import type { Agent as HttpAgent, IncomingMessage } from 'node:http';
-import { Agent as PlainAgent, request as plainRequest } from 'node:http';
+import { subscribe } from 'node:diagnostics_channel';
+import { type Dispatcher, errors, request } from 'undici';
+import { createDispatcher, redactProxy, type TransportOptions } from './transport.js';
 
-export interface ApiClientOptions {
+export interface ApiClientOptions extends Omit<TransportOptions, 'timeoutMs' | 'connectTimeoutMs'> {
   baseUrl: string;
   milestonePath: string;
   tracePath: string;
   scac: string;
   subscriptionKey: string;
-  /** No byte sent or received for this long (connect, upload, waiting for the answer, body): give up. */
+  /** Giving up on a connection (name lookup, TCP and TLS handshakes) after this long, ms (10 s when not said). */
+  connectTimeoutMs?: number;
+  /** The answer's headers not there this long after the request began, or its body silent this long: give up. */
   timeoutMs: number;
   extraFields?: Record<string, string | number | boolean>;
 }
@@ -35,10 +37,23 @@ export type PostOutcome =
     }
   | { kind: 'network'; error: string; code?: string; durationMs: number };
 
+/**
+ * Whether each request went out on a connection that had carried one before: undici tells
+ * (on its diagnostics channel) which socket a request's headers were written to, and the
+ * Idempotency-Key names the request. Read by the resend rule in postNow.
+ */
+const requestsOnSocket = new WeakMap<object, number>();
+const reusedWatch = new Map<string, boolean>();
+subscribe('undici:client:sendHeaders', (message) => {
+  const { headers, socket } = message as { headers: string; socket: object };
+  const n = (requestsOnSocket.get(socket) ?? 0) + 1;
+  requestsOnSocket.set(socket, n);
+  const key = /\r\nidempotency-key: ([^\r]*)/i.exec(headers)?.[1];
+  if (key !== undefined && reusedWatch.has(key)) reusedWatch.set(key, n > 1);
+});
+
 /** What is kept of a response body: all of a service's answer for a dead letter, never a 10 MB page. */
 export const MAX_BODY_CHARS = 65_536;
-
-type RequestFn = typeof plainRequest;
 
 export class ApiClient {
   private readonly opts: Omit<ApiClientOptions, 'subscriptionKey'>;
@@ -47,7 +62,7 @@ export class ApiClient {
    * enumerable property, and `JSON.stringify(client)` or a log line `{ client }` printed it.
    */
   readonly #key: string;
-  private transport: Promise<{ agent: HttpAgent; request: RequestFn }> | undefined;
+  private dispatcher: Dispatcher | undefined;
   /** Requests under way: close() lets them finish (a reload must not cut one off and send it twice). */
   private readonly inFlight = new Set<Promise<PostOutcome>>();
   private closing = false;
@@ -60,6 +75,15 @@ export class ApiClient {
 
   get extraFields(): Record<string, string | number | boolean> {
     return this.opts.extraFields ?? {};
+  }
+
+  private get connectTimeoutMs(): number {
+    return this.opts.connectTimeoutMs ?? 10_000;
+  }
+
+  /** What the connections run with (for a reload's check): timeouts in ms, the proxy, whether a private CA is trusted. */
+  get transport(): { timeoutMs: number; connectTimeoutMs: number; proxy: string | undefined; privateCa: boolean } {
+    return { timeoutMs: this.opts.timeoutMs, connectTimeoutMs: this.connectTimeoutMs, proxy: this.opts.proxy && redactProxy(this.opts.proxy), privateCa: Boolean(this.opts.ca) };
   }
 
   get baseUrl(): string {
@@ -108,102 +132,103 @@ export class ApiClient {
     const payload = typeof body === 'string' ? body : JSON.stringify(body);
     try {
       const url = this.urlFor(path);
-      const { agent, request } = await this.connection(url);
+      if (url.protocol !== 'http:' && url.protocol !== 'https:') throw Object.assign(new Error(`api.base_url: unsupported protocol ${url.protocol}`), { code: 'EPROTO' });
       let outcome: Omit<Extract<PostOutcome, { kind: 'response' }>, 'durationMs'>;
+      const watch = idempotencyKey !== undefined && !reusedWatch.has(idempotencyKey) ? idempotencyKey : undefined;
+      if (watch !== undefined) reusedWatch.set(watch, false);
       try {
-        outcome = await this.send(request, agent, url, payload, idempotencyKey, signal);
+        outcome = await this.send(url, payload, idempotencyKey, signal);
       } catch (err) {
         // A kept-alive connection the server closed as we reused it: usually its idle timeout
         // fired just then and the request never arrived, so it goes once more at once, on a
         // new connection, not after a backoff. If the server did read it, the same
-        // Idempotency-Key makes the copy harmless.
-        if (this.closing || !(err as { reusedSocket?: boolean }).reusedSocket || (err as { code?: string }).code !== 'ECONNRESET') throw err;
-        outcome = await this.send(request, agent, url, payload, idempotencyKey, signal);
+        // Idempotency-Key makes the copy harmless. A fresh connection that fails is not
+        // sent on again (the backoff decides).
+        const reused = watch !== undefined && reusedWatch.get(watch) === true;
+        if (this.closing || !reused || !(err instanceof errors.SocketError)) throw err;
+        outcome = await this.send(url, payload, idempotencyKey, signal);
+      } finally {
+        if (watch !== undefined) reusedWatch.delete(watch);
       }
       return { ...outcome, durationMs: performance.now() - started };
     } catch (err) {
-      const e = err as Error & { code?: string };
-      return { kind: 'network', error: e.message, code: e.code, durationMs: performance.now() - started };
+      return { kind: 'network', ...this.networkError(err as Error & { code?: string }), durationMs: performance.now() - started };
     }
   }
 
-  /** One keep-alive agent per client; TLS is loaded only when the base URL needs it. */
-  private connection(url: URL): Promise<{ agent: HttpAgent; request: RequestFn }> {
-    this.transport ??= (async () => {
-      // Idle connections are closed after 30 s, sooner when the server's Keep-Alive says so.
-      const options = { keepAlive: true, maxSockets: 4, timeout: 30_000 };
-      if (url.protocol === 'https:') {
-        const https = await import('node:https');
-        return { agent: new https.Agent(options), request: https.request as RequestFn };
-      }
-      if (url.protocol !== 'http:') throw new Error(`api.base_url: unsupported protocol ${url.protocol}`);
-      return { agent: new PlainAgent(options), request: plainRequest };
-    })();
-    return this.transport;
+  /** undici's errors in the words (and codes) the rest of the agent and its operators read. */
+  private networkError(e: Error & { code?: string; cause?: unknown }): { error: string; code?: string } {
+    const cause = e.cause as (Error & { code?: string }) | undefined;
+    switch (e.code) {
+      case 'UND_ERR_CONNECT_TIMEOUT':
+        return { error: `could not connect within ${this.connectTimeoutMs} ms`, code: 'ETIMEDOUT' };
+      case 'UND_ERR_HEADERS_TIMEOUT':
+        return { error: `no answer within ${this.opts.timeoutMs} ms`, code: 'ETIMEDOUT' };
+      case 'UND_ERR_BODY_TIMEOUT':
+        return { error: `the answer stopped for ${this.opts.timeoutMs} ms`, code: 'ETIMEDOUT' };
+      case 'UND_ERR_SOCKET':
+        return { error: `connection closed before the answer (${e.message})`, code: 'ECONNRESET' };
+    }
+    // A proxy that refused the tunnel, or could not reach the service.
+    if (e.name === 'RequestAbortedError' && cause) return this.networkError(cause);
+    if (/^Proxy response|proxy/i.test(e.message) && !e.code?.startsWith('E')) return { error: `proxy: ${e.message.replace(/\/\/[^@/]*@/g, '//')}`, code: 'EPROXY' };
+    const code = e.code ?? cause?.code;
+    if (code && TLS_CODES.has(code)) {
+      const hint = this.opts.ca ? 'api.ca_file does not hold the CA that signed it' : 'if a proxy or TLS inspection signs it, set api.ca_file to its CA';
+      return { error: `TLS: the service's certificate could not be verified (${e.message}); ${hint}`, code };
+    }
+    const proxy = this.opts.proxy && this.opts.proxy !== 'direct' ? redactProxy(this.opts.proxy) : undefined;
+    return { error: proxy ? `${e.message} (through proxy ${proxy})` : e.message, code };
   }
 
-  private send(
-    request: RequestFn,
-    agent: HttpAgent,
-    url: URL,
-    payload: string,
-    idempotencyKey: string | undefined,
-    signal: AbortSignal | undefined,
-  ): Promise<Omit<Extract<PostOutcome, { kind: 'response' }>, 'durationMs'>> {
-    return new Promise((resolve, reject) => {
-      const req = request(url, {
-        method: 'POST',
-        agent,
-        signal,
-        // Inactivity, not the whole exchange, from the name lookup and connect on: a 2G link
-        // may take a minute to upload a chunk while bytes keep moving; a silent peer is
-        // given up after timeoutMs.
-        timeout: this.opts.timeoutMs,
-        headers: { ...this.#headers(idempotencyKey), 'Content-Length': String(Buffer.byteLength(payload)) },
-      });
-      const fail = (err: Error & { code?: string; reusedSocket?: boolean }) => {
-        err.reusedSocket = req.reusedSocket;
-        reject(err);
-      };
-      req.on('timeout', () => {
-        req.destroy(Object.assign(new Error(`no traffic for ${this.opts.timeoutMs} ms`), { code: 'ETIMEDOUT' }));
-      });
-      req.on('error', fail);
-      req.on('response', (res: IncomingMessage) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (chunk: string) => {
-          // Read to the end (so the connection can be reused) but keep only the start.
-          if (text.length <= MAX_BODY_CHARS) text += chunk;
-        });
-        res.on('error', fail);
-        res.on('end', () => {
-          const header = (name: string) => {
-            const v = res.headers[name];
-            return Array.isArray(v) ? v[0] : v;
-          };
-          const headers: Record<string, string> = {};
-          for (const [name, v] of Object.entries(res.headers)) if (v !== undefined) headers[name] = Array.isArray(v) ? v.join(', ') : v;
-          resolve({
-            kind: 'response',
-            status: res.statusCode ?? 0,
-            body: text.length > MAX_BODY_CHARS ? `${text.slice(0, MAX_BODY_CHARS)}...` : text,
-            retryAfter: header('retry-after'),
-            location: header('location'),
-            headers,
-          });
-        });
-      });
-      req.end(payload);
+  private async send(url: URL, payload: string, idempotencyKey: string | undefined, signal: AbortSignal | undefined): Promise<Omit<Extract<PostOutcome, { kind: 'response' }>, 'durationMs'>> {
+    this.dispatcher ??= createDispatcher({ ...this.opts, connectTimeoutMs: this.connectTimeoutMs });
+    const res = await request(url, {
+      method: 'POST',
+      dispatcher: this.dispatcher,
+      signal,
+      headers: { ...this.#headers(idempotencyKey), 'Content-Length': String(Buffer.byteLength(payload)) },
+      body: payload,
     });
+    let text = '';
+    res.body.setEncoding('utf8');
+    // Read to the end (so the connection can be reused) but keep only the start.
+    for await (const chunk of res.body as AsyncIterable<string>) if (text.length <= MAX_BODY_CHARS) text += chunk;
+    const headers: Record<string, string> = {};
+    for (const [name, v] of Object.entries(res.headers)) if (v !== undefined) headers[name] = Array.isArray(v) ? v.join(', ') : v;
+    const first = (name: string) => {
+      const v = res.headers[name];
+      return Array.isArray(v) ? v[0] : v;
+    };
+    return {
+      kind: 'response',
+      status: res.statusCode,
+      body: text.length > MAX_BODY_CHARS ? `${text.slice(0, MAX_BODY_CHARS)}...` : text,
+      retryAfter: first('retry-after'),
+      location: first('location'),
+      headers,
+    };
   }
 
-  /** Let requests under way finish (each bounded by timeoutMs), then close the connections. */
+  /** Let requests under way finish (each bounded by the timeouts), then close the connections. */
   async close(): Promise<void> {
     this.closing = true;
     await Promise.allSettled([...this.inFlight]);
-    const t = this.transport;
-    this.transport = undefined;
-    if (t) (await t.catch(() => undefined))?.agent.destroy();
+    const d = this.dispatcher;
+    this.dispatcher = undefined;
+    await d?.close().catch(() => undefined);
   }
 }
+
+/** Node's codes for a certificate that does not verify. */
+const TLS_CODES = new Set([
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'CERT_HAS_EXPIRED',
+  'CERT_NOT_YET_VALID',
+  'CERT_UNTRUSTED',
+  'ERR_TLS_CERT_ALTNAME_INVALID',
+]);

@@ -11,6 +11,7 @@ import { EXIT } from '../cli/exit.js';
 import { AgentError } from '../errors.js';
 import { check, problemLine } from '../validation.js';
 import { configSchema, type Config } from './schema.js';
+import { readCaFile } from '../api/transport.js';
 
 export const DEFAULT_CONFIG_PATH = '/etc/telematics-agent/agent.toml';
 export const CONFIG_ENV = 'TELEMATICS_AGENT_CONFIG';
@@ -78,6 +79,7 @@ function absolutise(config: Config, baseDir: string): Config {
   const abs = (p: string) => (isAbsolute(p) || p === ':memory:' ? p : resolve(baseDir, p));
   config.buffer.path = abs(config.buffer.path);
   if (config.api.subscription_key_file) config.api.subscription_key_file = abs(config.api.subscription_key_file);
+  if (config.api.ca_file) config.api.ca_file = abs(config.api.ca_file);
   for (const s of config.sources) {
     if (s.type === 'simulator' && !s.route.startsWith('builtin:')) s.route = abs(s.route);
     if (s.type === 'nmea') s.device = abs(s.device);
@@ -137,6 +139,20 @@ export function keyFileWarning(key: KeyLookup): string | undefined {
     // Read a moment ago; gone now: nothing to warn about.
   }
   return undefined;
+}
+
+/**
+ * The private CA of api.ca_file, read and checked (undefined when none is set). A ConfigError
+ * naming api.ca_file when it cannot be used: the daemon refuses to start, a reload is refused.
+ */
+export function resolveCa(loaded: LoadedConfig): string | undefined {
+  const path = loaded.config.api.ca_file;
+  if (!path) return undefined;
+  try {
+    return readCaFile(path);
+  } catch (err) {
+    throw new ConfigError(loaded.file, [`api.ca_file: ${(err as Error).message}`]);
+  }
 }
 
 export interface KeyLookup {

@@ -46,7 +46,17 @@ export const configSchema = z
       subscription_key_file: z.string().min(1).optional(),
       /** Inline key: allowed, warned about (config files get copied around). */
       subscription_key: z.string().min(1).optional(),
+      /** The answer's headers not there this long after the request began, or its body silent this long: the request failed. */
       timeout_s: z.number().positive().max(600).default(30),
+      /** Giving up on a connection (name lookup, TCP and TLS handshakes) after this long. */
+      connect_timeout_s: z.number().positive().max(600).default(10),
+      /**
+       * The HTTP(S) proxy for the service: unset, HTTPS_PROXY / HTTP_PROXY / NO_PROXY from
+       * the environment; "direct", none whatever the environment says.
+       */
+      proxy: z.union([z.literal('direct'), z.url({ protocol: /^https?$/, error: 'expected "direct" or an http:// or https:// proxy URL' })]).optional(),
+      /** PEM file of a private CA trusted besides the public ones (a proxy inspecting TLS). */
+      ca_file: z.string().min(1).optional(),
       /** `local`: the spec's local time with offset; `utc`: `YYYY-MM-DDTHH:MM:SSZ`. */
       date_time_format: z.enum(['local', 'utc']).default('local'),
       /** unitOfMeasure of trace temperatures; readings are converted. */

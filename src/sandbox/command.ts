@@ -14,15 +14,18 @@ function num(value: unknown, what: string, max = Number.MAX_SAFE_INTEGER): numbe
   return n;
 }
 
+/** The contents of a file an option names; a usage error naming the option when it cannot be read. */
+function readOption(file: string, option: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new CliError(`${option}: cannot read ${file} (${(e as NodeJS.ErrnoException).code})`, EXIT.USAGE);
+  }
+}
+
 export async function runSandboxCommand(opts: Record<string, string | string[] | boolean | undefined>): Promise<void> {
   let key = typeof opts.key === 'string' ? opts.key : undefined;
-  if (typeof opts.keyFile === 'string') {
-    try {
-      key = readFileSync(opts.keyFile, 'utf8').trim();
-    } catch (e) {
-      throw new CliError(`--key-file: cannot read ${opts.keyFile} (${(e as NodeJS.ErrnoException).code})`, EXIT.USAGE);
-    }
-  }
+  if (typeof opts.keyFile === 'string') key = readOption(opts.keyFile, '--key-file').trim();
   if (!key) throw new CliError('give the subscription key to accept with --key or --key-file', EXIT.USAGE);
   const strict = opts.strict === true;
   const loadNumberPattern = typeof opts.loadNumberPattern === 'string' ? opts.loadNumberPattern : undefined;
@@ -33,7 +36,10 @@ export async function runSandboxCommand(opts: Record<string, string | string[] |
       throw new CliError(`--load-number-pattern: expected a regular expression, got ${JSON.stringify(loadNumberPattern)} (${(e as Error).message})`, EXIT.USAGE);
     }
   }
+  if ((typeof opts.tlsCert === 'string') !== (typeof opts.tlsKey === 'string')) throw new CliError('--tls-cert and --tls-key go together', EXIT.USAGE);
+  const tls = typeof opts.tlsCert === 'string' ? { cert: readOption(opts.tlsCert, '--tls-cert'), key: readOption(String(opts.tlsKey), '--tls-key') } : undefined;
   const sandbox = new Sandbox({
+    tls,
     key,
     scac: String(opts.scac),
     strict,

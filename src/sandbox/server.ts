@@ -12,58 +12,14 @@
  */
 import { appendFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { milestoneBodySchema, traceBodySchema, type MilestoneBody, type TraceBody } from '../api/schemas.js';
 import { check, problemLine } from '../validation.js';
+import { type Faults, NO_FAULTS } from './faults.js';
 import { ruleProblems, sandboxRules, type Rules } from './rules.js';
 
-export interface Faults {
-  /** Extra delay before answering, ms. */
-  latencyMs: number;
-  /** Share of requests answered 503 (0..1). */
-  failureRate: number;
-  /** Share of requests whose connection is destroyed without an answer (0..1). */
-  dropRate: number;
-  /** The next N requests are answered 503. */
-  failNext: number;
-  /** The next N requests get their connection dropped after the body was read (a lost response). */
-  dropNext: number;
-  /** The next N accepted requests are recorded, then their connection dropped: the answer is lost. */
-  loseResponseNext: number;
-  /** The next N requests are answered 429 with Retry-After. */
-  throttleNext: number;
-  /** Every Nth request (counting all) is answered 429; 0 = never. */
-  throttleEvery: number;
-  /** Retry-After value sent with 429 (seconds, or an HTTP date string). */
-  retryAfter: string;
-  /** Answer every request with this status (e.g. 301, 401, 404) until cleared; 0 = off. */
-  forceStatus: number;
-  /** Location header sent with a forced 3xx. */
-  redirectTo: string;
-  /** 400 for bodies whose loadNumber is listed. */
-  rejectLoads: string[];
-  /** 400 for trace requests holding a trace with one of these reference values (e.g. a traceId). */
-  rejectTraceRefs: string[];
-  /** 413 when a trace request has more traces than this; 0 = no limit. */
-  maxTracesPerRequest: number;
-}
-
-export const NO_FAULTS: Faults = {
-  latencyMs: 0,
-  failureRate: 0,
-  dropRate: 0,
-  failNext: 0,
-  dropNext: 0,
-  loseResponseNext: 0,
-  throttleNext: 0,
-  throttleEvery: 0,
-  retryAfter: '1',
-  forceStatus: 0,
-  redirectTo: 'http://example.invalid/',
-  rejectLoads: [],
-  rejectTraceRefs: [],
-  maxTracesPerRequest: 0,
-};
+export { type Faults, NO_FAULTS } from './faults.js';
 
 export interface SandboxOptions {
   key: string;
@@ -93,6 +49,8 @@ export interface SandboxOptions {
   strict?: boolean;
   /** Regular expression every `loadNumber` must match as a whole; applies with or without `strict`. Invalid: the constructor throws SyntaxError. */
   loadNumberPattern?: string;
+  /** Serve HTTPS with this certificate and key (PEM), to rehearse a private CA (api.ca_file). */
+  tls?: { cert: string; key: string };
 }
 
 export interface SandboxEvent {
@@ -153,11 +111,12 @@ export class Sandbox {
   }
 
   async start(): Promise<{ port: number; url: string }> {
-    const server = createServer((req, res) => {
+    const handler = (req: IncomingMessage, res: ServerResponse) => {
       this.handle(req, res).catch((err) => {
         if (!res.headersSent) this.json(res, 500, { error: 'sandbox error', detail: (err as Error).message });
       });
-    });
+    };
+    const server = this.opts.tls ? createHttpsServer(this.opts.tls, handler) : createServer(handler);
     this.server = server;
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -173,7 +132,7 @@ export class Sandbox {
 
   get url(): string {
     const host = this.opts.host ?? '127.0.0.1';
-    return `http://${host.includes(':') ? `[${host}]` : host}:${this.port}`;
+    return `${this.opts.tls ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${this.port}`;
   }
 
   async stop(): Promise<void> {

@@ -26,6 +26,8 @@ export function addSandboxCommand(program: Command): void {
       'also refuse (400) what the deployed service is reported to: dateTime not UTC YYYY-MM-DDTHH:MM:SSZ, no top-level "source", a loadNumber outside --load-number-pattern (default ^[A-Za-z0-9-]{1,35}$)',
     )
     .option('--load-number-pattern <regex>', 'refuse (400) a loadNumber this regular expression does not match as a whole (also without --strict)')
+    .option('--tls-cert <file>', 'serve HTTPS with this certificate (PEM; with --tls-key), e.g. to try api.ca_file')
+    .option('--tls-key <file>', "the certificate's private key (PEM)")
     .option('-q, --quiet', 'do not print a line per request')
     .action(async (opts: Record<string, string | string[] | boolean | undefined>) => {
       const { runSandboxCommand } = await import('../../sandbox/command.js');

@@ -4,18 +4,20 @@
  */
 import type { Command } from 'commander';
 import { accessProblem } from '../../buffer/db.js';
-import { ConfigError, keyFileWarning, resolveSubscriptionKey } from '../../config/load.js';
+import { redactProxy } from '../../api/transport.js';
+import { ConfigError, keyFileWarning, resolveCa, resolveSubscriptionKey } from '../../config/load.js';
 import { configOption, err, load, out } from '../common.js';
 
 export function addValidateConfigCommand(program: Command): void {
   program
     .command('validate-config')
-    .description('check the config file (and that the subscription key can be read); print every problem, exit 78 if any')
+    .description('check the config file (and that the subscription key and api.ca_file can be read); print every problem, exit 78 if any')
     .addOption(configOption())
     .option('--json', 'print the effective configuration (defaults filled in, key omitted) as JSON')
     .action((opts: { config?: string; json?: boolean }) => {
       const loaded = load(opts.config);
       const key = resolveSubscriptionKey(loaded);
+      resolveCa(loaded);
       const keyWarning = keyFileWarning(key);
       if (keyWarning) err(`warning: subscription key: ${keyWarning}`);
       // What the daemon will need at start, checked as the user this runs as.
@@ -24,6 +26,7 @@ export function addValidateConfigCommand(program: Command): void {
       if (problem) throw new ConfigError(loaded.file, [`buffer.path: ${buffer}: ${problem}; the daemon could not open its buffer`]);
       if (opts.json) {
         const { subscription_key: _omit, ...api } = loaded.config.api;
+        if (api.proxy) api.proxy = redactProxy(api.proxy);
         out(JSON.stringify({ ...loaded.config, api, device_id: loaded.deviceId }, null, 2));
       } else {
         out(`${loaded.file}: ok (device ${loaded.deviceId}, ${loaded.config.sources.length} source(s), key from ${key.origin})`);
