@@ -8,6 +8,7 @@ import { ApiClient } from './api/client.js';
 import { addProxySecrets, proxyInUse } from './api/transport.js';
 import { enforceBounds } from './buffer/bounds.js';
 import { Ingest, type IngestOptions } from './buffer/ingest.js';
+import { ReserveKeeper } from './buffer/disk.js';
 import { BufferLock } from './buffer/lock.js';
 import { corruptWhileRunning, openBuffer } from './buffer/recover.js';
 import type { Store } from './buffer/store.js';
@@ -62,7 +63,7 @@ export class Agent {
   private stateWriteFailing = false;
   private reloading: Promise<unknown> = Promise.resolve();
   private clockJump: { ms: number; atMs: number } | undefined;
-  private reserveMissing = false;
+  private reserve!: ReserveKeeper;
   private fatal = false;
   private corruptFound: string | undefined;
 
@@ -95,10 +96,7 @@ export class Agent {
 
   async start(): Promise<void> {
     const { config, deviceId } = this.loaded;
-    addSecret(this.key.key);
-    addProxySecrets(this.loaded.config.api.proxy);
-    const warning = keyFileWarning(this.key);
-    if (warning) this.log.warn(`subscription key: ${warning}`);
+    this.takeSecrets(this.key, config);
     // Before anything is opened: an api.ca_file that cannot be used stops the start here.
     this.client = this.makeClient(this.loaded, this.key);
     // The lock before the buffer: a second daemon must not even open (or move aside) it.
@@ -109,12 +107,9 @@ export class Agent {
       this.lock?.release();
       throw err;
     }
-    this.store.onReserveReleased = () => {
-      this.reserveMissing = true;
-      this.log.error({ reserve: this.store.disk?.reserveFile }, 'disk full: the reserve was given up so delivery can acknowledge and purge; it is written again once there is room');
-    };
-    this.reserveMissing = !this.store.disk?.ensureReserve() && (this.store.disk?.plan.reserveBytes ?? 0) > 0;
-    if (this.reserveMissing) this.log.warn({ reserve: this.store.disk?.reserveFile, freeBytes: this.store.disk?.freeBytes() }, 'not enough room on the disk for the reserve; written once there is');
+    this.reserve = new ReserveKeeper(this.store.disk, this.log);
+    this.store.onReserveReleased = () => this.reserve.released();
+    this.reserve.start();
     this.clock.noteCommitted(this.store.newestReadingTime() ?? Number.NaN);
     this.ingest = new Ingest(this.store, this.ingestOptions(config), this.log.child({ component: 'buffer' }));
     this.ingest.onError = (err) => this.checkFatal(err);
@@ -157,7 +152,7 @@ export class Agent {
     // else every stateIntervalMs: few writes, because every write wears the flash.
     this.stateTimer = setInterval(() => {
       this.store.keepIdentityInWal();
-      this.keepReserve();
+      this.reserve.check();
       const sender = JSON.stringify(this.sender.status) + JSON.stringify(this.ingest.stats.trouble);
       if (sender !== this.lastSenderState || Date.now() - this.lastStateWriteMs >= (this.opts.stateIntervalMs ?? 15_000)) {
         this.lastSenderState = sender;
@@ -181,12 +176,9 @@ export class Agent {
       },
       'agent started',
     );
-    if (ruleSourceOf(zone) === 'intl') {
-      this.log.warn(
-        { timeZone: zone, zoneinfo: zoneinfoDir() },
-        "no zoneinfo file for the machine's zone (is tzdata installed?): time zones come from Node's ICU data instead, which costs about 8 MB more memory",
-      );
-    }
+    // The system's tzdata is the fresher one: Alberta on UTC-6 all year (Nov 2026) is not in Node 20's ICU.
+    const stale = "no zoneinfo file for the machine's zone (is tzdata installed?): time zones come from Node's ICU data instead, which may miss recent changes";
+    if (ruleSourceOf(zone) === 'intl') this.log.warn({ timeZone: zone, zoneinfo: zoneinfoDir() }, stale);
   }
 
   /** A failure delivery or ingest cannot get past (a corrupt buffer): stop, with the exit status it maps to. */
@@ -207,6 +199,14 @@ export class Agent {
       keepWithoutLoad: config.privacy.record_without_load,
       maxPending: config.buffer.max_pending,
     };
+  }
+
+  /** The key and any proxy password are scrubbed from logs from now on; a key file open to others is warned about. */
+  private takeSecrets(key: KeyLookup, config: Config): void {
+    addSecret(key.key);
+    addProxySecrets(config.api.proxy);
+    const warning = keyFileWarning(key);
+    if (warning) this.log.warn(`subscription key: ${warning}`);
   }
 
   /** A client for `loaded`'s [api] (throws a ConfigError when api.ca_file cannot be used). */
@@ -258,18 +258,6 @@ export class Agent {
   }
 
   /**
-   * Write the reserve again as soon as the file system has room for it (checked every
-   * second while it is missing: one statfs). Once a minute was too slow: a disk filled again
-   * within that minute found no reserve, and delivery could not acknowledge.
-   */
-  private keepReserve(): void {
-    if (this.reserveMissing && this.store.disk?.ensureReserve()) {
-      this.reserveMissing = false;
-      this.log.info({ reserve: this.store.disk.reserveFile }, 'the disk has room again: reserve written');
-    }
-  }
-
-  /**
    * Take a new config and key without losing anything buffered (SIGHUP). Every setting is
    * applied at once except those the schema marks as needing a restart (see
    * `restartSettings`), which keep their running value and are named in the result.
@@ -290,10 +278,7 @@ export class Agent {
     const client = this.makeClient(loaded, key);
     this.loaded = loaded;
     this.key = key;
-    addSecret(key.key);
-    addProxySecrets(config.api.proxy);
-    const warning = keyFileWarning(key);
-    if (warning) this.log.warn(`subscription key: ${warning}`);
+    this.takeSecrets(key, config);
     this.log.level = config.log.level;
     const b = config.buffer;
     this.store.tune({

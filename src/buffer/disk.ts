@@ -20,6 +20,7 @@ import { randomBytes } from 'node:crypto';
 import { closeSync, existsSync, fsyncSync, openSync, statfsSync, statSync, unlinkSync, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { keepOwner } from './db.js';
+import type { Logger } from 'pino';
 
 export interface DiskPlan {
   reserveBytes: number;
@@ -133,5 +134,38 @@ export class DiskRoom {
    */
   roomFor(bytes: number, freePageBytes: number): boolean {
     return freePageBytes >= 2 * bytes || this.freeBytes() - bytes >= this.plan.walLimitBytes;
+  }
+}
+
+/**
+ * Keeps the reserve in place for the daemon: says once when it cannot be written at start or
+ * was given up for delivery, and writes it again as soon as there is room (`check`, every
+ * second: one statfs while it is missing; once a minute was too slow, a disk filled again
+ * within that minute found no reserve and delivery could not acknowledge).
+ */
+export class ReserveKeeper {
+  private missing = false;
+
+  constructor(
+    private readonly disk: DiskRoom | undefined,
+    private readonly log: Logger,
+  ) {}
+
+  start(): void {
+    this.missing = !this.disk?.ensureReserve() && (this.disk?.plan.reserveBytes ?? 0) > 0;
+    if (this.missing) this.log.warn({ reserve: this.disk?.reserveFile, freeBytes: this.disk?.freeBytes() }, 'not enough room on the disk for the reserve; written once there is');
+  }
+
+  /** The store gave the reserve up so delivery could acknowledge and purge. */
+  released(): void {
+    this.missing = true;
+    this.log.error({ reserve: this.disk?.reserveFile }, 'disk full: the reserve was given up so delivery can acknowledge and purge; it is written again once there is room');
+  }
+
+  check(): void {
+    if (this.missing && this.disk?.ensureReserve()) {
+      this.missing = false;
+      this.log.info({ reserve: this.disk.reserveFile }, 'the disk has room again: reserve written');
+    }
   }
 }
