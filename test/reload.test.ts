@@ -84,6 +84,7 @@ function configs(url: string): { a: Config; b: Config } {
       poll_interval_ms: 333,
       retry_initial_s: 2,
       retry_max_s: 20,
+      reconnect_max_s: 7,
       retry_after_max_s: 200,
       auth_retry_s: 30,
       drain_interval_ms: 5,

@@ -161,7 +161,7 @@ export class ApiClient {
     const cause = e.cause as (Error & { code?: string }) | undefined;
     switch (e.code) {
       case 'UND_ERR_CONNECT_TIMEOUT':
-        return { error: `could not connect within ${this.connectTimeoutMs} ms`, code: 'ETIMEDOUT' };
+        return { error: `could not connect within ${this.connectTimeoutMs} ms`, code: e.code };
       case 'UND_ERR_HEADERS_TIMEOUT':
         return { error: `no answer within ${this.opts.timeoutMs} ms`, code: 'ETIMEDOUT' };
       case 'UND_ERR_BODY_TIMEOUT':

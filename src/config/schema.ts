@@ -150,6 +150,11 @@ export const configSchema = z
         poll_interval_ms: positiveInt.max(60_000).default(1000),
         retry_initial_s: z.number().positive().default(5),
         retry_max_s: z.number().positive().default(900),
+        /**
+         * Longest wait after a failure where no answer came (refused, reset, DNS, unreachable,
+         * connect timeout): a connection attempt costs the service nothing, and coverage may be back.
+         */
+        reconnect_max_s: z.number().positive().default(30),
         /** Longest wait a Retry-After may impose. */
         retry_after_max_s: z.number().positive().default(3600),
         /** Retry interval while the service refuses the key, SCAC or path (401/403/404). */

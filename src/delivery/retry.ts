@@ -1,8 +1,12 @@
 /**
  * When to try again after a failure, and what the failure means for the operator:
- * - network error, timeout, 408, 425, 429, 5xx: exponential backoff with full jitter
- *   (`delivery.retry_initial_s` to `retry_max_s`), or the service's Retry-After (capped at
- *   `retry_after_max_s`: a misconfigured proxy saying "a year" must not park us);
+ * - no answer at all (connection refused or reset, DNS, unreachable, connect timeout): the
+ *   same backoff, but never more than `delivery.reconnect_max_s` (30 s) apart, so a truck
+ *   back in coverage sends within seconds, not after the 15 minutes a long outage grew to;
+ * - an answer that says wait (timeout after the request went out, 408, 425, 429, 5xx):
+ *   exponential backoff with full jitter (`delivery.retry_initial_s` to `retry_max_s`), or the
+ *   service's Retry-After (capped at `retry_after_max_s`: a misconfigured proxy saying "a
+ *   year" must not park us);
  * - 3xx: never followed (the key would go to another host); retried with backoff, logged as
  *   a configuration problem;
  * - 401, 403, 404: the data is not at fault. Pause, retry every `auth_retry_s`, and resume at
@@ -13,6 +17,17 @@ import type { PostOutcome } from '../api/client.js';
 import type { Config } from '../config/schema.js';
 import { backoffMs, retryAfterMs, type OutcomeClass } from './classify.js';
 import type { SenderStatus } from './context.js';
+
+/**
+ * Failures where the service never saw the request, or cannot have answered: the network or
+ * the service's host is not there (yet). Retried at most `reconnect_max_s` apart.
+ */
+const NO_ANSWER_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'EHOSTDOWN', 'ENETUNREACH', 'ENETDOWN', 'ECONNABORTED', 'EPIPE', 'UND_ERR_CONNECT_TIMEOUT']);
+
+/** Whether a failure is one where no answer came (see NO_ANSWER_CODES). */
+export function isNoAnswer(outcome: PostOutcome): boolean {
+  return outcome.kind === 'network' && outcome.code !== undefined && NO_ANSWER_CODES.has(outcome.code);
+}
 
 /** The floor under a jittered delay, so a zero draw cannot turn into a tight loop. */
 const MIN_DELAY_MS = 250;
@@ -56,14 +71,14 @@ export class RetryPolicy {
           ? ' (api.base_url probably points at the wrong address; redirects are never followed so the key stays here)'
           : '';
     const retryAfter = outcome.kind === 'response' ? retryAfterMs(outcome.retryAfter, this.now()) : undefined;
-    this.schedule(cls, why + hint, retryAfter);
+    this.schedule(cls, why + hint, retryAfter, isNoAnswer(outcome));
     if (cls === 'auth') this.status.paused = `service refuses our credentials or address (${outcome.kind === 'response' ? `HTTP ${outcome.status}` : cls})`;
     const level = cls === 'auth' || cls === 'redirect' ? 'error' : 'warn';
     this.log()[level]({ ...context, class: cls, retryInMs: (this.status.nextAttemptMs ?? 0) - this.now() }, `delivery failed: ${why}${hint}`);
   }
 
-  /** Set the next attempt after a failure of this class (or the service's Retry-After). */
-  schedule(cls: OutcomeClass, why: string, retryAfter?: number): void {
+  /** Set the next attempt after a failure of this class (or the service's Retry-After); `noAnswer`: see isNoAnswer. */
+  schedule(cls: OutcomeClass, why: string, retryAfter?: number, noAnswer = false): void {
     const d = this.config().delivery;
     this.status.consecutiveFailures += 1;
     this.status.lastError = why;
@@ -76,7 +91,8 @@ export class RetryPolicy {
     } else if (retryAfter !== undefined) {
       delay = Math.max(MIN_DELAY_MS, Math.min(retryAfter, d.retry_after_max_s * 1000));
     } else {
-      delay = Math.max(MIN_DELAY_MS, backoffMs(this.status.consecutiveFailures - 1, d.retry_initial_s * 1000, d.retry_max_s * 1000, this.random));
+      const cap = noAnswer ? Math.min(d.retry_max_s, d.reconnect_max_s) : d.retry_max_s;
+      delay = Math.max(MIN_DELAY_MS, backoffMs(this.status.consecutiveFailures - 1, d.retry_initial_s * 1000, cap * 1000, this.random));
     }
     this.status.nextAttemptMs = this.now() + delay;
   }
