@@ -5,7 +5,7 @@ import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Ingest } from '../src/buffer/ingest.js';
-import { MIGRATIONS, SCHEMA_VERSION, migrate, openDatabase } from '../src/buffer/db.js';
+import { MIGRATIONS, migrate, openDatabase, PAGE_SIZE, SCHEMA_VERSION } from '../src/buffer/db.js';
 import { Store } from '../src/buffer/store.js';
 import { createLogger } from '../src/log.js';
 import { agentConfig, ROOT, runCli, tempDir } from './helpers.js';
@@ -94,6 +94,25 @@ describe('buffer file', () => {
     db.pragma(`user_version = ${SCHEMA_VERSION + 1}`);
     db.close();
     expect(() => openDatabase(path)).toThrow(/written by a newer version of telematics-agent \(buffer schema \d+; this version understands up to \d+\); nothing was changed/);
+  });
+});
+
+describe('page size', () => {
+  it('a new buffer has 1 KB pages (less flash per commit); one made with 4 KB pages keeps them and works', () => {
+    const store = Store.open(path);
+    expect(store.db.pragma('page_size', { simple: true })).toBe(PAGE_SIZE);
+    expect(PAGE_SIZE).toBe(1024);
+    store.close();
+    const old = join(tmp.dir, 'old.db');
+    const raw = new Database(old);
+    raw.pragma('page_size = 4096');
+    raw.exec('CREATE TABLE x (a)');
+    raw.close();
+    const again = Store.open(old);
+    expect(again.db.pragma('page_size', { simple: true })).toBe(4096);
+    again.insertReadings([reading(1)], true);
+    expect(again.counts().unassignedReadings).toBe(1);
+    again.close();
   });
 });
 

@@ -130,6 +130,9 @@ function explain(err: unknown, file: string): unknown {
  * out as a BufferError that names the file and what to do: corrupt, written by a newer
  * version, a WAL of another database, or not accessible to this user.
  */
+/** Page size of a new buffer, bytes. */
+export const PAGE_SIZE = 1024;
+
 export function openDatabase(path: string, opts: OpenOptions = {}): DB {
   const memory = path === ':memory:';
   try {
@@ -155,6 +158,11 @@ export function openDatabase(path: string, opts: OpenOptions = {}): DB {
       db.pragma('busy_timeout = 5000');
       if (opts.cacheKb !== undefined) db.pragma(`cache_size = -${Math.round(opts.cacheKb)}`);
       if (!opts.readonly) {
+        // A new buffer gets small pages: every commit rewrites whole pages in the WAL (the
+        // readings leaf, its index, the id sequence, the last fix), so at 1 Hz 1 KB pages
+        // wrote 2.1 KB of flash per reading where 4 KB pages wrote 4.5 KB. A buffer made
+        // before keeps its size (SQLite changes it only by rewriting the whole file).
+        if (header === 'empty' && !memory) db.pragma(`page_size = ${PAGE_SIZE}`);
         db.pragma('journal_mode = WAL');
         db.pragma(`synchronous = ${opts.synchronous ?? 'NORMAL'}`);
         if (opts.walLimitBytes !== undefined) {
