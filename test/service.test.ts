@@ -4,14 +4,14 @@
  * Needs systemd-analyze (Debian package `systemd`); without it these tests fail, not skip,
  * so CI cannot pass while never checking the unit.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { accessSync, chmodSync, constants, existsSync, lstatSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { EXIT } from '../src/cli/exit.js';
 import { CREDENTIAL_NAME, parseConfigText } from '../src/config/load.js';
 import { UNIT_TIMEOUT_STOP_S } from '../src/config/schema.js';
-import { BIN, ROOT, runCli, tempDir, writeFile } from './helpers.js';
+import { BIN, ROOT, runCli, tempDir, waitFor, writeFile } from './helpers.js';
 
 const UNIT_FILE = join(ROOT, 'systemd', 'telematics-agent.service');
 const INSTALL = join(ROOT, 'scripts', 'install.sh');
@@ -112,10 +112,26 @@ describe('systemd unit: what the agent relies on', () => {
 
   it('starts the installed binary with the default config path, as a static user', () => {
     expect(one('ExecStart')).toBe(`${EXEC_BIN} run --config /etc/telematics-agent/agent.toml`);
-    expect(one('ExecReload')).toBe('/bin/kill -HUP $MAINPID');
     expect(one('User')).toBe('telematics-agent');
     expect(unit.has('DynamicUser')).toBe(false);
     expect(one('WantedBy')).toBe('multi-user.target');
+  });
+
+  it("reloads with the shell's own kill, which a minimal image without procps still has", async () => {
+    expect(one('ExecReload')).toBe("/bin/sh -c 'kill -HUP $MAINPID'");
+    const script = /^\/bin\/sh -c '(.*)'$/.exec(one('ExecReload') ?? '')![1];
+    // A main process that says when SIGHUP arrives, and the reload run as systemd runs it:
+    // $MAINPID in the environment, and no PATH, so no /bin/kill can be found.
+    const main = spawn(process.execPath, ['-e', 'process.on("SIGHUP", () => { process.stdout.write("hup\\n"); process.exit(0); }); process.stdout.write("ready\\n"); setInterval(() => {}, 1000);'], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    main.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    await waitFor(() => out.includes('ready'), 10_000, 'the main process');
+    const reload = run('/bin/sh', ['-c', script], { env: { MAINPID: String(main.pid), PATH: '/nonexistent' } });
+    expect(reload.status, reload.stderr).toBe(0);
+    await waitFor(() => out.includes('hup'), 10_000, 'SIGHUP at the main process');
+    main.kill('SIGKILL');
   });
 
   it('is a notify service with a watchdog the agent feeds from its own process', () => {
