@@ -180,9 +180,10 @@ export class Agent {
     if (ruleSourceOf(zone) === 'intl') {
       this.log.warn(
         { timeZone: zone, zoneinfo: zoneinfoDir() },
-        "no zoneinfo file for the machine's zone (is tzdata installed?): time zones come from Node's ICU data instead, which costs about 8 MB more memory",
+        "no zoneinfo file for the machine's zone (is tzdata installed?): time zones come from Node's ICU data instead, which may be a tz release or more behind the system's",
       );
     }
+    if (this.sender.schedule.zoneProblem) this.log.warn({ timeZone: zone }, this.sender.schedule.zoneProblem);
   }
 
   /** A failure delivery or ingest cannot get past (a corrupt buffer): stop, with the exit status it maps to. */
