@@ -171,33 +171,23 @@ describe('CronSchedule', () => {
     schedule.stop();
   });
 
-  it('a step in the last milliseconds before a run reaches node-cron first: its burst of missed runs is one push', async () => {
+  it.each([
+    { what: 'the runs it reports missed', to: '2026-11-23T12:01:09.999Z', reported: 121, first: '2026-11-23T12:01:10.000Z' },
+    { what: 'the runs it reports missed and the one it runs', to: '2026-11-23T12:00:59.999Z', reported: 120, first: '2026-11-23T12:01:00.000Z' },
+  ])('a step in the last milliseconds before a run reaches node-cron first: $what are one push', async ({ to, reported, first }) => {
     const warn = vi.spyOn(console, 'warn');
     const { schedule, fired } = started('0 * * * * *', '2026-11-23T10:00:30Z');
     const missed = missedRuns();
-    // Past the guard's look at 10:00:59.998: two hours ahead, and node-cron wakes at 12:01:10.
+    // Just past the guard's look at 10:00:59.998, two hours ahead.
     await vi.advanceTimersByTimeAsync(29_999);
-    vi.setSystemTime(at('2026-11-23T12:01:09.999Z'));
+    vi.setSystemTime(at(to));
     await vi.advanceTimersByTimeAsync(1001);
-    expect(missed.n).toBe(121);
-    expect(fired).toEqual(['2026-11-23T12:01:10.000Z']);
-    await vi.advanceTimersByTimeAsync(50_000);
-    expect(fired).toEqual(['2026-11-23T12:01:10.000Z', '2026-11-23T12:02:00.000Z']);
+    expect(missed.n).toBe(reported);
+    expect(fired).toEqual([first]);
+    await vi.advanceTimersByTimeAsync(60_000);
+    expect(fired).toEqual([first, '2026-11-23T12:02:00.000Z']);
     // Listening to the missed runs also keeps node-cron's warning for each off the console.
     expect(warn).not.toHaveBeenCalled();
-    schedule.stop();
-  });
-
-  it("a step onto a run in its last milliseconds: node-cron's missed runs and that run are one push", async () => {
-    const { schedule, fired } = started('0 * * * * *', '2026-11-23T10:00:30Z');
-    const missed = missedRuns();
-    await vi.advanceTimersByTimeAsync(29_999);
-    vi.setSystemTime(at('2026-11-23T12:00:59.999Z'));
-    await vi.advanceTimersByTimeAsync(1001);
-    expect(missed.n).toBe(120);
-    expect(fired).toEqual(['2026-11-23T12:01:00.000Z']);
-    await vi.advanceTimersByTimeAsync(60_000);
-    expect(fired).toEqual(['2026-11-23T12:01:00.000Z', '2026-11-23T12:02:00.000Z']);
     schedule.stop();
   });
 
@@ -217,27 +207,30 @@ describe('CronSchedule', () => {
 describe('node-cron 4 alone (why src/cron.ts wraps it)', () => {
   fakeClocks();
 
-  it('after a forward step: no run for the skipped hours, each reported missed', async () => {
+  /** node-cron's own task, every minute at :00 (UTC), started at 10:00:30 and run once, at 10:01. */
+  async function ranOnce() {
     vi.setSystemTime(at('2026-11-23T10:00:30Z'));
     const ran: string[] = [];
-    let missed = 0;
+    const missed = { n: 0 };
     const task = createTask('0 * * * * *', () => void ran.push(new Date().toISOString()), { timezone: 'UTC' });
-    task.on('execution:missed', () => void missed++);
+    task.on('execution:missed', () => void missed.n++);
     task.start();
     await vi.advanceTimersByTimeAsync(30_000);
+    expect(ran).toEqual(['2026-11-23T10:01:00.000Z']);
+    return { task, ran, missed };
+  }
+
+  it('after a forward step: no run for the skipped hours, each reported missed', async () => {
+    const { task, ran, missed } = await ranOnce();
     vi.setSystemTime(at('2026-11-23T12:01:10Z'));
     await vi.advanceTimersByTimeAsync(60_000);
     // 10:02 to 12:02 (10 s late is past its 1 s tolerance): 121 missed, none run.
-    expect([ran, missed]).toEqual([['2026-11-23T10:01:00.000Z'], 121]);
+    expect([ran, missed.n]).toEqual([['2026-11-23T10:01:00.000Z'], 121]);
     task.destroy();
   });
 
   it('after a backward step: no run until the wall clock is back where it was', async () => {
-    vi.setSystemTime(at('2026-11-23T10:00:30Z'));
-    const ran: string[] = [];
-    const task = createTask('0 * * * * *', () => void ran.push(new Date().toISOString()), { timezone: 'UTC' });
-    task.start();
-    await vi.advanceTimersByTimeAsync(30_000);
+    const { task, ran } = await ranOnce();
     vi.setSystemTime(at('2026-11-23T07:01:10Z'));
     await vi.advanceTimersByTimeAsync(60_000);
     // It answers from the new clock, but its timer is aimed at 10:02:00.
