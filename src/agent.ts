@@ -28,11 +28,9 @@ import { RunningSources, type SourceFactory } from './sources/running.js';
 import type { Source } from './sources/types.js';
 import { DAEMON_STATE_KEY, type DaemonState } from './daemon-state.js';
 
-export { DAEMON_STATE_KEY, type DaemonState };
+export { DAEMON_STATE_KEY, type DaemonState, splayMs };
 export { changedSettings, type ReloadResult } from './config/reload.js';
 export { moveAside } from './buffer/recover.js';
-
-export { splayMs };
 
 export interface AgentOptions {
   /** Sources built by the caller (the demo's simulator, tests); used instead of the config's. */
@@ -179,6 +177,7 @@ export class Agent {
     // The system's tzdata is the fresher one: Alberta on UTC-6 all year (Nov 2026) is not in Node 20's ICU.
     const stale = "no zoneinfo file for the machine's zone (is tzdata installed?): time zones come from Node's ICU data instead, which may miss recent changes";
     if (ruleSourceOf(zone) === 'intl') this.log.warn({ timeZone: zone, zoneinfo: zoneinfoDir() }, stale);
+    if (this.sender.schedule.zoneProblem) this.log.warn({ timeZone: zone }, this.sender.schedule.zoneProblem);
   }
 
   /** A failure delivery or ingest cannot get past (a corrupt buffer): stop, with the exit status it maps to. */

@@ -1,42 +1,43 @@
 /**
- * Cron expressions for the trace schedule, in the machine's local time.
+ * The trace schedule's cron, on node-cron (v4), in the machine's local time, and what the
+ * agent wraps around it. Read in node-cron 4.6.0's source (dist/_shared.js: `Runner`,
+ * `planBeat`) and measured (test/cron.test.ts):
  *
- * - 5 fields (`minute hour day-of-month month day-of-week`) or 6 with seconds first.
- * - Each field: `*`, a value, a range `a-b`, a step `*\/n`, `a-b/n` or `a/n` (from a to the
- *   end), and lists of those separated by commas. Months may be `jan`-`dec`, weekdays `sun`-`sat`
- *   (0 and 7 are both Sunday). Case does not matter.
- * - As in Vixie cron, when both day fields are restricted (neither starts with `*`) a day
- *   matches either of them; `*\/2` in a day field is not a restriction in that sense.
- * - Local time comes from the zone's rules (zoneinfo, see `src/geo/timezone.ts`). A time that
- *   does not exist on a spring-forward day is skipped; one that happens twice on a fall-back
- *   day matches twice.
+ * - node-cron arms one timer for the next run it computed (at most 24 h ahead) and, when it
+ *   fires, walks from that planned run to the wall clock's now: every run more than 1 s late
+ *   is reported as `execution:missed` (with a console warning each unless someone listens) and
+ *   does not run. So a clock stepped forward (GPS or NTP setting it after boot, a resume from
+ *   suspend) gives no push for the hours it skipped, and 120 warnings for two hours of a
+ *   per-minute schedule; a stall of the event loop at a run's time skips the run. The walk
+ *   costs about 0.1 ms a skipped run (Intl calls): 31 days ahead on a per-second schedule
+ *   stall the event loop for minutes (systemd's watchdog kills the agent after 30 s).
+ * - Node's timers run on the monotonic clock, so a clock stepped back leaves the timer aimed at
+ *   the old wall time: no push until the wall clock gets there again (hours), while
+ *   `getNextRun()` already answers from the new clock.
+ * - Wrapped: a guard compares the wall clock with the monotonic clock at least once a minute
+ *   and just before each of node-cron's runs. After a step either way it restarts the task
+ *   from the new clock (node-cron then walks nothing) and owes one push if the step skipped a
+ *   run. A step in the last 2 ms before a run reaches node-cron first; the runs it then
+ *   reports missed, and those of a stalled event loop, are one push.
+ * - Local time is Intl's (ICU's rules). The wrapper names the machine's zone as the agent
+ *   reads it (`systemZone()`: TZ, /etc/localtime, /etc/timezone), so a TZ given as a file path
+ *   (which ICU reads as a fixed offset without DST) still follows the zone. A TZ that is a
+ *   POSIX rule (`CST6CDT,M3.2.0,M11.1.0`) is no zone name to Intl: node-cron then uses Intl's
+ *   default, UTC, and `zoneProblem` says so for the log. ICU's rules may be older than the
+ *   system's zoneinfo (Alberta on UTC-6 all year from November 2026 is in tzdata 2026f, not in
+ *   Node 20's 2025c): an expression with fixed hours follows ICU's hour there.
+ * - Not wrapped: a time a spring-forward change skips does not run that day; in the hour a
+ *   fall-back change repeats, node-cron runs only the first pass (a `*\/15` schedule has one
+ *   75-minute gap a year). Both day fields restricted means both must match (not Vixie's
+ *   either-one rule).
  *
- * Our own instead of a library's because the ones at hand compute local time through `Intl`,
- * which maps ~8 MB of ICU data into a daemon that otherwise never needs it.
+ * The expression grammar is node-cron's; the config schema refuses what it would refuse, with
+ * a message naming the field (`cronProblem`).
  */
+import { createTask, type ScheduledTask, validateDetailed } from 'node-cron';
 import { EXIT } from './cli/exit.js';
 import { AgentError } from './errors.js';
-import { systemZone, zoneOffsetMinutes } from './geo/timezone.js';
-
-interface Field {
-  name: string;
-  min: number;
-  max: number;
-  names?: readonly string[];
-}
-
-const SECOND: Field = { name: 'second', min: 0, max: 59 };
-const MINUTE: Field = { name: 'minute', min: 0, max: 59 };
-const HOUR: Field = { name: 'hour', min: 0, max: 23 };
-const DAY_OF_MONTH: Field = { name: 'day of month', min: 1, max: 31 };
-const MONTH: Field = { name: 'month', min: 1, max: 12, names: ['jan', 'feb', 'mar', 'apr', 'may', 'jun', 'jul', 'aug', 'sep', 'oct', 'nov', 'dec'] };
-const DAY_OF_WEEK: Field = { name: 'day of week', min: 0, max: 7, names: ['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat'] };
-
-/** Days in each month of a leap year: a day-of-month that fits in none of the months never comes. */
-const MAX_DAYS = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
-
-/** How far ahead `next` looks before it gives up (a leap day on a given weekday is within 28 years). */
-const HORIZON_S = 30 * 366 * 86_400;
+import { systemZone } from './geo/timezone.js';
 
 /**
  * A cron expression that cannot be parsed. The schema refuses one in the config first
@@ -47,213 +48,192 @@ export class CronError extends AgentError {
   readonly exitCode = EXIT.CONFIG;
 }
 
-export class Cron {
-  private constructor(
-    private readonly seconds: boolean[],
-    private readonly minutes: boolean[],
-    private readonly hours: boolean[],
-    private readonly days: boolean[],
-    private readonly months: boolean[],
-    private readonly weekdays: boolean[],
-    private readonly daysRestricted: boolean,
-    private readonly weekdaysRestricted: boolean,
-  ) {}
+/** node-cron's field keys: our name for each and its numeric range. */
+const FIELDS: Record<string, { name: string; min: number; max: number }> = {
+  second: { name: 'second', min: 0, max: 59 },
+  minute: { name: 'minute', min: 0, max: 59 },
+  hour: { name: 'hour', min: 0, max: 23 },
+  dayOfMonth: { name: 'day of month', min: 1, max: 31 },
+  month: { name: 'month', min: 1, max: 12 },
+  dayOfWeek: { name: 'day of week', min: 0, max: 7 },
+};
 
-  /** Parse an expression; throws a CronError naming the field that is wrong. */
-  static parse(text: string): Cron {
-    const parts = text.trim().split(/\s+/);
-    if (parts.length !== 5 && parts.length !== 6) {
-      throw new CronError(`5 fields (minute hour day-of-month month day-of-week) or 6 with seconds first, not ${parts[0] === '' ? 0 : parts.length}`);
-    }
-    if (parts.length === 5) parts.unshift('0');
-    const [s, mi, h, dom, mon, dow] = parts;
-    const weekdays = parseField(dow, DAY_OF_WEEK);
-    weekdays[0] = weekdays[0] || weekdays[7];
-    const cron = new Cron(parseField(s, SECOND), parseField(mi, MINUTE), parseField(h, HOUR), parseField(dom, DAY_OF_MONTH), parseField(mon, MONTH), weekdays, !dom.startsWith('*'), !dow.startsWith('*'));
-    if (cron.daysRestricted && !cron.weekdaysRestricted) {
-      const fits = cron.months.some((on, m) => on && cron.days.some((d, day) => d && day <= MAX_DAYS[m - 1]));
-      if (!fits) throw new CronError('day of month: no selected month has such a day, so it would never run');
-    }
-    return cron;
-  }
-
-  /**
-   * The first time after `afterMs` (exclusive, whole seconds) that matches, in ms, with local
-   * time from `offsetMin(utcMs)`; undefined if none within 30 years.
-   */
-  next(afterMs: number, offsetMin: (utcMs: number) => number): number | undefined {
-    let t = Math.floor(afterMs / 1000) + 1;
-    const end = t + HORIZON_S;
-    while (t < end) {
-      const offsetS = offsetMin(t * 1000) * 60;
-      const local = new Date((t + offsetS) * 1000);
-      const mon = local.getUTCMonth() + 1;
-      const day = local.getUTCDate();
-      const h = local.getUTCHours();
-      const mi = local.getUTCMinutes();
-      const s = local.getUTCSeconds();
-      const localS = t + offsetS;
-      // Jump to the start of the next local unit that could match; the loop re-checks.
-      let target: number;
-      if (!this.months[mon] || !this.dayMatches(day, local.getUTCDay())) {
-        target = localS - (h * 3600 + mi * 60 + s) + 86_400;
-      } else if (!this.hours[h]) {
-        target = localS - (mi * 60 + s) + 3600;
-      } else if (!this.minutes[mi]) {
-        target = localS - s + 60;
-      } else if (!this.seconds[s]) {
-        let n = s + 1;
-        while (n < 60 && !this.seconds[n]) n++;
-        target = localS - s + n;
-      } else {
-        return t * 1000;
-      }
-      t = Math.max(t + 1, nextLook(t, target, offsetS, offsetMin));
-    }
-    return undefined;
-  }
-
-  private dayMatches(day: number, weekday: number): boolean {
-    if (this.daysRestricted && this.weekdaysRestricted) return this.days[day] || this.weekdays[weekday];
-    return this.days[day] && this.weekdays[weekday];
-  }
-}
+/** A list item made of numbers only: `5`, `*`, `1-5`, `*\/15`, `1-30/2`. */
+const NUMERIC_ITEM = /^(?:\*|(\d+)(?:-(\d+))?)(?:\/(\d+))?$/;
 
 /**
- * The UTC second to look at after `t` on the way to local time `targetLocal`: the reading of
- * it with the offset at `t`, unless the offset changes before that, in which case the first
- * second of the new offset (found by bisection), so that no instant is stepped over whose
- * local time could match: after a fall-back the repeated times are looked at again (also when
- * the change is not on a whole hour, as Chatham's at 03:45), and a spring-forward gap is
- * crossed in one step.
+ * Why node-cron would refuse `text`, naming the field, or undefined when it is a schedule that
+ * runs. node-cron's own messages name the field but not the range (`75 is a invalid
+ * expression for minute`); these say what is wrong.
  */
-function nextLook(t: number, targetLocal: number, offsetS: number, offsetMin: (utcMs: number) => number): number {
-  const candidate = targetLocal - offsetS;
-  if (offsetMin(candidate * 1000) * 60 === offsetS) return candidate;
-  let lo = t; // offset here is offsetS
-  let hi = candidate; // offset here differs
-  while (hi - lo > 1) {
-    const mid = Math.floor((lo + hi) / 2);
-    if (offsetMin(mid * 1000) * 60 === offsetS) lo = mid;
-    else hi = mid;
-  }
-  return hi;
-}
-
-function parseField(text: string, f: Field): boolean[] {
-  const on = new Array<boolean>(f.max + 1).fill(false);
-  const fail = (why: string): never => {
-    throw new CronError(`${f.name}: ${why} in ${JSON.stringify(text)}`);
-  };
-  const value = (v: string): number => {
-    const named = f.names?.indexOf(v.toLowerCase()) ?? -1;
-    if (named >= 0) return named + (f === MONTH ? 1 : 0);
-    if (!/^\d{1,2}$/.test(v)) return fail(`${JSON.stringify(v)} is not a number`);
-    const n = Number(v);
-    if (n < f.min || n > f.max) return fail(`${n} is out of range ${f.min}-${f.max}`);
-    return n;
-  };
-  for (const item of text.split(',')) {
-    const m = /^([^/]+)(?:\/(\d+))?$/.exec(item);
-    if (!m) fail(`${JSON.stringify(item)} is not a value, range or step`);
-    const [, range, stepText] = m!;
-    const step = stepText === undefined ? 1 : Number(stepText);
-    if (step < 1) fail('a step must be at least 1');
-    let lo: number;
-    let hi: number;
-    if (range === '*') {
-      lo = f.min;
-      hi = f.max === 7 ? 6 : f.max;
-    } else if (range.includes('-')) {
-      const [a, b, ...rest] = range.split('-');
-      if (rest.length) fail(`${JSON.stringify(range)} is not a range`);
-      lo = value(a);
-      hi = value(b);
-      if (lo > hi) fail(`the range ${range} runs backwards`);
-    } else {
-      lo = value(range);
-      // `7/2` counts from Sunday as `0/2` does.
-      if (f === DAY_OF_WEEK && lo === 7 && stepText !== undefined) lo = 0;
-      hi = stepText === undefined ? lo : f.max === 7 ? 6 : f.max;
-    }
-    for (let v = lo; v <= hi; v += step) on[v] = true;
-  }
-  return on;
-}
-
-/** Whether `text` is a cron expression the schedule accepts. */
 export function cronProblem(text: string): string | undefined {
+  const result = validateDetailed(text);
+  if (result.valid) return neverRuns(text);
+  const { field: key, value = '', message } = result.errors[0];
+  const field = FIELDS[key];
+  if (!field) {
+    const count = text.trim() === '' ? 0 : text.trim().split(/\s+/).length;
+    if (count !== 5 && count !== 6) return `5 fields (minute hour day-of-month month day-of-week) or 6 with seconds first, not ${count}`;
+    return `only digits, names, spaces and * / , - L W # ? may appear, in ${JSON.stringify(text)}`;
+  }
+  if (/impossible/.test(message)) return `${field.name}: no selected month has day ${value}, so it would never run`;
+  for (const item of value.split(',')) {
+    const m = NUMERIC_ITEM.exec(item);
+    if (!m) continue;
+    const out = [m[1], m[2]].find((n) => n !== undefined && (Number(n) < field.min || Number(n) > field.max));
+    if (out !== undefined) return `${field.name}: ${Number(out)} is out of range ${field.min}-${field.max} in ${JSON.stringify(value)}`;
+    if (m[3] !== undefined && Number(m[3]) < 1) return `${field.name}: a step must be at least 1 in ${JSON.stringify(value)}`;
+  }
+  return `${field.name}: ${JSON.stringify(value)} is not a value, range, step or name (${field.min}-${field.max})`;
+}
+
+/** A valid expression no date satisfies (`0 0 1 * 1#5`): node-cron would throw at start. */
+function neverRuns(text: string): string | undefined {
+  const task = createTask(text, () => undefined, { timezone: 'UTC' });
   try {
-    Cron.parse(text);
+    task.getNextRuns(1);
     return undefined;
-  } catch (err) {
-    if (err instanceof CronError) return err.message;
-    throw err;
+  } catch {
+    return 'no date in the next 100 years matches it, so it would never run';
+  } finally {
+    task.destroy();
   }
 }
+
+/** A wall clock that moved this much against the monotonic clock between two looks was stepped. */
+const STEP_MS = 1000;
+/** The guard looks at least this often, and this long before each of node-cron's runs. */
+const GUARD_EVERY_MS = 60_000;
+const GUARD_LEAD_MS = 2;
 
 /**
- * Calls `onTick` at every match of a cron expression in local time.
- *
- * The device's clock may be set late (GPS, NTP after boot) or stepped: the timer wakes at
- * least once a minute and recomputes the next run from the wall clock, so a jump forward fires
- * once (not once per missed run) and a jump back does not leave the schedule hours late.
+ * Calls `onTick` at every run of a cron expression in local time (node-cron), once for the
+ * runs a clock step or a stall skipped, and follows a stepped clock within a minute.
  */
 export class CronSchedule {
-  private timer: NodeJS.Timeout | undefined;
-  private nextAt: number | undefined;
-  private readonly offset: (ms: number) => number;
+  private task: ScheduledTask | undefined;
+  private guard: NodeJS.Timeout | undefined;
+  private catchUp: NodeJS.Immediate | undefined;
+  /** Wall minus monotonic time at the guard's last look: a change is a step of the wall clock. */
+  private skewMs = 0;
+  /** The run node-cron's timer is aimed at, as known before a step. */
+  private expected: number | undefined;
+  private zoneUsed: string | undefined;
 
+  /** Throws a CronError for an expression node-cron refuses. `zone` undefined: Intl's default. */
   constructor(
-    private readonly cron: Cron,
+    private readonly expression: string,
     private readonly onTick: () => void,
-    zone = systemZone(),
+    private readonly zone: string | undefined = systemZone(),
   ) {
-    this.offset = (ms) => zoneOffsetMinutes(zone, ms);
+    const problem = cronProblem(expression);
+    if (problem) throw new CronError(problem);
   }
 
   start(): void {
-    if (this.timer) return;
-    this.nextAt = this.cron.next(Date.now(), this.offset);
+    if (this.task) return;
+    try {
+      this.task = this.open(this.zone);
+      this.zoneUsed = this.zone;
+    } catch (err) {
+      // Intl knows no such zone (a POSIX rule in TZ): node-cron's default, see zoneProblem.
+      if (!(err instanceof RangeError) || this.zone === undefined) throw err;
+      this.task = this.open(undefined);
+      this.zoneUsed = undefined;
+    }
+    this.skewMs = Date.now() - performance.now();
+    this.expected = this.nextFromNow();
     this.arm();
   }
 
   stop(): void {
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    this.nextAt = undefined;
-  }
-
-  /** The next `count` run times (ms), from now. */
-  nextRuns(count: number, fromMs = Date.now()): number[] {
-    const out: number[] = [];
-    let t = fromMs;
-    for (let i = 0; i < count; i++) {
-      const n = this.cron.next(t, this.offset);
-      if (n === undefined) break;
-      out.push(n);
-      t = n;
-    }
-    return out;
+    clearTimeout(this.guard);
+    clearImmediate(this.catchUp);
+    this.guard = this.catchUp = undefined;
+    // destroy, not stop: node-cron keeps every task in a registry until it is destroyed.
+    this.task?.destroy();
+    this.task = this.expected = undefined;
   }
 
   /** The next run while started. */
   get nextRun(): number | undefined {
-    return this.nextAt;
+    return this.expected;
   }
 
-  private arm(): void {
-    if (this.nextAt === undefined) return;
-    const wait = Math.min(Math.max(this.nextAt - Date.now(), 0), 60_000);
-    this.timer = setTimeout(() => this.wake(), wait);
+  /** The next `count` runs (ms) from now, while started. */
+  nextRuns(count: number): number[] {
+    return this.task?.getNextRuns(count).map((d) => d.getTime()) ?? [];
   }
 
-  private wake(): void {
-    const now = Date.now();
-    const due = this.nextAt !== undefined && now >= this.nextAt;
-    // From the wall clock every time: after a step back this is earlier than the run planned.
-    this.nextAt = this.cron.next(now, this.offset);
+  /** Why the schedule does not follow `zone` (a TZ Intl cannot read), while started. */
+  get zoneProblem(): string | undefined {
+    if (!this.task || this.zoneUsed === this.zone) return undefined;
+    return `the machine's zone ${JSON.stringify(this.zone)} is no zone name Node's Intl knows: the trace schedule runs in Intl's default zone instead (set TZ or /etc/localtime to a zone name)`;
+  }
+
+  private open(zone: string | undefined): ScheduledTask {
+    const task = createTask(this.expression, () => this.fire(), { timezone: zone });
+    task.on('execution:missed', () => this.missed());
+    try {
+      task.start(); // computes the first run: an unknown zone throws here
+    } catch (err) {
+      task.destroy();
+      throw err;
+    }
+    return task;
+  }
+
+  private nextFromNow(): number | undefined {
+    return this.task?.getNextRun()?.getTime();
+  }
+
+  private fire(): void {
+    clearImmediate(this.catchUp);
+    this.catchUp = undefined;
+    this.expected = this.nextFromNow();
     this.arm();
-    if (due) this.onTick();
+    this.onTick();
+  }
+
+  /**
+   * node-cron reports each skipped run, in one burst from one wake-up, and may run the next one
+   * in the same wake-up: all of that is one push, after the burst.
+   */
+  private missed(): void {
+    this.catchUp ??= setImmediate(() => this.fire());
+  }
+
+  /**
+   * The guard wakes a minute after its last look, or just before node-cron's next run if that
+   * is sooner: Node runs the timer that expires first first, so a step is seen here before
+   * node-cron's timer would walk every run it skipped (about 0.1 ms each: 31 days of a
+   * per-second schedule stall the event loop for minutes). The timers' expiries are whole
+   * milliseconds read from two clocks, so they may differ by 1 ms either way: 2 ms ahead.
+   */
+  private arm(): void {
+    clearTimeout(this.guard);
+    const untilRun = (this.expected ?? Number.POSITIVE_INFINITY) - Date.now();
+    const wait = untilRun > GUARD_LEAD_MS ? Math.min(untilRun - GUARD_LEAD_MS, GUARD_EVERY_MS) : GUARD_EVERY_MS;
+    this.guard = setTimeout(() => this.look(), wait);
+  }
+
+  private look(): void {
+    const now = Date.now();
+    const skew = now - performance.now();
+    const step = skew - this.skewMs;
+    this.skewMs = skew;
+    if (this.task && Math.abs(step) >= STEP_MS) {
+      // Restarted, node-cron plans from the new clock; the runs a forward step skipped are
+      // owed once.
+      const owed = step > 0 && this.expected !== undefined && this.expected <= now;
+      this.task.stop();
+      this.task.start();
+      this.expected = this.nextFromNow();
+      if (owed) {
+        this.fire(); // which arms the guard again
+        return;
+      }
+    }
+    this.arm();
   }
 }

@@ -123,7 +123,7 @@ export const configSchema = z
       .prefault({}),
     schedule: z
       .strictObject({
-        /** Cron expression (5 fields, or 6 with seconds) for trace pushes, in the machine's local time. */
+        /** Cron expression (node-cron: 5 fields, or 6 with seconds) for trace pushes, in the machine's local time. */
         traces: z
           .string()
           .superRefine((s, ctx) => {

@@ -1,14 +1,19 @@
 /**
- * When traces are pushed: the cron expression (`schedule.traces`, machine local time), each
- * device a fixed share of `schedule.splay_s` after each tick so a fleet of thousands does not
- * hit the service in the same second, and whether a push is due. A push stays due until it
- * has drained everything that was buffered when it began (a failure leaves it due, so the
- * retry finishes it); asking for one (the demo, tests, the end of a route) makes it due now.
+ * When traces are pushed: the cron expression (`schedule.traces`, machine local time, run by
+ * node-cron through `src/cron.ts`), each device a fixed share of `schedule.splay_s` after each
+ * tick so a fleet of thousands does not hit the service in the same second, and whether a push
+ * is due. A push stays due until it has drained everything that was buffered when it began (a
+ * failure leaves it due, so the retry finishes it); asking for one (the demo, tests, the end of
+ * a route) makes it due now.
  */
 import { createHash } from 'node:crypto';
-import { Cron, CronSchedule } from '../cron.js';
+import { CronSchedule } from '../cron.js';
 
-/** A fixed share of the splay window for this device, so a fleet spreads over it. */
+/**
+ * A fixed share of the splay window for this device, so a fleet spreads over it. Fixed, not
+ * node-cron's random `maxRandomDelay`: a device pushes at the same second of every tick,
+ * which `status` can show.
+ */
 export function splayMs(deviceId: string, splayS: number): number {
   if (splayS <= 0) return 0;
   const h = createHash('sha256').update(deviceId).digest().readUInt32BE(0);
@@ -45,7 +50,7 @@ export class TraceSchedule {
   start(): void {
     this.started = true;
     if (this.expr === undefined || this.cron) return;
-    this.cron = new CronSchedule(Cron.parse(this.expr), () => {
+    this.cron = new CronSchedule(this.expr, () => {
       clearTimeout(this.splayTimer);
       this.splayTimer = setTimeout(() => this.request(), this.splay);
     });
@@ -85,6 +90,11 @@ export class TraceSchedule {
   /** The push drained what was buffered when it began: nothing due until the next tick. */
   completed(): void {
     this.isDue = false;
+  }
+
+  /** Why the schedule cannot follow the machine's zone, while started (see CronSchedule). */
+  get zoneProblem(): string | undefined {
+    return this.cron?.zoneProblem;
   }
 
   /** When the next push starts (the next tick plus this device's splay), while started. */

@@ -4,8 +4,10 @@
  * - The zone is looked up at the event's position (a truck crosses zones), with
  *   `@photostructure/tz-lookup` (a compact embedded map, no network, ~0.1 µs a lookup).
  * - Offsets come from the zone rules at that instant, so DST transitions are exact. The rules
- *   are read from the system's zoneinfo file (`src/geo/tzif.ts`); `Intl` is the fallback when
- *   there is none, because its first time-zone lookup maps ~8 MB of ICU data into the process.
+ *   are read from the system's zoneinfo file (`src/geo/tzif.ts`), which the system keeps
+ *   fresh: ICU's copy inside Node lags (tzdata 2026f puts Alberta on UTC-6 all year from
+ *   November 2026, Node 20's ICU 2025c does not: test/geo/calgary-2026.test.ts). `Intl` is
+ *   the fallback when there is no file.
  *   The reader is checked against the C library's `zdump` on the same files, and against
  *   Intl wherever ICU's copy of the tz database agrees (test/geo/tzif.test.ts).
  * - `timeZoneOffset` is always `UTC<sign><hours>`: `UTC-6`, `UTC+1`, `UTC-3:30`, `UTC+5:45`; no
@@ -231,8 +233,8 @@ export function zoneFieldsVia(source: RuleSource, zone: string, ms: number): { c
 
 /** Offset of `zone` from UTC at `ms`, in minutes (throws a RangeError for an unknown zone). */
 export function zoneOffsetMinutes(zone: string, ms: number): number {
-  // Straight from the rules: the cron search looks at many hours, which would only flush
-  // the per-hour cache that trace points use.
+  // Straight from the rules: localTimeToInstant looks at instants days apart, which would
+  // only flush the per-hour cache that trace points use.
   return zoneState(zone).rules.offsetMinutes(ms);
 }
 
