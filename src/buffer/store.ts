@@ -48,7 +48,7 @@ export class Store implements BufferContext {
     this.db = db;
     this.disk = disk;
     this.readings = new Readings(this);
-    this.loads = new Loads(db);
+    this.loads = new Loads(this);
     this.milestones = new Milestones(this, this.loads);
     this.deadLetters = new DeadLetters(this);
     this.state = new StateTable(this);
