@@ -353,7 +353,7 @@ command = ${JSON.stringify([process.execPath, writeFile(dir, 'gen.mjs', GENERATO
     left.daemon = undefined;
     const seconds = (Date.now() - t0) / 1000;
 
-    /** The daemon (0 = the first, i = the one started after cut i-1... so: the cuts before it) a request came from. */
+    /** Which daemon the sandbox's request number `index` came from: the number of cuts before it (0: the first daemon). */
     const epochOf = (index: number, of: 'traces' | 'milestones') => cuts.filter((c) => c[of] <= index).length;
 
     // Milestones: each one `milestone` confirmed reached the service, and once, by its
