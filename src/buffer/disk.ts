@@ -37,13 +37,8 @@ const MAX_WAL = 4 * 1_048_576;
  * system (a 4 MB tmpfs gets 512 KB), and a WAL limit of half the reserve.
  */
 export function diskPlan(path: string, reserveKb: number): DiskPlan {
-  let fsBytes = Number.POSITIVE_INFINITY;
-  try {
-    const s = statfsSync(dirname(path));
-    fsBytes = s.blocks * s.bsize;
-  } catch {
-    // The directory is not there yet: plan with the configured size.
-  }
+  // Not known (the directory is not there yet): plan with the configured size.
+  const fsBytes = fileSystemOf(path)?.totalBytes ?? Number.POSITIVE_INFINITY;
   const reserveBytes = Math.floor(Math.min(reserveKb * 1024, fsBytes * RESERVE_SHARE));
   const walLimitBytes = Math.max(MIN_WAL, Math.min(MAX_WAL, Math.floor(reserveBytes / 2)));
   return { reserveBytes, walLimitBytes };
@@ -52,6 +47,21 @@ export function diskPlan(path: string, reserveKb: number): DiskPlan {
 export function isDiskFull(err: unknown): boolean {
   const code = (err as { code?: string } | undefined)?.code;
   return code === 'SQLITE_FULL' || code === 'SQLITE_IOERR_WRITE' || code === 'ENOSPC' || (err as Error | undefined)?.message?.includes('database or disk is full') === true;
+}
+
+/**
+ * Size and room of the file system `path` is on, or undefined when it cannot be told: statfs
+ * fails, or answers with a file system of no blocks at all, which is how a FUSE file system
+ * without a statfs of its own answers (LazyFS, in test/power-cut.test.ts). Taken at its word,
+ * that was a full disk: no reserve, and not one reading committed.
+ */
+function fileSystemOf(path: string): { totalBytes: number; freeBytes: number } | undefined {
+  try {
+    const s = statfsSync(dirname(path));
+    return s.blocks > 0 ? { totalBytes: s.blocks * s.bsize, freeBytes: s.bavail * s.bsize } : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 export class DiskRoom {
@@ -68,12 +78,7 @@ export class DiskRoom {
 
   /** Bytes free for this user on the buffer's file system (Infinity when it cannot be told). */
   freeBytes(): number {
-    try {
-      const s = statfsSync(dirname(this.bufferPath));
-      return s.bavail * s.bsize;
-    } catch {
-      return Number.POSITIVE_INFINITY;
-    }
+    return fileSystemOf(this.bufferPath)?.freeBytes ?? Number.POSITIVE_INFINITY;
   }
 
   hasReserve(): boolean {

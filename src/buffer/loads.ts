@@ -1,10 +1,15 @@
 /**
  * Loads: a load number on a resource (tractor, trailer) from `load start` to `load end`, its
  * stops, and where its delivery stands (the acknowledgement cursor, the sampling point).
+ * Starting and ending a load are committed durably (synchronous = FULL), like a milestone:
+ * `load start` beside a running daemon, then a power cut, lost the load with synchronous
+ * NORMAL (test/power-cut.test.ts), and every reading of the resource after it was dropped
+ * for having no load.
  */
 import { DataError } from '../errors.js';
 import type { Stop } from '../milestones/stops.js';
 import type { DB } from './db.js';
+import type { BufferContext } from './store.js';
 import type { LoadRow } from './types.js';
 
 export class LoadError extends DataError {
@@ -38,31 +43,33 @@ const toLoad = (r: RawLoad): LoadRow => ({
 });
 
 export class Loads {
-  constructor(private readonly db: DB) {}
+  private readonly db: DB;
+
+  constructor(private readonly ctx: BufferContext) {
+    this.db = ctx.db;
+  }
 
   startLoad(load: { loadNumber: string; resourceId: string; resourceType: string; stops: Stop[]; nowMs: number }): LoadRow {
-    return this.db
-      .transaction(() => {
-        const existing = this.getLoad(load.loadNumber);
-        if (existing) {
-          throw new LoadError(existing.endedMs === null ? `load ${load.loadNumber} is already active on ${existing.resourceId}` : `load ${load.loadNumber} existed before and has ended; use a new load number`);
-        }
-        const busy = this.activeLoadOf(load.resourceId);
-        if (busy) throw new LoadError(`resource ${load.resourceId} already has active load ${busy.loadNumber}; end it first`);
-        const first = load.stops[0]?.sequence ?? null;
-        this.db
-          .prepare('INSERT INTO loads (load_number, resource_id, resource_type, stops, started_ms, next_stop) VALUES (?, ?, ?, ?, ?, ?)')
-          .run(load.loadNumber, load.resourceId, load.resourceType, JSON.stringify(load.stops), load.nowMs, first);
-        return this.getLoad(load.loadNumber)!;
-      })
-      .immediate();
+    return this.ctx.durably(() => {
+      const existing = this.getLoad(load.loadNumber);
+      if (existing) {
+        throw new LoadError(existing.endedMs === null ? `load ${load.loadNumber} is already active on ${existing.resourceId}` : `load ${load.loadNumber} existed before and has ended; use a new load number`);
+      }
+      const busy = this.activeLoadOf(load.resourceId);
+      if (busy) throw new LoadError(`resource ${load.resourceId} already has active load ${busy.loadNumber}; end it first`);
+      const first = load.stops[0]?.sequence ?? null;
+      this.db
+        .prepare('INSERT INTO loads (load_number, resource_id, resource_type, stops, started_ms, next_stop) VALUES (?, ?, ?, ?, ?, ?)')
+        .run(load.loadNumber, load.resourceId, load.resourceType, JSON.stringify(load.stops), load.nowMs, first);
+      return this.getLoad(load.loadNumber)!;
+    });
   }
 
   endLoad(loadNumber: string, nowMs: number): LoadRow {
     const load = this.getLoad(loadNumber);
     if (!load) throw new LoadError(`no load ${loadNumber}`);
     if (load.endedMs !== null) throw new LoadError(`load ${loadNumber} has already ended`);
-    this.db.prepare('UPDATE loads SET ended_ms = ? WHERE load_number = ?').run(nowMs, loadNumber);
+    this.ctx.durably(() => this.db.prepare('UPDATE loads SET ended_ms = ? WHERE load_number = ?').run(nowMs, loadNumber));
     return { ...load, endedMs: nowMs };
   }
 

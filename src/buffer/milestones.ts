@@ -160,11 +160,17 @@ export class Milestones {
     this.ctx.withReserve(() => this.db.prepare('UPDATE milestones SET body = ?, needs_place = 0 WHERE id = ?').run(JSON.stringify(body), id));
   }
 
+  /**
+   * Durable, like the milestone itself: with synchronous NORMAL a power cut rolled the mark
+   * back and the milestone went a second time after the restart (test/power-cut.test.ts).
+   */
   markMilestoneSent(id: number, nowMs: number, receipt?: Receipt): void {
     this.ctx.withReserve(() =>
-      this.db
-        .prepare('UPDATE milestones SET sent_ms = ?, attempts = attempts + 1, last_error = ?, last_status = ?, correlation_id = ? WHERE id = ?')
-        .run(nowMs, receipt?.duplicate ? `HTTP ${receipt.status}: the service already had it` : null, receipt?.status ?? null, receipt?.correlationId ?? null, id),
+      this.ctx.durably(() =>
+        this.db
+          .prepare('UPDATE milestones SET sent_ms = ?, attempts = attempts + 1, last_error = ?, last_status = ?, correlation_id = ? WHERE id = ?')
+          .run(nowMs, receipt?.duplicate ? `HTTP ${receipt.status}: the service already had it` : null, receipt?.status ?? null, receipt?.correlationId ?? null, id),
+      ),
     );
   }
 

@@ -100,6 +100,8 @@ export class Sender implements DeliveryContext {
 
   async post(send: () => Promise<PostOutcome>): Promise<PostOutcome> {
     this.status.lastAttemptMs = this.now();
+    // What the request carries, and the acknowledgement of the one before, are on the disk first.
+    await this.currentDeps.store.syncCommits();
     const outcome = await send();
     if (isDelivered(this.classify(outcome))) this.retry.succeeded();
     return outcome;
