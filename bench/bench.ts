@@ -9,8 +9,9 @@
  * 2. Drain (drain.ts): a backlog delivered to the sandbox on loopback by the real Agent (in a
  *    child process, drain-worker.ts) vs a plain undici client posting the same bodies; 7 days
  *    of one truck at 1 Hz; the same over a 150 ms link vs one request per reading (modelled).
- * 3. Memory (drain.ts): RSS of the agent's process idle, during the drain (sampled peak),
- *    after; small vs large backlog.
+ * 3. Memory (memory.ts; drain.ts, daemon.ts, cgroup.ts): RSS, anonymous and file-backed, of
+ *    the agent's process idle, during the drain (sampled peak), after; small vs large backlog;
+ *    `run` at 1 Hz, and its cgroup's figure (what `systemctl status` shows).
  * 4. Idle CPU and 5. flash writes (daemon.ts): `telematics-agent run` with a 1 Hz simulator,
  *    from /proc.
  * 6. Startup (daemon.ts): process start to first reading committed.
@@ -26,12 +27,14 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { PURGE_SLICE } from '../src/delivery/sender.js';
 import { Sandbox } from '../src/sandbox/server.js';
+import { COLLECT_AFTER_START_MS } from '../src/v8-tuning.js';
 import { BENCH_KEY, BENCH_SCAC, CHUNK } from './common.js';
 import { backlogFile, drainRun, postRun } from './drain.js';
 import { benchDaemons } from './daemon.js';
 import { FULL_DISK_BYTES, benchFullDisk, fullDiskRows, unmount } from './full-disk.js';
 import { benchIngest } from './ingest.js';
-import { AGENT_NODE_OPTIONS, BUFFER_DEFAULTS, HELP, JSON_OUT, LATENCY_MS, MB, PEER_RETRY_S, PROF_DIR, QUICK, SIZES, flag, option } from './options.js';
+import { memoryFigures, memoryRows } from './memory.js';
+import { AGENT_NODE_OPTIONS, AGENT_V8_FLAGS, BUFFER_DEFAULTS, HELP, JSON_OUT, LATENCY_MS, MB, PEER_RETRY_S, PROF_DIR, QUICK, SIZES, flag, option } from './options.js';
 import { WORKER, killChildren, progress } from './processes.js';
 import { fmt, machine, mb, pct, round, table, type Row } from './report.js';
 
@@ -109,7 +112,8 @@ async function main(): Promise<void> {
     const peerModelS = (peerPerRequestMs * SIZES.cellular) / 1000;
 
     progress(`4.-6. telematics-agent run with a 1 Hz simulator: startup, then ${SIZES.idleS} s idle (NORMAL and FULL side by side)`);
-    const [normal, full] = await benchDaemons(sandbox, dir);
+    const daemons = await benchDaemons(sandbox, dir);
+    const [normal, full] = daemons.runs;
     progress(`7. a full disk: \`run\` with its buffer on a ${FULL_DISK_BYTES / MB} MB tmpfs, filled by a fast exec source while the service answers 503`);
     const fullDisk = await benchFullDisk(sandbox, dir);
     if ('skipped' in fullDisk) progress(`   skipped (${fullDisk.skipped})`);
@@ -120,9 +124,8 @@ async function main(): Promise<void> {
     const cpuFraction = normal.schedS / normal.windowS;
     const bytesPerReading = normal.writeBytes / Math.max(1, normal.readings);
     const bytesPerReadingFull = full.writeBytes / Math.max(1, full.readings);
-    const growth = drain.peakRss - drainSmall.peakRss;
-    const growthOk = drain.peakRss <= drainSmall.peakRss * 1.1 + 5 * MB;
     const label = (n: number) => (n >= 1_000_000 ? `${n / 1_000_000}M` : n >= 1000 ? `${round(n / 1000, 1)}k` : String(n));
+    const mem = { large: drain, small: drainSmall, week, daemon: normal, cgroup: daemons.cgroup, label };
 
     const rows: Row[] = [
       {
@@ -170,43 +173,7 @@ async function main(): Promise<void> {
         target: '',
         pass: null,
       },
-      {
-        id: '3a',
-        measure: `RSS idle, ${round(SIZES.idleSettleMs / 1000, 0)} s after start (Agent in the worker; anon ${mb(drain.idle.anon)} + file ${mb(drain.idle.file)}; ${mb(drain.earlyRss)} at ${round(SIZES.settleMs / 1000, 1)} s)`,
-        value: mb(drain.idle.rss),
-        reference: '',
-        ratio: '',
-        target: '<= 60 MB',
-        pass: drain.idle.rss <= 60 * MB,
-      },
-      {
-        id: '3b',
-        measure: `RSS peak during the ${label(large)} drain (sampled; VmHWM ${mb(drain.hwm)}; anon peak ${mb(drain.peakAnon)})`,
-        value: mb(drain.peakRss),
-        reference: '',
-        ratio: '',
-        target: '<= 120 MB',
-        pass: drain.peakRss <= 120 * MB,
-      },
-      {
-        id: '3c',
-        measure: `RSS peak ${label(small)} vs ${label(large)} backlog (7 days: ${mb(week.peakRss)})`,
-        value: `${mb(drainSmall.peakRss)} vs ${mb(drain.peakRss)}`,
-        reference: '',
-        ratio: `${growth >= 0 ? '+' : ''}${mb(growth)}`,
-        target: 'flat (<= +10% +5 MB)',
-        pass: growthOk,
-      },
-      { id: '3d', measure: `RSS after the ${label(large)} drain`, value: mb(drain.afterRss), reference: '', ratio: '', target: '', pass: null },
-      {
-        id: '3e',
-        measure: `RSS of \`run\` after ${SIZES.idleS} s at 1 Hz (VmHWM ${mb(normal.hwm)})`,
-        value: mb(normal.rss),
-        reference: '',
-        ratio: '',
-        target: '<= 60 MB',
-        pass: normal.rss <= 60 * MB,
-      },
+      ...memoryRows(mem),
       {
         id: '4',
         measure: `idle CPU, \`run\` at 1 Hz, ${round(normal.windowS, 0)} s (schedstat, all threads; utime+stime ${round(normal.cpuS, 2)} s)`,
@@ -270,18 +237,7 @@ async function main(): Promise<void> {
       peerPerRequestMs,
       peerModelS,
       cellularSpeedup: peerModelS / (cellular.ms / 1000),
-      rssIdleMB: drain.idle.rss / MB,
-      rssIdleEarlyMB: drain.earlyRss / MB,
-      rssIdleAnonMB: drain.idle.anon / MB,
-      rssIdleFileMB: drain.idle.file / MB,
-      rssPeakAnonMB: drain.peakAnon / MB,
-      rssPeakMB: drain.peakRss / MB,
-      rssPeakHwmMB: drain.hwm / MB,
-      rssAfterMB: drain.afterRss / MB,
-      rssPeakSmallMB: drainSmall.peakRss / MB,
-      smallReadings: small,
-      rssPeakWeekMB: week.peakRss / MB,
-      rssDaemonMB: normal.rss / MB,
+      ...memoryFigures(mem),
       idleWindowS: normal.windowS,
       idleCpuSeconds: normal.schedS,
       idleCpuPercent: cpuFraction * 100,
@@ -298,8 +254,9 @@ async function main(): Promise<void> {
         : {
             fullDiskWindowS: fullDisk.windowS,
             fullDiskCpuPercent: (fullDisk.cpuS / fullDisk.windowS) * 100,
-            fullDiskRssMB: fullDisk.rss / MB,
-            fullDiskRssAnonMB: fullDisk.anon / MB,
+            fullDiskRssMB: fullDisk.memory.rss / MB,
+            fullDiskRssAnonMB: fullDisk.memory.anon / MB,
+            fullDiskRssFileMB: fullDisk.memory.file / MB,
             fullDiskFirst2xxS: fullDisk.first2xxS,
             fullDiskResumeS: fullDisk.resumeS,
             fullDiskSigtermS: fullDisk.sigtermS,
@@ -313,13 +270,13 @@ async function main(): Promise<void> {
       `queued in memory (up to flush_interval_ms = ${BUFFER_DEFAULTS.flush_interval_ms} ms). Rolled-back acknowledgements make already delivered chunks go again with the same Idempotency-Key.`;
 
     if (JSON_OUT) {
-      process.stdout.write(`${JSON.stringify({ quick: QUICK, machine: m, nodeOptions: AGENT_NODE_OPTIONS, sizes: SIZES, figures, rows, syncNote }, null, 2)}\n`);
+      process.stdout.write(`${JSON.stringify({ quick: QUICK, machine: m, nodeOptions: AGENT_NODE_OPTIONS, v8Flags: AGENT_V8_FLAGS, sizes: SIZES, figures, rows, syncNote }, null, 2)}\n`);
     } else {
       const out = [
         '',
         `telematics-agent bench (${QUICK ? 'quick' : 'full'} run, ${round(figures.benchWallS, 0)} s)`,
         `machine: ${m.nproc} CPUs (${m.cpu}), ${m.memory}, Node ${m.node} ${m.platform}`,
-        `agent processes run with the unit's NODE_OPTIONS: ${AGENT_NODE_OPTIONS}`,
+        `agent processes run with the unit's NODE_OPTIONS: ${AGENT_NODE_OPTIONS}; V8 flags set by \`run\` itself: ${AGENT_V8_FLAGS || '(none)'}`,
         '',
         table(rows),
         '',
@@ -331,7 +288,10 @@ async function main(): Promise<void> {
         `  ${fmt(drain.requests)} requests; the sandbox validated every body and counted ${fmt(large)} points, no duplicates.`,
         `peer model: ${fmt(SIZES.cellular)} readings x ${round(peerPerRequestMs)} ms per single-reading request (measured, ${peer.requests} requests over the ${LATENCY_MS} ms link),`,
         `  sequential, no failures; each failure would add the fixed ${PEER_RETRY_S} s retry (1% failed = +${fmt((SIZES.cellular * 0.01 * PEER_RETRY_S) / 3600)} h).`,
-        `memory: RSS from /proc/PID/status of the worker; idle = ${SIZES.idleSettleMs} ms after start (V8 shrinks its young generation after some 8 s without allocation; the figure at ${SIZES.settleMs} ms is shown beside it), peak sampled every 50 ms (${drain.samples} samples), after = ${SIZES.settleMs} ms after the drain.`,
+        `memory: VmRSS = RssAnon (anon) + RssFile + RssShmem (file) from /proc/PID/status; the agent sends a milestone first (undici compiles its HTTP parser on the first request).`,
+        `  3a-3d: the drain worker; idle = ${SIZES.idleSettleMs} ms after start (the agent collects once ${COLLECT_AFTER_START_MS / 1000} s after start, giving back the young generation start-up grew; the RSS at ${SIZES.settleMs} ms is shown beside it),`,
+        `  peak = the sample with the highest RSS, every 50 ms from start to the end of the purge (${drain.samples} samples), after = ${SIZES.settleMs} ms after the purge.`,
+        `  3e: the NORMAL daemon at the end of its window; 3f: ${daemons.cgroup.kind.startsWith('cgroup') ? `its own fresh memory cgroup (${daemons.cgroup.kind}), started from a copy of node not in the page cache, read at the same moment` : daemons.cgroup.kind}.`,
         `idle/flash/startup: \`telematics-agent run\` with defaults (WAL, synchronous NORMAL, flush_interval_ms ${BUFFER_DEFAULTS.flush_interval_ms}, traces every 15 min) and one simulator at 1 Hz, a load with 2 stops active;`,
         `  CPU = run time of every thread from /proc/PID/task/*/schedstat (ns); bytes = write_bytes from /proc/PID/io (page cache pages dirtied, i.e. what reaches the disk).`,
         `full disk: \`run\` with its buffer on a ${FULL_DISK_BYTES / MB} MB tmpfs (reserve and WAL limit sized for it), the unit's NODE_OPTIONS, an exec source at ~10,000 readings/s until the disk is full, then 4/s;`,

@@ -90,11 +90,19 @@ export function drainConfigInput(url: string, dbPath: string): Record<string, un
 // ---- /proc ----------------------------------------------------------------------------------
 
 /**
- * VmRSS and VmHWM (peak) of a process, and RSS split into anonymous memory (the process's own:
- * heap, stacks, malloc) and file-backed pages (mostly the node binary's code and ICU data,
- * shared and reclaimable), bytes; undefined once the process is gone.
+ * VmRSS and VmHWM (peak) of a process, and RSS split into anonymous memory (RssAnon: the
+ * process's own, heap, stacks, malloc, compiled code) and file-backed pages (RssFile +
+ * RssShmem: mostly the node binary's code and data, shared and reclaimable), bytes.
  */
-export function memoryOf(pid: number): { rss: number; hwm: number; anon: number; file: number } | undefined {
+export interface Memory {
+  rss: number;
+  hwm: number;
+  anon: number;
+  file: number;
+}
+
+/** The process's Memory from /proc/PID/status; undefined once the process is gone. */
+export function memoryOf(pid: number): Memory | undefined {
   try {
     const text = readFileSync(`/proc/${pid}/status`, 'utf8');
     const kb = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? NaN) * 1024;

@@ -1,14 +1,17 @@
 /**
- * Rows 4 to 6: `telematics-agent run` with a 1 Hz simulator, idle CPU, flash writes and
- * startup, from /proc and the buffer; synchronous NORMAL and FULL side by side.
+ * Rows 3e to 6: `telematics-agent run` with a 1 Hz simulator, memory (and its cgroup's view,
+ * 3f), idle CPU, flash writes and startup, from /proc and the buffer; synchronous NORMAL and
+ * FULL side by side. Each daemon sends one milestone before the window (recorded with the
+ * CLI, as a driver would): its first request compiles undici's HTTP parser, which counts.
  */
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { openDatabase } from '../src/buffer/db.js';
 import { Store } from '../src/buffer/store.js';
 import type { Sandbox } from '../src/sandbox/server.js';
-import { BENCH_KEY, BENCH_SCAC, cpuSecondsOf, memoryOf, schedSecondsOf, sleep, writeBytesOf } from './common.js';
+import { type CgroupMemory, MemoryCgroup, rssPlusBufferCache, uncachedNodeCopy } from './cgroup.js';
+import { BENCH_KEY, BENCH_SCAC, cpuSecondsOf, type Memory, memoryOf, schedSecondsOf, sleep, writeBytesOf } from './common.js';
 import { AGENT_NODE_OPTIONS, QUICK, SIZES } from './options.js';
 import { BIN, children, cleanEnv, progress, waitExit } from './processes.js';
 
@@ -21,8 +24,14 @@ export interface DaemonRun {
   windowS: number;
   readings: number;
   writeBytes: number;
-  rss: number;
-  hwm: number;
+  /** At the end of the window. */
+  memory: Memory;
+}
+
+/** The NORMAL daemon's cgroup (row 3f), read at the same moment as its memory. */
+export interface CgroupView extends CgroupMemory {
+  /** How much of the node binary's copy was cached before the start (it should be 0), bytes; undefined: unknown or no copy. */
+  nodeCachedBytes?: number;
 }
 
 function daemonFiles(dir: string, url: string, synchronous: 'NORMAL' | 'FULL'): { config: string; db: string } {
@@ -86,10 +95,31 @@ function committed(db: string): number {
   }
 }
 
-/** Start `telematics-agent run` and resolve when its first reading is committed. */
-async function startDaemon(files: { config: string; db: string }) {
+function milestonesSent(db: string): number {
+  const d = openDatabase(db);
+  try {
+    return (d.prepare('SELECT count(*) AS n FROM milestones WHERE sent_ms IS NOT NULL').get() as { n: number }).n;
+  } finally {
+    d.close();
+  }
+}
+
+/** Record a milestone with the CLI and resolve when the daemon has delivered it. */
+async function oneMilestone(files: { config: string; db: string }): Promise<void> {
+  const args = [BIN, 'milestone', '--load', 'IDLE-L1', '--code', 'X3', '--stop', '1', '--lat', '41.847', '--lon', '-87.647', '--config', files.config];
+  await new Promise<void>((resolve, reject) => execFile(process.execPath, args, { env: cleanEnv() }, (err, _out, stderr) => (err ? reject(new Error(`milestone: ${stderr || err.message}`)) : resolve())));
+  const deadline = performance.now() + 30_000;
+  while (milestonesSent(files.db) === 0) {
+    if (performance.now() > deadline) throw new Error(`the daemon of ${files.config} did not deliver its milestone within 30 s`);
+    await sleep(20);
+  }
+}
+
+/** Start `telematics-agent run` (in `cgroup`, when given) and resolve when its first reading is committed. */
+async function startDaemon(files: { config: string; db: string }, cgroup?: { cg: MemoryCgroup; node: string }) {
   const t0 = performance.now();
-  const child = spawn(process.execPath, [BIN, 'run', '--config', files.config], {
+  const [command, args] = cgroup ? cgroup.cg.wrap(cgroup.node, [BIN, 'run', '--config', files.config]) : [process.execPath, [BIN, 'run', '--config', files.config]];
+  const child = spawn(command, args, {
     env: { ...cleanEnv(), NODE_OPTIONS: AGENT_NODE_OPTIONS },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -123,23 +153,40 @@ async function startDaemon(files: { config: string; db: string }) {
   return { child, startedMs, firstCommitMs, output: () => out };
 }
 
-export async function benchDaemons(sandbox: Sandbox, dir: string): Promise<DaemonRun[]> {
+/**
+ * The NORMAL and the FULL daemon side by side; the NORMAL one in a fresh memory cgroup where
+ * one can be made (row 3f), else its RSS plus the buffer's page cache.
+ */
+export async function benchDaemons(sandbox: Sandbox, dir: string): Promise<{ runs: DaemonRun[]; cgroup: CgroupView }> {
   sandbox.reset();
   const modes = ['NORMAL', 'FULL'] as const;
   const files = modes.map((m) => daemonFiles(join(dir, `idle-${m.toLowerCase()}`), sandbox.url, m));
-  const starting = files.map((f) => startDaemon(f));
-  const settled = await Promise.allSettled(starting);
-  const started = settled.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+  const made = MemoryCgroup.create(`telematics-bench-${process.pid}`);
+  const cg = 'skipped' in made ? undefined : made;
+  let started: Array<Awaited<ReturnType<typeof startDaemon>>> = [];
   try {
+    const node = cg && uncachedNodeCopy(join(dir, 'idle-normal'));
+    if (cg && node) cg.warm(node.path);
+    const settled = await Promise.allSettled(files.map((f, i) => startDaemon(f, i === 0 && cg && node ? { cg, node: node.path } : undefined)));
+    started = settled.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
     const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed) throw failed.reason;
-    // Let start-up work (module loading, JIT, the first commits) settle, then measure a window.
+    // One request each, at once (it compiles undici's parser), then let start-up work (module
+    // loading, JIT, the first commits) settle, then measure a window.
+    await Promise.all(files.map((f) => oneMilestone(f)));
     await sleep(QUICK ? 1000 : 3000);
     const before = started.map((d, i) => ({ cpu: cpuSecondsOf(d.child.pid!), sched: schedSecondsOf(d.child.pid!), io: writeBytesOf(d.child.pid!), n: committed(files[i].db), t: performance.now() }));
     await sleep(SIZES.idleS * 1000);
     const after = started.map((d, i) => ({ cpu: cpuSecondsOf(d.child.pid!), sched: schedSecondsOf(d.child.pid!), io: writeBytesOf(d.child.pid!), n: committed(files[i].db), t: performance.now() }));
     const mem = started.map((d) => memoryOf(d.child.pid!)!);
-    return modes.map((synchronous, i) => ({
+    const cgroup: CgroupView = cg
+      ? { ...cg.read(), nodeCachedBytes: node?.cachedBytes }
+      : rssPlusBufferCache(
+          mem[0],
+          ['', '-wal', '-shm'].map((s) => files[0].db + s),
+          (made as { skipped: string }).skipped,
+        );
+    const runs = modes.map((synchronous, i) => ({
       synchronous,
       startedMs: started[i].startedMs,
       firstCommitMs: started[i].firstCommitMs,
@@ -148,14 +195,15 @@ export async function benchDaemons(sandbox: Sandbox, dir: string): Promise<Daemo
       windowS: (after[i].t - before[i].t) / 1000,
       readings: after[i].n - before[i].n,
       writeBytes: after[i].io.writeBytes - before[i].io.writeBytes,
-      rss: mem[i].rss,
-      hwm: mem[i].hwm,
+      memory: mem[i],
     }));
+    return { runs, cgroup };
   } finally {
     for (const d of started) if (d.child.exitCode === null) d.child.kill('SIGTERM');
     for (const d of started) {
       const r = await waitExit(d.child, 25_000);
       if (r.code !== 0) progress(`daemon exited with ${r.code ?? r.signal}: ${d.output().slice(-1000)}`);
     }
+    await cg?.remove();
   }
 }

@@ -2,8 +2,9 @@
  * Child process of the bench, so that what is measured (RSS, CPU) is this process alone while
  * the sandbox runs in the parent. Driven over the IPC channel (see WorkerCommand):
  *
- * - `drain`: the real Agent (no sources) on a buffer file holding a backlog; on `go` it pushes
- *   traces until the buffer is empty, then waits for `stop`.
+ * - `drain`: the real Agent (no sources, the V8 flags `run` sets) on a buffer file holding a
+ *   backlog and a milestone, which it sends at once; on `go` it pushes traces until the
+ *   buffer is empty, then waits for `stop`.
  * - `ceiling`: a plain undici client posting pre-built trace bodies (the same ones the agent
  *   builds from the same buffer) one after another: what the sandbox can take.
  * - `peer`: one reading per request, posted one after another: the per-request time of a
@@ -14,6 +15,7 @@ import { Store } from '../src/buffer/store.js';
 import { configSchema, type Config } from '../src/config/schema.js';
 import { buildTraceChunk, nextStopResolver, type TraceBuildOptions } from '../src/delivery/traces.js';
 import { createLogger } from '../src/log.js';
+import { applyDaemonV8Flags, collectAfterStart } from '../src/v8-tuning.js';
 import { BENCH_DEVICE, BENCH_KEY, BENCH_SCAC, drainConfigInput, type WorkerCommand, type WorkerEvent } from './common.js';
 
 const send = (e: WorkerEvent) => process.send?.(e);
@@ -28,6 +30,8 @@ const next = (cmd: WorkerCommand['cmd']) =>
   });
 
 async function drain(c: Extract<WorkerCommand, { cmd: 'drain' }>): Promise<void> {
+  // As `run` does: the Agent here is the daemon's, V8 tuning included (collectAfterStart below).
+  applyDaemonV8Flags();
   const config = configSchema.parse(drainConfigInput(c.url, c.dbPath));
   const log = createLogger({ level: 'warn' });
   const agent = new Agent({ file: '(bench)', config, deviceId: BENCH_DEVICE, warnings: [] }, { key: BENCH_KEY, origin: 'bench' }, log, {
@@ -35,6 +39,7 @@ async function drain(c: Extract<WorkerCommand, { cmd: 'drain' }>): Promise<void>
   });
   const go = next('go');
   await agent.start();
+  collectAfterStart();
   send({ ev: 'started' });
   await go;
   const stop = next('stop');

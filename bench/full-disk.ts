@@ -8,10 +8,11 @@ import { join } from 'node:path';
 import { Store } from '../src/buffer/store.js';
 import { configSchema } from '../src/config/schema.js';
 import type { Sandbox } from '../src/sandbox/server.js';
-import { BENCH_KEY, BENCH_SCAC, memoryOf, schedSecondsOf, sleep } from './common.js';
+import { BENCH_KEY, BENCH_SCAC, type Memory, memoryOf, schedSecondsOf, sleep } from './common.js';
 import { AGENT_NODE_OPTIONS, MB, QUICK } from './options.js';
 import { BIN, children, cleanEnv, waitExit } from './processes.js';
-import { mb, round, type Row } from './report.js';
+import { split } from './memory.js';
+import { round, type Row } from './report.js';
 
 /** Size of the tmpfs the full-disk run puts the buffer on. */
 export const FULL_DISK_BYTES = 4 * MB;
@@ -65,8 +66,7 @@ interface FullDiskRun {
   windowS: number;
   /** CPU of every thread over the window, seconds (schedstat). */
   cpuS: number;
-  rss: number;
-  anon: number;
+  memory: Memory;
   /** From the service answering again to its first 2xx, and to every reading waiting in memory committed, seconds. */
   first2xxS: number;
   resumeS: number;
@@ -190,8 +190,7 @@ command = ${JSON.stringify([process.execPath, source, slow, pids])}
     return {
       windowS,
       cpuS,
-      rss: mem.rss,
-      anon: mem.anon,
+      memory: mem,
       first2xxS,
       resumeS,
       sigtermS,
@@ -230,11 +229,7 @@ export function fullDiskRows(r: FullDiskRun | { skipped: string }): Row[] {
     ];
   }
   return [
-    row(
-      '7a',
-      `full disk: CPU share (schedstat, ${round(r.windowS, 0)} s, source at 4/s) and RSS of \`run\` while the disk is full`,
-      `${round((r.cpuS / r.windowS) * 100, 2)}%, RSS ${mb(r.rss)} (anon ${mb(r.anon)})`,
-    ),
+    row('7a', `full disk: CPU share (schedstat, ${round(r.windowS, 0)} s, source at 4/s) and RSS of \`run\` while the disk is full`, `${round((r.cpuS / r.windowS) * 100, 2)}%, ${split(r.memory)}`),
     row('7b', 'full disk: service back to first 2xx / to commits resuming (the disk full until delivery purges)', `${round(r.first2xxS, 2)} s / ${round(r.resumeS, 2)} s`),
     row(
       '7c',

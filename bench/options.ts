@@ -2,6 +2,7 @@
  * The bench's command line and the sizes it runs with, shared by every row group.
  */
 import { configSchema } from '../src/config/schema.js';
+import { DAEMON_V8_FLAGS } from '../src/v8-tuning.js';
 import { unitNodeOptions } from './common.js';
 
 export const MB = 1024 * 1024;
@@ -41,4 +42,6 @@ export const LATENCY_MS = 150;
 export const BUFFER_DEFAULTS = configSchema.shape.buffer.parse({});
 /** The agent's processes (drain worker, daemon) run with the unit's heap flags; reference clients with Node's defaults. */
 export const AGENT_NODE_OPTIONS = unitNodeOptions();
+/** And with the V8 flags `run` sets on itself (src/v8-tuning.ts; the drain worker sets them the same way). */
+export const AGENT_V8_FLAGS = DAEMON_V8_FLAGS.join(' ');
 export const PEER_RETRY_S = 30;

@@ -29,16 +29,23 @@ describe('npm run bench (quick)', () => {
       expect(typeof value, name).toBe('number');
       expect(Number.isFinite(value) && (value as number) > 0, `${name} = ${String(value)}`).toBe(true);
     }
-    for (const id of ['1', '2a', '2b', '2c', '3a', '3b', '3c', '4']) {
+    for (const id of ['1', '2a', '2b', '2c', '3a', '3b', '3c', '3e', '4']) {
       expect(typeof report.rows.find((r) => r.id === id)?.pass, `row ${id}`).toBe('boolean');
     }
+    // Memory as an operator reads it: RSS, anonymous and file-backed, and the cgroup's view (3f).
+    for (const name of ['rssIdle', 'rssPeak', 'rssAfter', 'rssPeakSmall', 'rssDaemon', 'cgroupUsage', 'cgroupAnon', 'cgroupFile']) {
+      expect(report.figures, name).toHaveProperty(`${name}MB`);
+      if (name.startsWith('rss')) for (const part of ['Anon', 'File']) expect(report.figures, name).toHaveProperty(`${name}${part}MB`);
+    }
+    expect(report.rows.find((r) => r.id === '3f')?.pass).toBeNull();
     // The full-disk rows mount a tmpfs: measured as root (CI), else each says why not.
     const fullDisk = report.rows.filter((r) => r.id.startsWith('7'));
     expect(fullDisk.map((r) => r.id)).toEqual(['7a', '7b', '7c']);
     const skipped = fullDisk[2].value.match(/^skipped \((.+)\)$/)?.[1];
     if (process.getuid?.() === 0 && !skipped?.startsWith('mount -t tmpfs failed')) {
       expect(typeof fullDisk[2].pass, JSON.stringify(fullDisk)).toBe('boolean');
-      for (const name of ['fullDiskCpuPercent', 'fullDiskRssMB', 'fullDiskRssAnonMB', 'fullDiskFirst2xxS', 'fullDiskResumeS', 'fullDiskSigtermS']) expect(report.figures, name).toHaveProperty(name);
+      for (const name of ['fullDiskCpuPercent', 'fullDiskRssMB', 'fullDiskRssAnonMB', 'fullDiskRssFileMB', 'fullDiskFirst2xxS', 'fullDiskResumeS', 'fullDiskSigtermS'])
+        expect(report.figures, name).toHaveProperty(name);
     } else {
       for (const r of fullDisk) expect(r.value, `row ${r.id}`).toMatch(/^skipped \(/);
       if (process.getuid?.() !== 0) expect(skipped).toBe('needs root to mount a tmpfs');

@@ -2,6 +2,7 @@
  * Guards for what keeps the daemon small (see the README's Performance section): each of these
  * cost megabytes of RSS when it slipped in, and nothing else would fail if it came back.
  */
+import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -93,6 +94,37 @@ describe("the daemon's footprint", () => {
     const point = sandbox.traces[0].body.traces[0];
     expect(point.time.timeZoneCode).toMatch(/^C[SD]T$/);
     expect(point.time.timeZoneOffset).toMatch(/^UTC-[56]$/);
+  });
+
+  it("compiles undici's HTTP parser with Liftoff only: TurboFan's recompilation of it took some 35 MB", async () => {
+    const { url } = await sandbox.start();
+    const cfg = await simulatorWithLoad(url);
+    // V8 prints a line for every WebAssembly function it compiles, and with which compiler.
+    daemon = startDaemon(['--config', cfg], {}, ['--trace-wasm-compilation-times']);
+    await waitFor(() => sandbox.stats.tracePoints >= 5, 20_000, 'trace points');
+    expect((await runCli(['milestone', '--load', 'L-1', '--code', 'X3', '--stop', '1', '--config', cfg])).code).toBe(0);
+    await waitFor(() => sandbox.milestones.length === 1, 10_000, 'the milestone');
+    // Without the flag the tier-up comes within a second of the first requests.
+    await new Promise((r) => setTimeout(r, 1500));
+    expect((await daemon.stop('SIGTERM')).code).toBe(0);
+    const output = daemon.output();
+    daemon = undefined;
+    expect(output).toMatch(/^Compiled function .* using Liftoff/m);
+    expect(output).not.toMatch(/using TurboFan/);
+  });
+
+  it('collects once after start-up through a throwaway context, and leaves no gc() behind', async () => {
+    // In a process of its own: the collection sets and clears V8 flags.
+    const script = `
+      import { runInNewContext } from 'node:vm';
+      import { collectAfterStart } from ${JSON.stringify(join(ROOT, 'dist', 'v8-tuning.js'))};
+      collectAfterStart(0);
+      setTimeout(() => process.stdout.write(JSON.stringify({ global: typeof globalThis.gc, context: runInNewContext('typeof gc') })), 50);
+    `;
+    const r = spawnSync(process.execPath, ['--trace-gc', '--input-type=module', '-e', script], { encoding: 'utf8' });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/Mark-Compact/);
+    expect(r.stdout.split('\n').at(-1)).toBe(JSON.stringify({ global: 'undefined', context: 'undefined' }));
   });
 
   it('the bundle keeps only the English messages of zod (its other locales cost megabytes)', () => {

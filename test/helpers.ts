@@ -63,9 +63,12 @@ export interface Daemon {
   stop: (signal?: NodeJS.Signals) => Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
-/** Start `telematics-agent run` as a child process; `stop` sends the signal and waits, killing by PID on timeout. */
-export function startDaemon(args: string[], env: NodeJS.ProcessEnv = {}): Daemon {
-  const child = spawn(process.execPath, [BIN, 'run', ...args], { env: { ...cleanEnv(), ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+/**
+ * Start `telematics-agent run` as a child process; `stop` sends the signal and waits, killing
+ * by PID on timeout. `nodeArgs` go to node itself (V8 flags that NODE_OPTIONS refuses).
+ */
+export function startDaemon(args: string[], env: NodeJS.ProcessEnv = {}, nodeArgs: string[] = []): Daemon {
+  const child = spawn(process.execPath, [...nodeArgs, BIN, 'run', ...args], { env: { ...cleanEnv(), ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (out += d.toString()));

@@ -7,6 +7,7 @@ import { ConfigError, loadConfig, resolveSubscriptionKey, type LoadedConfig } fr
 import { AgentError } from '../../errors.js';
 import { createLogger } from '../../log.js';
 import { SystemdNotifier } from '../../notify.js';
+import { applyDaemonV8Flags, collectAfterStart } from '../../v8-tuning.js';
 import { configOption, load } from '../common.js';
 import { EXIT } from '../exit.js';
 
@@ -16,6 +17,7 @@ export function addRunCommand(program: Command): void {
     .description('run the agent in the foreground (what the systemd unit starts); stops cleanly on SIGTERM')
     .addOption(configOption())
     .action(async (opts: { config?: string }) => {
+      applyDaemonV8Flags();
       const loaded = load(opts.config);
       const key = resolveSubscriptionKey(loaded);
       const log = createLogger({ level: loaded.config.log.level });
@@ -72,6 +74,7 @@ export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof res
     process.off('SIGINT', earlyInt);
   }
   void notifier.ready(running());
+  collectAfterStart();
   const onHup = () => {
     void notifier.reloading('reloading the configuration');
     try {
