@@ -1,11 +1,12 @@
 import { spawn } from 'node:child_process';
-import { chownSync, mkdirSync, statSync, truncateSync } from 'node:fs';
+import { chownSync, mkdirSync, readdirSync, readlinkSync, statSync, truncateSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Ingest } from '../src/buffer/ingest.js';
 import { MIGRATIONS, migrate, openDatabase, PAGE_SIZE, SCHEMA_VERSION } from '../src/buffer/db.js';
+import { IN_RETRY } from '../src/buffer/readings.js';
 import { Store } from '../src/buffer/store.js';
 import { createLogger } from '../src/log.js';
 import { agentConfig, ROOT, runCli, tempDir } from './helpers.js';
@@ -113,6 +114,36 @@ describe('page size', () => {
     again.insertReadings([reading(1)], true);
     expect(again.counts().unassignedReadings).toBe(1);
     again.close();
+  });
+});
+
+describe('delivery path', () => {
+  it('finds retried readings through the partial index, not by walking every reading', () => {
+    const store = Store.open(path);
+    const plan = (sql: string) => (store.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all() as Array<{ detail: string }>).map((r) => r.detail).join('; ');
+    expect(plan(`SELECT id FROM readings WHERE ${IN_RETRY} ORDER BY id LIMIT 500`)).toMatch(/USING (COVERING )?INDEX readings_parked/);
+    expect(plan(`SELECT count(*) FROM readings WHERE ${IN_RETRY}`)).toMatch(/USING (COVERING )?INDEX readings_parked/);
+    store.close();
+  });
+
+  it('keeps the WAL open for syncing while the buffer is open, and closes it with the buffer', async () => {
+    const walFds = () =>
+      readdirSync('/proc/self/fd').filter((fd) => {
+        try {
+          return readlinkSync(`/proc/self/fd/${fd}`) === `${path}-wal`;
+        } catch {
+          return false;
+        }
+      });
+    const before = walFds().length;
+    const store = Store.open(path);
+    store.insertReadings([reading(1)], true);
+    await store.syncCommits();
+    await store.syncCommits();
+    // SQLite's own descriptor and ours, one each, however many requests went out.
+    expect(walFds().length).toBe(before + 2);
+    store.close();
+    expect(walFds().length).toBe(before);
   });
 });
 

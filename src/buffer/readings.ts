@@ -34,6 +34,13 @@ export const WAITING = `r.state = ${ReadingState.WAITING} AND r.id > l.acked_id`
 /** The id of a load's oldest waiting reading (NULL when none waits), for a query over `loads l`. */
 export const FIRST_WAITING = `(SELECT min(r.id) FROM readings r WHERE r.load_number = l.load_number AND ${WAITING})`;
 
+/**
+ * Rows whose dead letters were retried. The `state <> 0` lets SQLite use the partial index
+ * readings_parked: with `state = 2` alone it walked the whole table in id order (170 ms for a
+ * million readings, on every delivery cycle of a drain).
+ */
+export const IN_RETRY = `state = ${ReadingState.RETRY} AND state <> ${ReadingState.WAITING}`;
+
 /** The columns of a StoredReading, from `readings r`. */
 const READING_COLS = 'r.id, r.resource_id, r.load_number, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c';
 
@@ -256,9 +263,7 @@ export class Readings {
 
   /** Readings whose dead letters were retried, oldest first. */
   retryReadings(limit: number): StoredReading[] {
-    return this.db
-      .prepare(`SELECT id, resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c FROM readings WHERE state = ${ReadingState.RETRY} ORDER BY id LIMIT ?`)
-      .all(limit) as StoredReading[];
+    return this.db.prepare(`SELECT id, resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c FROM readings WHERE ${IN_RETRY} ORDER BY id LIMIT ?`).all(limit) as StoredReading[];
   }
 
   deleteReadings(ids: number[]): void {

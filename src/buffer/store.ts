@@ -5,15 +5,14 @@
  * milestones.ts, dead-letters.ts, state.ts); this façade opens the file, owns what they
  * share (the room on the disk, durable commits) and hands each call to its module.
  */
-import { type FileHandle, open } from 'node:fs/promises';
+import { closeSync, fsync, openSync } from 'node:fs';
 import { openDatabase, walSalts, type DB, type OpenOptions } from './db.js';
 import { DeadLetters } from './dead-letters.js';
 import { DiskRoom, diskPlan, isDiskFull } from './disk.js';
 import { Loads } from './loads.js';
 import { Milestones } from './milestones.js';
-import { READING_BYTES, Readings, WAITING } from './readings.js';
+import { IN_RETRY, READING_BYTES, Readings, WAITING } from './readings.js';
 import { StateTable } from './state.js';
-import { ReadingState } from './types.js';
 
 export * from './types.js';
 export { LoadError } from './loads.js';
@@ -159,6 +158,8 @@ export class Store implements BufferContext {
 
   /** The WAL generation (its salts) known to hold the header page with the buffer's identity. */
   private identityInWal: string | undefined;
+  /** The WAL, open for syncCommits (see there). */
+  private walFd: number | undefined;
 
   static open(path: string, opts: StoreOptions = {}): Store {
     if (path === ':memory:' || opts.readonly) return new Store(openDatabase(path, opts));
@@ -237,21 +238,24 @@ export class Store implements BufferContext {
    */
   async syncCommits(): Promise<void> {
     if (this.db.memory || this.db.readonly || !this.db.open) return;
-    let wal: FileHandle;
-    try {
-      wal = await open(`${this.db.name}-wal`, 'r');
-    } catch {
-      // No WAL: every commit is in the main file, synced by the checkpoint that emptied it.
-      return;
+    if (this.walFd === undefined) {
+      try {
+        // Kept open while the buffer is: an open, an fsync and a close per request were three
+        // trips to the thread pool on the way of every request of a drain. SQLite keeps the
+        // WAL (same file, truncated at most) while a connection is open, and locks only the
+        // database and -shm files, so this descriptor takes no lock and closing it drops none.
+        this.walFd = openSync(`${this.db.name}-wal`, 'r');
+      } catch {
+        // No WAL: every commit is in the main file, synced by the checkpoint that emptied it.
+        return;
+      }
     }
-    try {
-      // In the thread pool: the next trace chunk is built meanwhile (drain.ts).
-      await wal.sync();
-    } catch {
+    const fd = this.walFd;
+    // In the thread pool: the drain waits for the request to be written, not for this.
+    await new Promise<void>((resolve) => {
       // A disk that cannot sync is not helped by holding back what it has: the request goes.
-    } finally {
-      await wal.close();
-    }
+      fsync(fd, () => resolve());
+    });
   }
 
   /**
@@ -281,6 +285,8 @@ export class Store implements BufferContext {
   }
 
   close(): void {
+    if (this.walFd !== undefined) closeSync(this.walFd);
+    this.walFd = undefined;
     if (this.db.open) this.db.close();
   }
 
@@ -302,7 +308,7 @@ export class Store implements BufferContext {
            (SELECT count(*) FROM milestones WHERE sent_ms IS NULL AND parked_ms IS NULL) AS pending,
            (SELECT count(*) FROM milestones WHERE sent_ms IS NOT NULL) AS sent,
            (SELECT count(*) FROM dead_letters) AS dead,
-           (SELECT count(*) FROM readings WHERE state = ${ReadingState.RETRY}) AS retry`,
+           (SELECT count(*) FROM readings WHERE ${IN_RETRY}) AS retry`,
       )
       .get() as { readings: number; unassigned: number; oldest: number | null; pending: number; sent: number; dead: number; retry: number };
     return {
