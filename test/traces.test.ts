@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { traceBodySchema } from '../src/api/schemas.js';
 import type { LoadRow, MilestoneRow, StoredReading } from '../src/buffer/store.js';
-import { buildTraceChunk, nextStopResolver, type TraceBuildOptions } from '../src/delivery/traces.js';
+import { buildTraceChunk, buildTraceJson, nextStopResolver, type TraceBuildOptions } from '../src/delivery/traces.js';
 
 const load: LoadRow = {
   loadNumber: 'L1',
@@ -132,6 +132,63 @@ describe('trace chunks', () => {
     const chunk = buildTraceChunk({ ...load, endedMs: 1, lastSampleMs: T0 }, r, noStop, opts, true)!;
     expect(chunk.body).toBeNull();
     expect(chunk.lastId).toBe(3);
+  });
+});
+
+describe('trace chunks written straight to JSON (what the drain sends)', () => {
+  /** Readings of every kind: across zones and the date line, with and without odometer, temperature and position. */
+  function mixed(n: number, seed: number): StoredReading[] {
+    let x = seed;
+    const rand = () => {
+      x = (x * 1_103_515_245 + 12_345) % 2_147_483_648;
+      return x / 2_147_483_648;
+    };
+    return Array.from({ length: n }, (_, i) => {
+      const kind = rand();
+      return {
+        id: 1000 + i * 3,
+        resource_id: 'TRAILER-9',
+        load_number: 'L1',
+        time_ms: T0 + i * 7_000 + Math.floor(rand() * 1000),
+        lat: kind < 0.1 ? null : -60 + rand() * 130,
+        lon: kind < 0.1 ? null : -179.999 + rand() * 359.998,
+        speed: null,
+        heading: null,
+        odometer: rand() < 0.3 ? null : rand() * 1e6,
+        temp_c: rand() < 0.4 ? null : -40 + rand() * 80,
+      };
+    });
+  }
+
+  it('writes, character for character, JSON.stringify of the body buildTraceChunk makes, with the same key and cursor', () => {
+    const resource = { ...load, resourceId: 'TRK "7"\\ü', resourceType: 'Truck' };
+    const stopAt = (ms: number) => ((ms - T0) % 3 === 0 ? undefined : 1 + ((ms - T0) % 4));
+    const variants: Array<[string, Partial<TraceBuildOptions>, boolean]> = [
+      ['local, C', {}, false],
+      ['UTC, F, extra fields, sampling off', { dateForm: 'utc', temperatureUnit: 'F', samplingMs: 0, extraFields: { source: 'carrier', n: 1.5, ok: true } }, false],
+      ['extra fields named like the body', { samplingMs: 0, extraFields: { traces: 'x', loadNumber: 'other', eventCity: 'Nowhere' } }, false],
+      ['a device id to escape, small chunks, ended load', { deviceId: 'dev"1\\', maxPoints: 7, samplingMs: 0 }, true],
+      ['old temperatures dropped', { temperatureMaxAgeMs: 5_000, samplingMs: 0 }, false],
+    ];
+    let compared = 0;
+    for (const [name, o, final] of variants) {
+      for (const seed of [1, 2, 3]) {
+        const rs = mixed(120, seed);
+        const object = buildTraceChunk(resource, rs, stopAt, { ...opts, ...o }, final);
+        const json = buildTraceJson(resource, rs, stopAt, { ...opts, ...o }, final);
+        expect(object, name).toBeDefined();
+        const { body, ...rest } = object!;
+        expect({ name, ...json, json: undefined }).toEqual({ name, ...rest, json: undefined });
+        expect(json!.json, name).toBe(body === null ? null : JSON.stringify(body));
+        compared += object!.points;
+      }
+    }
+    expect(compared).toBeGreaterThan(500);
+    // An ended load whose readings sampling skips: consumed, nothing to send, both ways.
+    const tail = readings(3, 10);
+    const ended = { ...load, endedMs: 1, lastSampleMs: T0 };
+    expect(buildTraceJson(ended, tail, noStop, opts, true)).toEqual({ ...buildTraceChunk(ended, tail, noStop, opts, true), body: undefined, json: null });
+    expect(buildTraceJson(load, [], noStop, opts)).toBeUndefined();
   });
 });
 

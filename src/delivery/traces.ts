@@ -6,7 +6,7 @@
  * a retry after a lost response sends the same body with the same idempotency key.
  */
 import { createHash } from 'node:crypto';
-import type { Trace, TraceBody } from '../api/schemas.js';
+import type { TimeObject, Trace, TraceBody } from '../api/schemas.js';
 import type { LoadRow, MilestoneRow, StoredReading } from '../buffer/store.js';
 import { eventTime } from '../geo/timezone.js';
 import { placeAt } from '../geo/places.js';
@@ -59,6 +59,69 @@ function toFahrenheit(c: number): number {
   return c * 1.8 + 32;
 }
 
+/** One trace point as the walk found it, for a sink to make an object or JSON text of. */
+type PointSink = (r: StoredReading, lat: number, lon: number, time: TimeObject, stop: number | undefined, tempValue: number | undefined, tempDateTime: string | undefined) => void;
+
+interface Walk {
+  readingIds: number[];
+  lastId: number;
+  lastSampleMs: number | null;
+  points: number;
+  /** What the idempotency key is made of (see idempotencyKeyFor). */
+  keyText: string;
+  /** The last point's position (where eventCity/eventState are found). */
+  lastLat: number;
+  lastLon: number;
+}
+
+/**
+ * Which readings become the chunk's points, with their times, stops and temperatures: the one
+ * walk behind both forms of a chunk (buildTraceChunk, buildTraceJson). Undefined when there is
+ * nothing to send; a Walk with no points when an ended load's skipped tail is only consumed.
+ */
+function walkChunk(load: LoadRow, readings: Iterable<StoredReading>, stopAt: (timeMs: number) => number | undefined, opts: TraceBuildOptions, final: boolean, sink: PointSink): Walk | undefined {
+  const readingIds: number[] = [];
+  let lastSampleMs = load.lastSampleMs;
+  let lastPointId = 0;
+  let lastSeenId = 0;
+  let tempC: number | undefined;
+  let tempMs = 0;
+  let keyText = '';
+  let lastLat = 0;
+  let lastLon = 0;
+
+  for (const r of readings) {
+    lastSeenId = r.id;
+    if (r.temp_c !== null) {
+      tempC = r.temp_c;
+      tempMs = r.time_ms;
+    }
+    if (r.lat === null || r.lon === null) continue;
+    if (opts.pointIds ? !opts.pointIds.has(r.id) : lastSampleMs !== null && r.time_ms - lastSampleMs < opts.samplingMs) continue;
+    const time = eventTime(new Date(r.time_ms), r.lat, r.lon, opts.dateForm);
+    let tempValue: number | undefined;
+    let tempDateTime: string | undefined;
+    if (tempC !== undefined && r.time_ms - tempMs <= opts.temperatureMaxAgeMs && tempMs - r.time_ms <= opts.temperatureMaxAgeMs) {
+      tempValue = round(opts.temperatureUnit === 'F' ? toFahrenheit(tempC) : tempC, 2);
+      // A temperature from this very reading has this point's time: no second zone lookup.
+      tempDateTime = tempMs === r.time_ms ? time.dateTime : eventTime(new Date(tempMs), r.lat, r.lon, opts.dateForm).dateTime;
+    }
+    lastLat = round(r.lat, 6);
+    lastLon = round(r.lon, 6);
+    sink(r, lastLat, lastLon, time, stopAt(r.time_ms), tempValue, tempDateTime);
+    keyText += `${opts.deviceId}-${r.id}|${time.dateTime}\n`;
+    readingIds.push(r.id);
+    lastSampleMs = r.time_ms;
+    lastPointId = r.id;
+    if (readingIds.length >= opts.maxPoints) break;
+  }
+
+  const points = readingIds.length;
+  if (points === 0) return final && lastSeenId > 0 ? { readingIds, lastId: lastSeenId, lastSampleMs, points, keyText, lastLat, lastLon } : undefined;
+  const lastId = points >= opts.maxPoints || !final ? lastPointId : lastSeenId;
+  return { readingIds, lastId, lastSampleMs, points, keyText, lastLat, lastLon };
+}
+
 /**
  * Build the next chunk of a load from its readings (oldest first). Returns undefined when
  * there is nothing to send yet. `final` (the load has ended) lets the tail that sampling
@@ -66,80 +129,95 @@ function toFahrenheit(c: number): number {
  */
 export function buildTraceChunk(load: LoadRow, readings: Iterable<StoredReading>, stopAt: (timeMs: number) => number | undefined, opts: TraceBuildOptions, final = false): TraceChunk | undefined {
   const traces: Trace[] = [];
-  const readingIds: number[] = [];
-  let lastSampleMs = load.lastSampleMs;
-  let lastPointId = 0;
-  let lastSeenId = 0;
-  let temp: { c: number; timeMs: number } | undefined;
-
-  for (const r of readings) {
-    lastSeenId = r.id;
-    if (r.temp_c !== null) temp = { c: r.temp_c, timeMs: r.time_ms };
-    if (r.lat === null || r.lon === null) continue;
-    if (opts.pointIds ? !opts.pointIds.has(r.id) : lastSampleMs !== null && r.time_ms - lastSampleMs < opts.samplingMs) continue;
+  const walk = walkChunk(load, readings, stopAt, opts, final, (r, latitude, longitude, time, stop, tempValue, tempDateTime) => {
     const trace: Trace = {
-      time: eventTime(new Date(r.time_ms), r.lat, r.lon, opts.dateForm),
+      time,
       resourceId: load.resourceId,
       resourceType: load.resourceType,
-      coordinate: { latitude: round(r.lat, 6), longitude: round(r.lon, 6) },
+      coordinate: { latitude, longitude },
       references: [{ name: 'traceId', value: `${opts.deviceId}-${r.id}` }],
     };
-    const stop = stopAt(r.time_ms);
     if (stop !== undefined) trace.stopsequenceNumber = stop;
     if (r.odometer !== null) trace.odometer = round(r.odometer, 1);
-    if (temp && r.time_ms - temp.timeMs <= opts.temperatureMaxAgeMs && temp.timeMs - r.time_ms <= opts.temperatureMaxAgeMs) {
-      trace.temperature = {
-        unitOfMeasure: opts.temperatureUnit,
-        value: round(opts.temperatureUnit === 'F' ? toFahrenheit(temp.c) : temp.c, 2),
-        // A temperature from this very reading has this point's time: no second zone lookup.
-        dateTime: temp.timeMs === r.time_ms ? trace.time.dateTime : eventTime(new Date(temp.timeMs), r.lat, r.lon, opts.dateForm).dateTime,
-      };
-    }
+    if (tempValue !== undefined) trace.temperature = { unitOfMeasure: opts.temperatureUnit, value: tempValue, dateTime: tempDateTime! };
     traces.push(trace);
-    readingIds.push(r.id);
-    lastSampleMs = r.time_ms;
-    lastPointId = r.id;
-    if (traces.length >= opts.maxPoints) break;
-  }
-
-  if (traces.length === 0) {
-    if (final && lastSeenId > 0) {
-      return { body: null, readingIds: [], lastId: lastSeenId, lastSampleMs, points: 0, idempotencyKey: '' };
-    }
-    return undefined;
-  }
-  const full = traces.length >= opts.maxPoints;
-  const lastId = full || !final ? lastPointId : lastSeenId;
-  return {
-    body: traceBody(load.loadNumber, traces, opts.extraFields),
-    readingIds,
-    lastId,
-    lastSampleMs,
-    points: traces.length,
-    idempotencyKey: idempotencyKeyFor('trace', opts.deviceId, load.loadNumber, traces),
-  };
+  });
+  if (!walk) return undefined;
+  const { keyText, lastLat, lastLon, ...rest } = walk;
+  if (walk.points === 0) return { ...rest, body: null, idempotencyKey: '' };
+  return { ...rest, body: traceBody(load.loadNumber, traces, opts.extraFields), idempotencyKey: keyFromText('trace', opts.deviceId, load.loadNumber, keyText) };
 }
+
+/** A chunk as the JSON text of its request body, which is what the drain sends. */
+export interface TraceJsonChunk extends Omit<TraceChunk, 'body'> {
+  /** JSON.stringify of buildTraceChunk's body, character for character; null as body is there. */
+  json: string | null;
+}
+
+/** A number as JSON.stringify writes it. */
+const num = (n: number) => (Number.isFinite(n) ? String(n) : 'null');
+
+/**
+ * buildTraceChunk's chunk, written straight to JSON text: no trace objects to build, keep
+ * across a request and stringify. A drain sends a million points this way; making and
+ * serialising the objects took a third of its time and most of its garbage (bench row 2a).
+ * test/traces.test.ts checks the text against JSON.stringify of buildTraceChunk's body.
+ */
+export function buildTraceJson(load: LoadRow, readings: Iterable<StoredReading>, stopAt: (timeMs: number) => number | undefined, opts: TraceBuildOptions, final = false): TraceJsonChunk | undefined {
+  // The parts every point shares, escaped once: `"bench-device-` waits for the reading's id.
+  const resource = `,"resourceId":${JSON.stringify(load.resourceId)},"resourceType":${JSON.stringify(load.resourceType)},"coordinate":{"latitude":`;
+  const traceId = `},"references":[{"name":"traceId","value":${JSON.stringify(`${opts.deviceId}-`).slice(0, -1)}`;
+  const unit = `,"temperature":{"unitOfMeasure":${JSON.stringify(opts.temperatureUnit)},"value":`;
+  let text = '';
+  const walk = walkChunk(load, readings, stopAt, opts, final, (r, lat, lon, time, stop, tempValue, tempDateTime) => {
+    text += `${text === '' ? '{' : ',{'}"time":${JSON.stringify(time)}${resource}${num(lat)},"longitude":${num(lon)}${traceId}${r.id}"}]`;
+    if (stop !== undefined) text += `,"stopsequenceNumber":${num(stop)}`;
+    if (r.odometer !== null) text += `,"odometer":${num(round(r.odometer, 1))}`;
+    if (tempValue !== undefined) text += `${unit}${num(tempValue)},"dateTime":${JSON.stringify(tempDateTime)}}`;
+    text += '}';
+  });
+  if (!walk) return undefined;
+  const { keyText, lastLat, lastLon, ...rest } = walk;
+  if (walk.points === 0) return { ...rest, json: null, idempotencyKey: '' };
+  const envelope = JSON.stringify(bodyEnvelope(load.loadNumber, lastLat, lastLon, opts.extraFields, TRACES_MARK));
+  const at = envelope.lastIndexOf(TRACES_MARK_JSON);
+  const json = `${envelope.slice(0, at)}[${text}]${envelope.slice(at + TRACES_MARK_JSON.length)}`;
+  return { ...rest, json, idempotencyKey: keyFromText('trace', opts.deviceId, load.loadNumber, keyText) };
+}
+
+/** Where the traces go in an envelope written by JSON.stringify (no service field holds control characters). */
+const TRACES_MARK = '\u0000traces\u0000';
+const TRACES_MARK_JSON = JSON.stringify(TRACES_MARK);
 
 /** A trace-request body; eventCity/eventState are where the last point is. */
 export function traceBody(loadNumber: string, traces: Trace[], extraFields: Record<string, string | number | boolean>): TraceBody {
-  const body: Record<string, unknown> = { ...extraFields, loadNumber };
   const last = traces[traces.length - 1];
-  const place = last && placeAt(last.coordinate.latitude, last.coordinate.longitude);
+  return bodyEnvelope(loadNumber, last?.coordinate.latitude, last?.coordinate.longitude, extraFields, traces) as TraceBody;
+}
+
+/** The body's fields in the order the service has always received them: extra fields, loadNumber, place, traces. */
+function bodyEnvelope(loadNumber: string, lat: number | undefined, lon: number | undefined, extraFields: Record<string, string | number | boolean>, traces: unknown): Record<string, unknown> {
+  const body: Record<string, unknown> = { ...extraFields, loadNumber };
+  const place = lat !== undefined && lon !== undefined ? placeAt(lat, lon) : undefined;
   if (place) {
     body.eventCity = place.city;
     body.eventState = place.state;
   }
   body.traces = traces;
-  return body as TraceBody;
+  return body;
 }
 
 /** Stable across retries: derived from what the request carries, not from when it is sent. */
 export function idempotencyKeyFor(kind: string, deviceId: string, loadNumber: string, traces: Trace[]): string {
-  const h = createHash('sha256');
-  h.update(`${kind}\n${deviceId}\n${loadNumber}\n`);
-  // One update with the whole text (same digest as one update per point, a fraction of the calls).
   let text = '';
   for (const t of traces) text += `${t.references?.[0]?.value ?? ''}|${t.time.dateTime}\n`;
+  return keyFromText(kind, deviceId, loadNumber, text);
+}
+
+/** The key from each point's `traceId|dateTime` line (one hash update for all: the same digest as one per point). */
+function keyFromText(kind: string, deviceId: string, loadNumber: string, text: string): string {
+  const h = createHash('sha256');
+  h.update(`${kind}\n${deviceId}\n${loadNumber}\n`);
   h.update(text);
   return `${kind}-${h.digest('hex').slice(0, 32)}`;
 }

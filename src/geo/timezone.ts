@@ -33,6 +33,7 @@
 import { readFileSync, readlinkSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { loadZone, parseTzif, posixZone, type ZoneRules } from './tzif.js';
+import { localDateTime, utcDateTime } from './iso-text.js';
 
 const require = createRequire(import.meta.url);
 // CJS `module.exports = function tzlookup(lat, lon)`; createRequire keeps this independent
@@ -351,28 +352,6 @@ function tzifNameUsable(zone: string, name: string): boolean {
 
 function isNorthAmerican(zone: string): boolean {
   return NA_PREFIXES.some((p) => zone.startsWith(p));
-}
-
-function pad2(n: number): string {
-  return n < 10 ? `0${n}` : String(n);
-}
-
-function ymdhms(d: Date): string {
-  const y = d.getUTCFullYear();
-  const year = y >= 0 && y <= 9999 ? String(y).padStart(4, '0') : String(y);
-  return `${year}-${pad2(d.getUTCMonth() + 1)}-${pad2(d.getUTCDate())}T${pad2(d.getUTCHours())}:${pad2(d.getUTCMinutes())}:${pad2(d.getUTCSeconds())}`;
-}
-
-function utcDateTime(ms: number): string {
-  return `${ymdhms(new Date(ms))}Z`;
-}
-
-function localDateTime(ms: number, offsetMin: number): string {
-  const local = new Date(ms + offsetMin * 60_000);
-  const frac = String(local.getUTCMilliseconds()).padStart(3, '0');
-  const abs = Math.abs(offsetMin);
-  const sign = offsetMin < 0 ? '-' : '+';
-  return `${ymdhms(local)}.${frac}${sign}${pad2(Math.floor(abs / 60))}:${pad2(abs % 60)}`;
 }
 
 export { hasExplicitOffset, localTimeToInstant } from './localtime.js';
