@@ -167,6 +167,39 @@ describe('ApiClient', () => {
     expect(connections).toBe(1);
   });
 
+  it('says when a request is on the wire, before its answer, so the drain builds the next one beside it', async () => {
+    // The server answers each request only when the test says so.
+    const waiting: Array<() => void> = [];
+    let arrived: () => void = () => undefined;
+    const url = await serve(
+      (req, res) =>
+        void readBody(req).then(() => {
+          waiting.push(() => res.writeHead(200).end('{}'));
+          arrived();
+        }),
+    );
+    const serverHas = (n: number) => new Promise<void>((r) => (arrived = () => waiting.length >= n && r()));
+    const c = makeClient(url);
+    const events: string[] = [];
+    const seen1 = serverHas(1);
+    const first = c.postTraces({ n: 1 }, 'k1', undefined, () => events.push('1 written')).then(() => events.push('1 answered'));
+    await seen1;
+    events.push('1 at the server');
+    waiting[0]();
+    await first;
+    // Again on the kept-alive connection, which undici checks on a later turn before writing.
+    let onWire!: () => void;
+    const written = new Promise<void>((r) => (onWire = r));
+    const seen2 = serverHas(2);
+    const second = c.postTraces({ n: 2 }, 'k2', undefined, onWire);
+    await written;
+    events.push('2 written');
+    await seen2;
+    waiting[1]();
+    expect(await second).toMatchObject({ kind: 'response', status: 200 });
+    expect(events).toEqual(['1 written', '1 at the server', '1 answered', '2 written']);
+  });
+
   it('reports a refused connection as a network error', async () => {
     const url = await serve(() => undefined);
     await new Promise<void>((r) => server!.close(() => r()));

@@ -44,12 +44,17 @@ export type PostOutcome =
  */
 const requestsOnSocket = new WeakMap<object, number>();
 const reusedWatch = new Map<string, boolean>();
+/** Callers waiting for their request to be written (post's `onWritten`), by Idempotency-Key. */
+const writtenWatch = new Map<string, () => void>();
 subscribe('undici:client:sendHeaders', (message) => {
   const { headers, socket } = message as { headers: string; socket: object };
   const n = (requestsOnSocket.get(socket) ?? 0) + 1;
   requestsOnSocket.set(socket, n);
   const key = /\r\nidempotency-key: ([^\r]*)/i.exec(headers)?.[1];
-  if (key !== undefined && reusedWatch.has(key)) reusedWatch.set(key, n > 1);
+  if (key === undefined) return;
+  if (reusedWatch.has(key)) reusedWatch.set(key, n > 1);
+  // The body follows in the same call (undici writes a string body with its headers).
+  writtenWatch.get(key)?.();
 });
 
 /** What is kept of a response body: all of a service's answer for a dead letter, never a 10 MB page. */
@@ -106,9 +111,12 @@ export class ApiClient {
     return this.post(this.opts.milestonePath, body, idempotencyKey, signal);
   }
 
-  /** `body` may be an object or an already serialised JSON string. */
-  postTraces(body: object | string, idempotencyKey: string, signal?: AbortSignal): Promise<PostOutcome> {
-    return this.post(this.opts.tracePath, body, idempotencyKey, signal);
+  /**
+   * `body` may be an object or an already serialised JSON string. `onWritten` is called when
+   * the request is written to the connection (it may be called again if it is sent again).
+   */
+  postTraces(body: object | string, idempotencyKey: string, signal?: AbortSignal, onWritten?: () => void): Promise<PostOutcome> {
+    return this.post(this.opts.tracePath, body, idempotencyKey, signal, onWritten);
   }
 
   /** The URL a path is posted to: base https://host/api + /rcsc/... -> https://host/api/rcsc/... */
@@ -119,10 +127,15 @@ export class ApiClient {
   }
 
   /** `body` may be an object or an already serialised JSON string. */
-  post(path: string, body: object | string, idempotencyKey?: string, signal?: AbortSignal): Promise<PostOutcome> {
+  post(path: string, body: object | string, idempotencyKey?: string, signal?: AbortSignal, onWritten?: () => void): Promise<PostOutcome> {
+    const watched = onWritten !== undefined && idempotencyKey !== undefined && !writtenWatch.has(idempotencyKey);
+    if (watched) writtenWatch.set(idempotencyKey, onWritten);
     const p = this.postNow(path, body, idempotencyKey, signal);
     this.inFlight.add(p);
-    void p.finally(() => this.inFlight.delete(p));
+    void p.finally(() => {
+      this.inFlight.delete(p);
+      if (watched) writtenWatch.delete(idempotencyKey);
+    });
     return p;
   }
 

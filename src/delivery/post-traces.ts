@@ -42,12 +42,12 @@ export class TracePoster {
     const { config, deviceId } = this.ctx.deps;
     const body = traceBody(load.loadNumber, traces, config.api.extra_fields);
     const key = idempotencyKeyFor('trace', deviceId, load.loadNumber, traces);
-    return this.post(load, body, key, readingIds, delivered, () => ({ traces, readingIds }));
+    return this.post(load, body, key, readingIds, delivered, undefined, () => ({ traces, readingIds }));
   }
 
   /** A chunk built ahead, sent as serialised; its trace objects are built again only if it must be split. */
-  deliverPrepared(p: Prepared, json: string, delivered: number[]): Promise<Delivered> {
-    return this.post(p.load, json, p.key, p.readingIds, delivered, () => {
+  deliverPrepared(p: Prepared, json: string, delivered: number[], onWritten?: () => void): Promise<Delivered> {
+    return this.post(p.load, json, p.key, p.readingIds, delivered, onWritten, () => {
       const again = p.rebuild();
       // Every reading of the chunk went meanwhile (a limit dropped them): nothing left to split.
       return again?.body ? { traces: again.body.traces, readingIds: again.readingIds } : undefined;
@@ -55,11 +55,19 @@ export class TracePoster {
   }
 
   /** One trace request; on a refusal the points from `toSplit` are sent as halves (see split). */
-  private async post(load: LoadRow, body: object | string, key: string, readingIds: number[], delivered: number[], toSplit: () => { traces: Trace[]; readingIds: number[] } | undefined): Promise<Delivered> {
+  private async post(
+    load: LoadRow,
+    body: object | string,
+    key: string,
+    readingIds: number[],
+    delivered: number[],
+    onWritten: (() => void) | undefined,
+    toSplit: () => { traces: Trace[]; readingIds: number[] } | undefined,
+  ): Promise<Delivered> {
     const { ctx } = this;
     if (ctx.stopping) return 'failed';
     const { client, config, log } = ctx.deps;
-    const outcome = await ctx.post(() => client.postTraces(body, key, ctx.signal));
+    const outcome = await ctx.post(() => client.postTraces(body, key, ctx.signal, onWritten));
     const cls = ctx.classify(outcome);
     if (isDelivered(cls)) {
       delivered.push(...readingIds);
