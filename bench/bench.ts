@@ -16,6 +16,8 @@
  *    from /proc.
  * 6. Startup (daemon.ts): process start to first reading committed.
  * 7. A full disk (full-disk.ts): `run` with its buffer on a small tmpfs (as root).
+ * 8. Outages (outage.ts): `run` whose service is away 1, 5 and 30 minutes, then back: how
+ *    soon the first request gets through. Side by side with 4-7.
  *
  * It asserts nothing: it prints the numbers and PASS/MISS against each target of the brief.
  * The sandbox runs in this process (it only counts: keepBodies false); the agent side runs in
@@ -34,6 +36,7 @@ import { benchDaemons } from './daemon.js';
 import { FULL_DISK_BYTES, benchFullDisk, fullDiskRows, unmount } from './full-disk.js';
 import { benchIngest } from './ingest.js';
 import { memoryFigures, memoryRows } from './memory.js';
+import { OUTAGES_S, RECONNECT_MAX_S, benchOutages, outageFigures, outageRows } from './outage.js';
 import { AGENT_NODE_OPTIONS, AGENT_V8_FLAGS, BUFFER_DEFAULTS, HELP, JSON_OUT, LATENCY_MS, MB, PEER_RETRY_S, PROF_DIR, QUICK, SIZES, flag, option } from './options.js';
 import { WORKER, killChildren, progress } from './processes.js';
 import { fmt, machine, mb, pct, round, table, type Row } from './report.js';
@@ -111,12 +114,20 @@ async function main(): Promise<void> {
     // 30 s retry only adds time when a request fails (none are modelled: a lower bound).
     const peerModelS = (peerPerRequestMs * SIZES.cellular) / 1000;
 
+    // From here on the bench's own event loop is free (no more synchronous set-up), so the
+    // outages' reset listener and the sandbox that returns answer at once.
+    progress(`8. outages of ${OUTAGES_S.map((o) => `${o} s`).join(', ')}: \`run\` daemons whose service resets every connection, side by side with 4-7 (the run lasts at least as long as the longest)`);
+    const outagesRunning = benchOutages(dir);
+    // Settled now, read below: a failure here must not leave the promise unhandled while 4-7 run.
+    outagesRunning.catch(() => undefined);
     progress(`4.-6. telematics-agent run with a 1 Hz simulator: startup, then ${SIZES.idleS} s idle (NORMAL and FULL side by side)`);
     const daemons = await benchDaemons(sandbox, dir);
     const [normal, full] = daemons.runs;
     progress(`7. a full disk: \`run\` with its buffer on a ${FULL_DISK_BYTES / MB} MB tmpfs, filled by a fast exec source while the service answers 503`);
     const fullDisk = await benchFullDisk(sandbox, dir);
     if ('skipped' in fullDisk) progress(`   skipped (${fullDisk.skipped})`);
+    progress('8. waiting for the outages to end and their services to answer');
+    const outages = await outagesRunning;
     await sandbox.stop();
 
     // schedstat (ns, every live thread), not utime+stime: in clock ticks of 10 ms an idle
@@ -211,6 +222,7 @@ async function main(): Promise<void> {
         pass: null,
       },
       ...fullDiskRows(fullDisk),
+      ...outageRows(outages),
     ];
 
     const figures = {
@@ -261,6 +273,7 @@ async function main(): Promise<void> {
             fullDiskResumeS: fullDisk.resumeS,
             fullDiskSigtermS: fullDisk.sigtermS,
           }),
+      ...outageFigures(outages),
       benchWallS: (performance.now() - started) / 1000,
     };
     const syncNote =
@@ -298,6 +311,8 @@ async function main(): Promise<void> {
         `  traces pushed every 2 s and retried within 1 s so the service's return is seen at once, sampling 0 (a point per reading);`,
         `  CPU from schedstat, memory from /proc/PID/status at the end of the window;`,
         `  SIGTERM with the disk full again and the service answering 503.`,
+        `outages: \`run\` with defaults but delivery.reconnect_max_s ${RECONNECT_MAX_S}, a milestone recorded as the outage starts; a listener on the service's port resets every connection (the attempts),`,
+        `  then the sandbox listens there again; first 2xx = from its return to the first request it accepted.`,
         `sync level: ${syncNote}`,
         '',
       ];
@@ -315,4 +330,6 @@ main().catch((err) => {
   process.stderr.write(`bench failed: ${(err as Error).stack ?? String(err)}\n`);
   killChildren();
   process.exitCode = 1;
+  // An outage still under way (row 8) would keep the process for up to 30 minutes: go.
+  setTimeout(() => process.exit(1), 200).unref();
 });

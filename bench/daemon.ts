@@ -34,7 +34,8 @@ export interface CgroupView extends CgroupMemory {
   nodeCachedBytes?: number;
 }
 
-function daemonFiles(dir: string, url: string, synchronous: 'NORMAL' | 'FULL'): { config: string; db: string } {
+/** `name` is the device id's tail; `extraToml` is appended to the config (a table of its own). */
+export function daemonFiles(dir: string, url: string, synchronous: 'NORMAL' | 'FULL', name = `idle-${synchronous.toLowerCase()}`, extraToml = ''): { config: string; db: string } {
   mkdirSync(dir, { recursive: true });
   const keyFile = join(dir, 'key');
   writeFileSync(keyFile, `${BENCH_KEY}\n`, { mode: 0o600 });
@@ -44,7 +45,7 @@ function daemonFiles(dir: string, url: string, synchronous: 'NORMAL' | 'FULL'): 
   // 60 s); set are only the address, key, buffer, the sync level under test and the source.
   writeFileSync(
     config,
-    `device_id = "bench-idle-${synchronous.toLowerCase()}"
+    `device_id = "bench-${name}"
 [api]
 base_url = "${url}"
 scac = "${BENCH_SCAC}"
@@ -57,7 +58,7 @@ type = "simulator"
 resource_id = "TRUCK-IDLE"
 time_scale = 1
 interval_s = 1
-`,
+${extraToml}`,
   );
   // A load with its two stops is active before the daemon starts, so every reading is kept.
   const store = Store.open(db);
@@ -104,10 +105,15 @@ function milestonesSent(db: string): number {
   }
 }
 
-/** Record a milestone with the CLI and resolve when the daemon has delivered it. */
-async function oneMilestone(files: { config: string; db: string }): Promise<void> {
+/** Record a milestone with the CLI, as a driver would (the daemon sends it at once). */
+export async function recordMilestone(files: { config: string }): Promise<void> {
   const args = [BIN, 'milestone', '--load', 'IDLE-L1', '--code', 'X3', '--stop', '1', '--lat', '41.847', '--lon', '-87.647', '--config', files.config];
   await new Promise<void>((resolve, reject) => execFile(process.execPath, args, { env: cleanEnv() }, (err, _out, stderr) => (err ? reject(new Error(`milestone: ${stderr || err.message}`)) : resolve())));
+}
+
+/** Record a milestone with the CLI and resolve when the daemon has delivered it. */
+async function oneMilestone(files: { config: string; db: string }): Promise<void> {
+  await recordMilestone(files);
   const deadline = performance.now() + 30_000;
   while (milestonesSent(files.db) === 0) {
     if (performance.now() > deadline) throw new Error(`the daemon of ${files.config} did not deliver its milestone within 30 s`);
@@ -116,7 +122,7 @@ async function oneMilestone(files: { config: string; db: string }): Promise<void
 }
 
 /** Start `telematics-agent run` (in `cgroup`, when given) and resolve when its first reading is committed. */
-async function startDaemon(files: { config: string; db: string }, cgroup?: { cg: MemoryCgroup; node: string }) {
+export async function startDaemon(files: { config: string; db: string }, cgroup?: { cg: MemoryCgroup; node: string }) {
   const t0 = performance.now();
   const [command, args] = cgroup ? cgroup.cg.wrap(cgroup.node, [BIN, 'run', '--config', files.config]) : [process.execPath, [BIN, 'run', '--config', files.config]];
   const child = spawn(command, args, {

@@ -14,7 +14,8 @@ export const option = (name: string) => {
   return i >= 0 ? argv[i + 1] : undefined;
 };
 export const HELP = `usage: node dist-bench/bench/bench.js [--quick] [--json] [--dir DIR] [--cpu-prof DIR]
-  --quick          small sizes (CI): 20k readings, 5 s idle
+  --quick          small sizes (CI): 20k readings, 5 s idle, outages of seconds
+                   (a full run takes at least 30 min: its longest outage)
   --json           print the results as one JSON object instead of the table
   --dir DIR        work directory (must be on a real disk for the flash figure; default: the OS temp dir)
   --cpu-prof DIR   run the drain workers with --cpu-prof, profiles written to DIR
