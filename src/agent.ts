@@ -26,7 +26,7 @@ import { addSecret } from './log.js';
 import { MilestoneDetector } from './milestones/detector.js';
 import { RunningSources, type SourceFactory } from './sources/running.js';
 import type { Source } from './sources/types.js';
-import { DAEMON_STATE_KEY, type DaemonState } from './daemon-state.js';
+import { DAEMON_STATE_KEY, type DaemonState, STATE_INTERVAL_MS } from './daemon-state.js';
 
 export { DAEMON_STATE_KEY, type DaemonState, splayMs };
 export { changedSettings, type ReloadResult } from './config/reload.js';
@@ -152,7 +152,7 @@ export class Agent {
       this.store.keepIdentityInWal();
       this.reserve.check();
       const sender = JSON.stringify(this.sender.status) + JSON.stringify(this.ingest.stats.trouble);
-      if (sender !== this.lastSenderState || Date.now() - this.lastStateWriteMs >= (this.opts.stateIntervalMs ?? 15_000)) {
+      if (sender !== this.lastSenderState || Date.now() - this.lastStateWriteMs >= (this.opts.stateIntervalMs ?? STATE_INTERVAL_MS)) {
         this.lastSenderState = sender;
         this.writeState(true);
       }

@@ -9,6 +9,15 @@ import type { SourceHealth } from './sources/types.js';
 
 export const DAEMON_STATE_KEY = 'daemon';
 
+/**
+ * The row is written when delivery changed (a push, a failure: status shows it at once), else
+ * this often. Each write is a commit of its own, about 3 pages with the WAL's rounding to the
+ * file system's 4 KB: every 15 s it cost some 250 B per reading at 1 Hz (a seventh of the
+ * flash writes, bench row 5); once a minute, a quarter of that. `status` calls a daemon whose
+ * row is older than three of these hung.
+ */
+export const STATE_INTERVAL_MS = 60_000;
+
 export interface DaemonState {
   pid: number;
   deviceId: string;

@@ -3,7 +3,7 @@
  * state the daemon writes every few seconds (pushes, errors, sources), so it works without
  * talking to the daemon and tells when the daemon is gone.
  */
-import { DAEMON_STATE_KEY, type DaemonState } from '../daemon-state.js';
+import { DAEMON_STATE_KEY, type DaemonState, STATE_INTERVAL_MS } from '../daemon-state.js';
 import { dropCounters } from '../buffer/ingest.js';
 import type { LastFix, Store } from '../buffer/store.js';
 
@@ -50,7 +50,7 @@ export function buildStatus(store: Store, info: { deviceId: string; configFile: 
     const age = nowMs - state.updatedMs;
     if (!state.running) note = `stopped cleanly at ${new Date(state.updatedMs).toISOString()}`;
     else if (!pidAlive(state.pid)) note = `not running: pid ${state.pid} is gone (last seen ${new Date(state.updatedMs).toISOString()}; it did not stop cleanly)`;
-    else if (age > 60_000) note = `pid ${state.pid} exists but has not updated its state for ${Math.round(age / 1000)} s (hung?)`;
+    else if (age > 3 * STATE_INTERVAL_MS) note = `pid ${state.pid} exists but has not updated its state for ${Math.round(age / 1000)} s (hung?)`;
     else {
       running = true;
       note = `running (pid ${state.pid})`;
