@@ -198,7 +198,7 @@ async function main(): Promise<void> {
         id: '5',
         measure: `flash: bytes written per reading (${normal.readings} readings), WAL + synchronous NORMAL`,
         value: `${fmt(bytesPerReading)} B (${round((bytesPerReading * 86_400) / MB, 0)} MB/day)`,
-        reference: `${fmt(bytesPerReadingFull)} B with FULL`,
+        reference: `${fmt(bytesPerReadingFull)} B (${round((bytesPerReadingFull * 86_400) / MB, 0)} MB/day) with FULL`,
         ratio: '',
         target: '',
         pass: null,
