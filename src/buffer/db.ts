@@ -125,14 +125,14 @@ function explain(err: unknown, file: string): unknown {
   return err;
 }
 
+/** Page size of a new buffer, bytes. */
+export const PAGE_SIZE = 1024;
+
 /**
  * Open (creating if needed) and bring up to date. Every way a buffer can be unusable comes
  * out as a BufferError that names the file and what to do: corrupt, written by a newer
  * version, a WAL of another database, or not accessible to this user.
  */
-/** Page size of a new buffer, bytes. */
-export const PAGE_SIZE = 1024;
-
 export function openDatabase(path: string, opts: OpenOptions = {}): DB {
   const memory = path === ':memory:';
   try {

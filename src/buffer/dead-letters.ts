@@ -69,6 +69,9 @@ export class DeadLetters {
    * Returns how many were put back.
    */
   retryDeadLetters(ids: number[] | 'all'): number {
+    // IMMEDIATE: the CLI reads, then writes, beside a daemon that commits all the time; a
+    // deferred transaction whose snapshot the daemon moved on failed at once with
+    // SQLITE_BUSY instead of waiting for the lock.
     return this.db
       .transaction(() => {
         const rows = (
@@ -80,9 +83,6 @@ export class DeadLetters {
           this.db.prepare('DELETE FROM dead_letters WHERE id = ?').run(r.id);
         }
         return rows.length;
-        // IMMEDIATE: the CLI reads, then writes, beside a daemon that commits all the time; a
-        // deferred transaction whose snapshot the daemon moved on failed at once with
-        // SQLITE_BUSY instead of waiting for the lock.
       })
       .immediate();
   }

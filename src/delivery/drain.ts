@@ -133,8 +133,8 @@ export class Drain {
       // The next chunk is built once this request is on the wire, not before: it goes out a
       // few turns of the event loop later (after syncCommits' fsync, and after undici checks
       // a kept-alive connection with a setImmediate), and a build that ran first held it back
-      // for the whole build. Waiting a fixed setImmediate did that: the drain ran at 40% of
-      // the plain client's pace instead of 80% (bench row 2a).
+      // for the whole build. Waiting a fixed setImmediate did that: the drain ran at 32-42% of
+      // the plain client's pace, 58-77% since (bench row 2a).
       await Promise.race([written, sending]);
       const next = build();
       if ((await sending) === 'failed') {

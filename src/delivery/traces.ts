@@ -109,7 +109,7 @@ function walkChunk(load: LoadRow, readings: Iterable<StoredReading>, stopAt: (ti
     lastLat = round(r.lat, 6);
     lastLon = round(r.lon, 6);
     sink(r, lastLat, lastLon, time, stopAt(r.time_ms), tempValue, tempDateTime);
-    keyText += `${opts.deviceId}-${r.id}|${time.dateTime}\n`;
+    keyText += keyLine(traceIdOf(opts.deviceId, r.id), time.dateTime);
     readingIds.push(r.id);
     lastSampleMs = r.time_ms;
     lastPointId = r.id;
@@ -135,7 +135,7 @@ export function buildTraceChunk(load: LoadRow, readings: Iterable<StoredReading>
       resourceId: load.resourceId,
       resourceType: load.resourceType,
       coordinate: { latitude, longitude },
-      references: [{ name: 'traceId', value: `${opts.deviceId}-${r.id}` }],
+      references: [{ name: 'traceId', value: traceIdOf(opts.deviceId, r.id) }],
     };
     if (stop !== undefined) trace.stopsequenceNumber = stop;
     if (r.odometer !== null) trace.odometer = round(r.odometer, 1);
@@ -210,9 +210,15 @@ function bodyEnvelope(loadNumber: string, lat: number | undefined, lon: number |
 /** Stable across retries: derived from what the request carries, not from when it is sent. */
 export function idempotencyKeyFor(kind: string, deviceId: string, loadNumber: string, traces: Trace[]): string {
   let text = '';
-  for (const t of traces) text += `${t.references?.[0]?.value ?? ''}|${t.time.dateTime}\n`;
+  for (const t of traces) text += keyLine(t.references?.[0]?.value ?? '', t.time.dateTime);
   return keyFromText(kind, deviceId, loadNumber, text);
 }
+
+/** A point's traceId: the device and the reading's id, unique for as long as the buffer lives. */
+const traceIdOf = (deviceId: string, readingId: number) => `${deviceId}-${readingId}`;
+
+/** A point's line in what its chunk's idempotency key is made of. */
+const keyLine = (traceId: string, dateTime: string) => `${traceId}|${dateTime}\n`;
 
 /** The key from each point's `traceId|dateTime` line (one hash update for all: the same digest as one per point). */
 function keyFromText(kind: string, deviceId: string, loadNumber: string, text: string): string {
