@@ -349,6 +349,7 @@ command = ${JSON.stringify([process.execPath, writeFile(dir, 'gen.mjs', GENERATO
       30_000,
       'an empty queue',
     );
+    const finalLog = d.output();
     expect(await d.stop('SIGTERM'), d.output().slice(-3000)).toEqual({ code: 0, signal: null });
     left.daemon = undefined;
     const seconds = (Date.now() - t0) / 1000;
@@ -379,6 +380,12 @@ command = ${JSON.stringify([process.execPath, writeFile(dir, 'gen.mjs', GENERATO
     /** Per cut, the requests (by index) whose points the next daemon sent again. */
     const repeated = cuts.map(() => new Set<number>());
     const firstRequest = new Map<number, number>();
+    /**
+     * Points one daemon sent twice: no cut between, so not a cut's doing. A request the daemon
+     * saw fail (a timeout on a busy machine) goes again with the same Idempotency-Key, which
+     * the service recognises; the daemon must have logged the failure.
+     */
+    const retried = new Set<string>();
     sandbox.traces.forEach((t, i) => {
       for (const p of t.body.traces) {
         const seq = Math.round(p.odometer!);
@@ -387,7 +394,8 @@ command = ${JSON.stringify([process.execPath, writeFile(dir, 'gen.mjs', GENERATO
         traceIds.set(ref, seq);
         const first = firstRequest.get(seq);
         if (first === undefined) firstRequest.set(seq, i);
-        else repeated[Math.max(0, epochOf(i, 'traces') - 1)].add(first);
+        else if (epochOf(first, 'traces') === epochOf(i, 'traces')) retried.add(`${first}>${i}`);
+        else repeated[epochOf(i, 'traces') - 1].add(first);
         deliveries.set(seq, (deliveries.get(seq) ?? 0) + 1);
       }
     });
@@ -433,13 +441,25 @@ command = ${JSON.stringify([process.execPath, writeFile(dir, 'gen.mjs', GENERATO
         `milestones confirmed ${confirmed.length}, delivered ${confirmed.length - problems.filter((p) => p.endsWith('never arrived')).length}, sent again while on the wire at a cut ${resent}; ` +
         `readings printed ${printed.length}, delivered ${deliveries.size}, lost per cut ${perCut.map((p) => p.lost).join(',')}: at most ${(most((p) => p.lostMs) / 1000).toFixed(2)} s of readings ` +
         `(not yet committed: at most ${(most((p) => p.uncommittedMs) / 1000).toFixed(2)} s; committed and taken back by the cut: at most ${most((p) => p.takenBack)} readings); ` +
-        `${duplicates} points delivered twice, from ${repeated.filter((r) => r.size > 0).length} cut(s) with one request each at most (${repeated.map((r) => r.size).join(',')}); traceIds naming two readings: ${reused.length}`,
+        `${duplicates} points delivered twice, from ${repeated.filter((r) => r.size > 0).length} cut(s) with one request each at most (${repeated.map((r) => r.size).join(',')}), ${retried.size} request(s) sent again by the daemon that sent them; traceIds naming two readings: ${reused.length}`,
     );
     expect(problems, 'confirmed milestones not delivered exactly once').toEqual([]);
     expect(reused.slice(0, 10), 'a traceId that named two different readings').toEqual([]);
     expect(
       repeated.flatMap((r, k) => (r.size > 1 ? [`cut ${k}: ${r.size} requests sent again`] : [])),
       'a cut made more than one request go twice (the one in flight, or the last sent)',
+    ).toEqual([]);
+    const logOf = (epoch: number) => (epoch < cuts.length ? cuts[epoch].log : finalLog);
+    const retries = [...retried].map((pair) => {
+      const [first, again] = pair.split('>').map(Number);
+      const log = logOf(epochOf(again, 'traces'));
+      const failures = log.split('\n').filter((l) => /"level":(40|50)/.test(l) && !l.includes('milestone'));
+      return { first, again, sameKey: sandbox.traces[first].idempotencyKey === sandbox.traces[again].idempotencyKey, failures };
+    });
+    if (retries.length > 0) console.log(`requests one daemon sent again after a failure it saw: ${JSON.stringify(retries.map((r) => ({ ...r, failures: r.failures.slice(-3) })))}`);
+    expect(
+      retries.flatMap((r) => (r.sameKey && r.failures.length > 0 ? [] : [`request ${r.first} went again as request ${r.again} ${r.sameKey ? 'with no failure logged' : 'under another Idempotency-Key'}`])),
+      'a request one daemon sent twice without a failure, or under a new key',
     ).toEqual([]);
     expect(problemsOfCommits, 'committed readings a cut took back').toEqual([]);
     expect(
