@@ -14,6 +14,7 @@ import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Sandbox } from '../src/sandbox/server.js';
 import { TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
+import { HIGHEST_READING_ID } from '../src/buffer/migrations.js';
 
 /** libfaketime as Debian installs it (`apt-get install faketime`), for this machine's architecture. */
 function findLibfaketime(): string | undefined {
@@ -147,7 +148,7 @@ env = { LD_PRELOAD = "" }
     await waitFor(async () => (await status()).queue.readings === 0 && sandbox.stats.tracePoints > 0, 30_000, 'the backlog delivered');
     expect(await again.stop('SIGTERM')).toEqual({ code: 0, signal: null });
     const db = new Database(join(tmp.dir, 'buffer.db'), { readonly: true });
-    const seq = db.prepare("SELECT seq FROM sqlite_sequence WHERE name = 'readings'").pluck().get() as number;
+    const seq = db.prepare(HIGHEST_READING_ID).pluck().get() as number;
     db.close();
     const ids = new Set(sandbox.traces.flatMap((t) => t.body.traces.map((p) => Number(p.references![0].value.split('-').pop()))));
     expect(seq).toBeGreaterThanOrEqual(kept + 20);

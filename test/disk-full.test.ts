@@ -13,6 +13,7 @@ import { cpuSecondsOf, memoryOf } from '../bench/common.js';
 import { diskPlan } from '../src/buffer/disk.js';
 import { Sandbox } from '../src/sandbox/server.js';
 import { TEST_KEY, TEST_SCAC, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
+import { HIGHEST_READING_ID } from '../src/buffer/migrations.js';
 
 const TMPFS_BYTES = 4 * 1024 * 1024;
 const SHUTDOWN_TIMEOUT_S = 5;
@@ -189,11 +190,11 @@ async function get(port: number, path: string): Promise<{ status: number; text: 
 /** Reading ids the sandbox received, each once per time it came. */
 const receivedIds = () => sandbox.traces.flatMap((t) => t.body.traces.map((p) => Number(p.references![0].value.split('-').pop())));
 
-/** The highest reading id ever committed (sqlite_sequence survives the purge). */
+/** The highest reading id ever committed (past the purge: HIGHEST_READING_ID). */
 function maxCommittedId(): number {
   const db = new Database(buffer(), { readonly: true });
   try {
-    return (db.prepare("SELECT seq FROM sqlite_sequence WHERE name = 'readings'").pluck().get() as number | undefined) ?? 0;
+    return (db.prepare(HIGHEST_READING_ID).pluck().get() as number | undefined) ?? 0;
   } finally {
     db.close();
   }

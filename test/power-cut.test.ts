@@ -21,6 +21,7 @@ import { Sandbox } from '../src/sandbox/server.js';
 import { seededRandom } from '../src/sources/simulator.js';
 import { ROOT, TEST_KEY, TEST_SCAC, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
 import { alive, sleep, stopProcess } from './sources/support.js';
+import { HIGHEST_READING_ID } from '../src/buffer/migrations.js';
 
 const LAZYFS_DIR = join(ROOT, '.lazyfs');
 const LAZYFS = join(LAZYFS_DIR, 'lazyfs');
@@ -188,7 +189,7 @@ interface Cut {
   after: Committed;
 }
 
-/** The newest reading committed to a buffer: its id (sqlite_sequence outlives the purge) and, unless purged, its sequence number. */
+/** The newest reading committed to a buffer: its id (past the purge: HIGHEST_READING_ID) and, unless purged, its sequence number. */
 interface Committed {
   id: number;
   seq: number | undefined;
@@ -198,7 +199,7 @@ interface Committed {
 function committed(buffer: string): Committed {
   const db = new Database(buffer, { readonly: true, fileMustExist: true });
   try {
-    const id = (db.prepare("SELECT seq FROM sqlite_sequence WHERE name = 'readings'").pluck().get() as number | undefined) ?? 0;
+    const id = (db.prepare(HIGHEST_READING_ID).pluck().get() as number | undefined) ?? 0;
     const odometer = db.prepare('SELECT odometer FROM readings WHERE id = ?').pluck().get(id) as number | undefined;
     return { id, seq: odometer === undefined ? undefined : Math.round(odometer) };
   } finally {

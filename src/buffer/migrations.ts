@@ -157,7 +157,64 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
     db.prepare("INSERT INTO meta (key, value) VALUES ('identity', ?)").run(String(appId));
     db.pragma(`application_id = ${appId}`);
   },
+  // 5 -> 6: a commit of readings writes only the readings and their index. At 1 Hz with a
+  // commit every 5 s, two of the six pages each commit wrote (1 KB each) were bookkeeping:
+  // sqlite_sequence (AUTOINCREMENT updates it on every insert) and last_fix (an upsert per
+  // commit). Both are now written when they must be, and read as if written every time:
+  // - Reading ids: AUTOINCREMENT goes from the table's definition (the table's pages are the
+  //   same with or without it: a change SQLite's ALTER TABLE page allows through
+  //   writable_schema). The buffer gives each reading max(id, sqlite_sequence.seq) + 1
+  //   (NEXT_READING_ID), and a trigger raises seq when the newest reading is deleted, so an id
+  //   is still never used twice, even after the table drains.
+  // - last_fix holds the newest fix up to reading `last_fix_upto` (meta), brought forward once
+  //   a minute (Readings.flushFixes) and, by a trigger, from any newer reading deleted before
+  //   then. The view newest_fix adds the readings after it: the same answer as before.
+  (db) => {
+    const version = db.pragma('schema_version', { simple: true }) as number;
+    db.unsafeMode(true);
+    try {
+      db.pragma('writable_schema = ON');
+      db.prepare("UPDATE sqlite_schema SET sql = replace(sql, 'INTEGER PRIMARY KEY AUTOINCREMENT', 'INTEGER PRIMARY KEY') WHERE type = 'table' AND name = 'readings'").run();
+      db.pragma(`schema_version = ${version + 1}`);
+      db.pragma('writable_schema = OFF');
+    } finally {
+      db.unsafeMode(false);
+    }
+    db.exec(`
+      INSERT INTO sqlite_sequence (name, seq) SELECT 'readings', coalesce((SELECT max(id) FROM readings), 0)
+        WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'readings');
+      CREATE TRIGGER readings_keep_seq AFTER DELETE ON readings
+        WHEN old.id > coalesce((SELECT max(id) FROM readings), 0)
+      BEGIN
+        UPDATE sqlite_sequence SET seq = old.id WHERE name = 'readings' AND seq < old.id;
+      END;
+
+      INSERT INTO meta (key, value) VALUES ('last_fix_upto', (SELECT coalesce(max(id), 0) FROM readings));
+      CREATE TRIGGER readings_keep_fix AFTER DELETE ON readings
+        WHEN old.lat IS NOT NULL AND old.lon IS NOT NULL
+         AND old.id > (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'last_fix_upto')
+      BEGIN
+        INSERT INTO last_fix (resource_id, time_ms, lat, lon, speed, heading)
+          VALUES (old.resource_id, old.time_ms, old.lat, old.lon, old.speed, old.heading)
+          ON CONFLICT (resource_id) DO UPDATE SET time_ms = excluded.time_ms, lat = excluded.lat, lon = excluded.lon,
+            speed = excluded.speed, heading = excluded.heading WHERE excluded.time_ms >= last_fix.time_ms;
+      END;
+      CREATE VIEW newest_fix AS
+        SELECT resource_id, max(time_ms) AS time_ms, lat, lon, speed, heading FROM (
+          SELECT resource_id, time_ms, lat, lon, speed, heading FROM last_fix
+          UNION ALL
+          SELECT resource_id, time_ms, lat, lon, speed, heading FROM readings
+           WHERE id > (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'last_fix_upto')
+             AND lat IS NOT NULL AND lon IS NOT NULL
+        ) GROUP BY resource_id;
+    `);
+  },
 ];
+
+/** The highest reading id the buffer ever held, purged or not (0 before the first). */
+export const HIGHEST_READING_ID = `SELECT max(coalesce((SELECT max(id) FROM readings), 0), coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'readings'), 0))`;
+/** The id the next reading gets: never one used before (see migration 5 -> 6). */
+export const NEXT_READING_ID = `${HIGHEST_READING_ID} + 1`;
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
 

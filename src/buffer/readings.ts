@@ -13,6 +13,7 @@
 import type { Statement } from 'better-sqlite3';
 import type { Reading } from '../sources/types.js';
 import type { DB } from './db.js';
+import { NEXT_READING_ID } from './migrations.js';
 import type { BufferContext } from './store.js';
 import { ReadingState, type LastFix, type StoredReading } from './types.js';
 
@@ -58,7 +59,7 @@ const toFix = (r: RawFix): LastFix => ({ resourceId: r.resource_id, timeMs: r.ti
 export class Readings {
   private readonly db: DB;
   private readonly insertRow: Statement;
-  private readonly upsertFix: Statement;
+  private readonly nextId: Statement;
   private readonly activeLoadNumber: Statement;
   private readonly resourceOfLoad: Statement;
   private readonly readingsOfLoad: Statement;
@@ -72,13 +73,8 @@ export class Readings {
   constructor(private readonly ctx: BufferContext) {
     const db = ctx.db;
     this.db = db;
-    // One row per resource, moved only forward in time: a late reading never replaces a newer fix.
-    this.upsertFix = db.prepare(
-      `INSERT INTO last_fix (resource_id, time_ms, lat, lon, speed, heading) VALUES (?, ?, ?, ?, ?, ?)
-         ON CONFLICT (resource_id) DO UPDATE SET time_ms = excluded.time_ms, lat = excluded.lat, lon = excluded.lon,
-           speed = excluded.speed, heading = excluded.heading WHERE excluded.time_ms >= last_fix.time_ms`,
-    );
-    this.insertRow = db.prepare('INSERT INTO readings (resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)');
+    this.nextId = db.prepare(NEXT_READING_ID).pluck();
+    this.insertRow = db.prepare('INSERT INTO readings (id, resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)');
     this.activeLoadNumber = db.prepare('SELECT load_number FROM loads WHERE resource_id = ? AND ended_ms IS NULL').pluck();
     this.resourceOfLoad = db.prepare('SELECT resource_id FROM loads WHERE load_number = ?').pluck();
     // Arrays, not objects: better-sqlite3 builds a row object in C++ at about twice the cost.
@@ -107,6 +103,12 @@ export class Readings {
     keepWithoutLoad = false,
     /** The source of each reading (by index), when the readings do not carry it themselves. */
     sources?: ReadonlyArray<string | undefined>,
+    /**
+     * Small writes that ride along in the same transaction (the daemon's state row): one
+     * commit, one sync, where two cost twice the flash. If it throws, its writes are undone
+     * and the readings still commit.
+     */
+    alongside?: () => void,
   ): number {
     let kept = 0;
     // IMMEDIATE: the write lock is taken before the load is read, so a load the CLI starts or
@@ -116,7 +118,7 @@ export class Readings {
         // The active load is looked up in the batch's own transaction, once per resource, so a
         // load started by the CLI a moment ago applies to the very next batch.
         const loads = new Map<string, string | null>();
-        const fixes = new Map<string, Reading>();
+        let id = this.nextId.get() as number;
         for (let i = 0; i < batch.length; i++) {
           const r = batch[i];
           let load = loads.get(r.resourceId);
@@ -126,6 +128,7 @@ export class Readings {
           }
           if (load === null && !keepWithoutLoad) continue;
           this.insertRow.run(
+            id++,
             r.resourceId,
             load,
             Math.round(r.timeMs),
@@ -138,14 +141,15 @@ export class Readings {
             sources?.[i] ?? r.source ?? null,
           );
           kept += 1;
-          if (r.lat !== undefined && r.lon !== undefined) {
-            const f = fixes.get(r.resourceId);
-            if (!f || r.timeMs >= f.timeMs) fixes.set(r.resourceId, r);
+        }
+        if (alongside) {
+          try {
+            // A savepoint: what it wrote goes if it throws.
+            this.db.transaction(alongside)();
+          } catch {
+            // Its owner writes it again by itself (see Ingest.writeWithNextCommit).
           }
         }
-        // The last fix of each resource in the batch: what a milestone recorded after the
-        // readings are delivered and purged still knows.
-        for (const f of fixes.values()) this.upsertFix.run(f.resourceId, Math.round(f.timeMs), f.lat, f.lon, f.speed ?? null, f.heading ?? null);
       })
       .immediate();
     return kept;
@@ -237,13 +241,40 @@ export class Readings {
 
   /** The newest fix of a resource ever committed (never purged with the readings). */
   lastFix(resourceId: string): LastFix | undefined {
-    const r = this.db.prepare('SELECT * FROM last_fix WHERE resource_id = ?').get(resourceId) as RawFix | undefined;
+    const r = this.db.prepare('SELECT * FROM newest_fix WHERE resource_id = ?').get(resourceId) as RawFix | undefined;
     return r && toFix(r);
   }
 
   /** The last fix of every resource, the newest first (for `status`). */
   lastFixes(): LastFix[] {
-    return (this.db.prepare('SELECT * FROM last_fix ORDER BY time_ms DESC').all() as RawFix[]).map(toFix);
+    return (this.db.prepare('SELECT * FROM newest_fix ORDER BY time_ms DESC').all() as RawFix[]).map(toFix);
+  }
+
+  /**
+   * Bring last_fix up to the newest reading (the daemon, once a minute): what `newest_fix`
+   * reads from the readings table stays a minute of rows. A commit of readings no longer
+   * writes last_fix (see migration 5 -> 6); with nothing new, this writes nothing.
+   */
+  flushFixes(): void {
+    this.ctx.withReserve(() =>
+      this.db
+        .transaction(() => {
+          const upto = (this.db.prepare("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'last_fix_upto'").pluck().get() as number | undefined) ?? 0;
+          const newest = this.lastReadingId();
+          if (newest <= upto) return;
+          this.db
+            .prepare(
+              `INSERT INTO last_fix (resource_id, time_ms, lat, lon, speed, heading)
+                 SELECT resource_id, max(time_ms), lat, lon, speed, heading FROM readings
+                  WHERE id > ? AND id <= ? AND lat IS NOT NULL AND lon IS NOT NULL GROUP BY resource_id
+                 ON CONFLICT (resource_id) DO UPDATE SET time_ms = excluded.time_ms, lat = excluded.lat, lon = excluded.lon,
+                   speed = excluded.speed, heading = excluded.heading WHERE excluded.time_ms >= last_fix.time_ms`,
+            )
+            .run(upto, newest);
+          this.db.prepare("INSERT INTO meta (key, value) VALUES ('last_fix_upto', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value").run(String(newest));
+        })
+        .immediate(),
+    );
   }
 
   /** The time of the newest reading committed and still in the buffer (by id: one index step). */

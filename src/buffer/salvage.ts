@@ -17,6 +17,7 @@
 import Database from 'better-sqlite3';
 import { BufferError, isCorruption } from '../errors.js';
 import { bufferIdentity } from './db.js';
+import { NEXT_READING_ID } from './migrations.js';
 import type { Store } from './store.js';
 
 export interface SalvageReport {
@@ -122,7 +123,10 @@ export function salvage(file: string, target: Store, opts: { force?: boolean; no
     const readingCols = columns(src, 'readings');
     const milestoneCols = columns(src, 'milestones');
     const insertLoad = db.prepare('INSERT INTO loads (load_number, resource_id, resource_type, stops, started_ms, ended_ms, next_stop, last_sample_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)');
-    const insertReading = db.prepare('INSERT INTO readings (resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c, source, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)');
+    // Ids past every one the buffer ever gave (the table is not AUTOINCREMENT: migration 5 -> 6).
+    const insertReading = db.prepare(
+      `INSERT INTO readings (id, resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c, source, state) VALUES ((${NEXT_READING_ID}), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    );
     const insertMilestone = db.prepare(
       `INSERT INTO milestones (load_number, ref, body, created_ms, attempts, last_error, sent_ms, parked_ms, code, stop_seq, origin, last_status, correlation_id)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,

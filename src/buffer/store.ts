@@ -64,6 +64,7 @@ export class Store implements BufferContext {
     this.purgeAcked = r.purgeAcked.bind(r);
     this.lastFix = r.lastFix.bind(r);
     this.lastFixes = r.lastFixes.bind(r);
+    this.flushFixes = r.flushFixes.bind(r);
     this.newestReadingTime = r.newestReadingTime.bind(r);
     this.lastReadingId = r.lastReadingId.bind(r);
     this.loadsWithReadings = r.loadsWithReadings.bind(r);
@@ -106,6 +107,7 @@ export class Store implements BufferContext {
   purgeAcked: Readings['purgeAcked'];
   lastFix: Readings['lastFix'];
   lastFixes: Readings['lastFixes'];
+  flushFixes: Readings['flushFixes'];
   newestReadingTime: Readings['newestReadingTime'];
   lastReadingId: Readings['lastReadingId'];
   loadsWithReadings: Readings['loadsWithReadings'];
