@@ -58,6 +58,8 @@ export class Agent {
   private healthListen = '';
   private lastSenderState = '';
   private lastStateWriteMs = 0;
+  /** When the state row was handed to the next commit of readings (undefined: it was not). */
+  private stateQueuedMs: number | undefined;
   private stateWriteFailing = false;
   private reloading: Promise<unknown> = Promise.resolve();
   private clockJump: { ms: number; atMs: number } | undefined;
@@ -122,8 +124,10 @@ export class Agent {
       let newest = Number.NEGATIVE_INFINITY;
       for (const r of batch) if (r.timeMs > newest) newest = r.timeMs;
       this.clock.noteCommitted(newest);
-      detector.process(batch);
     });
+    // As readings are accepted, not as they are committed: a commit interval chosen to spare
+    // the flash (buffer.flush_interval_ms) does not hold back an arrival.
+    this.ingest.onAdmitted((batch) => detector.process(batch));
     this.sender = new Sender({
       store: this.store,
       client: this.client,
@@ -145,16 +149,27 @@ export class Agent {
     this.sender.start();
     this.checkBounds();
     this.boundsTimer = setInterval(() => this.checkBounds(), 60_000);
+    this.lastSenderState = this.deliveryState();
     this.writeState(true);
     // `status` reads this row. Written when delivery changed (so a push shows at once),
     // else every stateIntervalMs: few writes, because every write wears the flash.
     this.stateTimer = setInterval(() => {
       this.store.keepIdentityInWal();
       this.reserve.check();
-      const sender = JSON.stringify(this.sender.status) + JSON.stringify(this.ingest.stats.trouble);
-      if (sender !== this.lastSenderState || Date.now() - this.lastStateWriteMs >= (this.opts.stateIntervalMs ?? STATE_INTERVAL_MS)) {
+      const sender = this.deliveryState();
+      const now = Date.now();
+      if (sender !== this.lastSenderState) {
         this.lastSenderState = sender;
         this.writeState(true);
+      } else if (now - this.lastStateWriteMs >= (this.opts.stateIntervalMs ?? STATE_INTERVAL_MS)) {
+        // Due: in the next commit of readings (one sync instead of two), or by itself when
+        // none came within a commit interval (a quiet source, commits failing).
+        if (this.stateQueuedMs === undefined) {
+          this.stateQueuedMs = now;
+          this.ingest.writeWithNextCommit(() => this.writeState(true));
+        } else if (now - this.stateQueuedMs > this.ingest.options.flushIntervalMs + 2000) {
+          this.writeState(true);
+        }
       }
     }, 1000);
     await this.startHealth(config.health.listen);
@@ -363,9 +378,18 @@ export class Agent {
     };
   }
 
+  /** What of delivery and ingest the state row shows: written at once when it changes. */
+  private deliveryState(): string {
+    return JSON.stringify(this.sender.status) + JSON.stringify(this.ingest.stats.trouble);
+  }
+
   private writeState(running: boolean): void {
     try {
       this.lastStateWriteMs = Date.now();
+      this.stateQueuedMs = undefined;
+      this.ingest.writeWithNextCommit(undefined);
+      // The newest fixes ride along: last_fix is kept a minute behind the readings at most.
+      this.store.flushFixes();
       this.store.setState(DAEMON_STATE_KEY, this.state(running), this.lastStateWriteMs);
       if (this.stateWriteFailing) this.log.info('daemon state written again');
       this.stateWriteFailing = false;

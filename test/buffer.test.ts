@@ -1,10 +1,10 @@
 import { spawn } from 'node:child_process';
-import { chownSync, mkdirSync, readdirSync, readlinkSync, statSync, truncateSync } from 'node:fs';
+import { chownSync, mkdirSync, readdirSync, readFileSync, readlinkSync, statSync, truncateSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Ingest } from '../src/buffer/ingest.js';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { ADMITTED_EVERY_MS, Ingest } from '../src/buffer/ingest.js';
 import { MIGRATIONS, migrate, openDatabase, PAGE_SIZE, SCHEMA_VERSION } from '../src/buffer/db.js';
 import { IN_RETRY } from '../src/buffer/readings.js';
 import { Store } from '../src/buffer/store.js';
@@ -114,6 +114,125 @@ describe('page size', () => {
     again.insertReadings([reading(1)], true);
     expect(again.counts().unassignedReadings).toBe(1);
     again.close();
+  });
+});
+
+/** The tables whose pages the WAL holds since the last checkpoint (page 1, the header, by that name), and its commits. */
+function walContent(db: Database.Database): { tables: string[]; commits: number } {
+  const wal = readFileSync(`${db.name}-wal`);
+  const frame = 24 + wal.readUInt32BE(8);
+  const salts = [wal.readUInt32BE(16), wal.readUInt32BE(20)];
+  const names = new Map((db.prepare('SELECT pageno, name FROM dbstat').all() as { pageno: number; name: string }[]).map((r) => [r.pageno, r.name]));
+  const seen = new Set<string>();
+  let commits = 0;
+  for (let at = 32; at + frame <= wal.length && wal.readUInt32BE(at + 8) === salts[0] && wal.readUInt32BE(at + 12) === salts[1]; at += frame) {
+    const page = wal.readUInt32BE(at);
+    seen.add(page === 1 ? 'header' : (names.get(page) ?? `page ${page}`));
+    if (wal.readUInt32BE(at + 4) !== 0) commits += 1;
+  }
+  return { tables: [...seen].sort(), commits };
+}
+
+describe('what a commit of readings writes', () => {
+  it('the readings, their index and the header page: not sqlite_sequence, not last_fix', () => {
+    const store = Store.open(path);
+    store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
+    store.insertReadings([reading(1), reading(2)]);
+    store.flushFixes();
+    store.db.pragma('wal_checkpoint(TRUNCATE)');
+    for (let i = 3; i < 60; i += 5) store.insertReadings([reading(i), reading(i + 1), reading(i + 2), reading(i + 3), reading(i + 4)]);
+    expect(walContent(store.db)).toEqual({ tables: ['header', 'readings', 'readings_by_load'], commits: 12 });
+    // Nothing new: the minute's flush writes nothing either.
+    store.flushFixes();
+    store.db.pragma('wal_checkpoint(TRUNCATE)');
+    store.flushFixes();
+    expect(statSync(`${path}-wal`).size).toBe(0);
+    store.close();
+  });
+
+  it("the daemon's state row rides in the next commit of readings; if it fails, the readings still commit", () => {
+    const store = Store.open(path);
+    store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
+    const ingest = new Ingest(store, { batchSize: 100, flushIntervalMs: 60_000, keepWithoutLoad: false }, silent);
+    ingest.admit(reading(1)); // the first is committed at once
+    store.db.pragma('wal_checkpoint(TRUNCATE)');
+    ingest.writeWithNextCommit(() => store.setState('daemon', { n: 1 }, 5));
+    ingest.admit(reading(2));
+    ingest.admit(reading(3));
+    expect(store.getState('daemon')).toBeUndefined();
+    ingest.flush();
+    expect(store.getState('daemon')?.value).toEqual({ n: 1 });
+    expect(walContent(store.db)).toMatchObject({ commits: 1 });
+    expect(walContent(store.db).tables).toEqual(expect.arrayContaining(['readings', 'state']));
+    // Taken once: the next commit carries nothing more.
+    ingest.admit(reading(4));
+    ingest.flush();
+    expect(store.getState('daemon')?.updatedMs).toBe(5);
+    ingest.writeWithNextCommit(() => {
+      store.setState('daemon', { n: 2 }, 6);
+      throw new Error('the state cannot be written');
+    });
+    ingest.admit(reading(5));
+    ingest.flush();
+    expect(store.getState('daemon')).toMatchObject({ value: { n: 1 }, updatedMs: 5 });
+    expect([...store.iterateReadings('L1')].map((r) => r.id)).toEqual([1, 2, 3, 4, 5]);
+    store.close();
+  });
+
+  it('never gives a reading id twice: not after the newest reading is deleted, the table drains, or the file is reopened', () => {
+    let store = Store.open(path);
+    store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
+    store.insertReadings([reading(1), reading(2), reading(3)]);
+    const ids = () => [...store.iterateReadings('L1')].map((r) => r.id);
+    expect(ids()).toEqual([1, 2, 3]);
+    // The newest position went alone after an outage, and was deleted.
+    store.deleteReadings([3]);
+    store.insertReadings([reading(4)]);
+    expect(ids()).toEqual([1, 2, 4]);
+    store.ackReadings('L1', 4, null);
+    store.purgeAcked();
+    expect(store.counts().readings).toBe(0);
+    store.close();
+    store = Store.open(path);
+    store.insertReadings([reading(5)]);
+    expect(ids()).toEqual([5]);
+    store.close();
+  });
+
+  it("knows each resource's newest fix before last_fix is brought forward, and after its readings are deleted", () => {
+    const store = Store.open(path);
+    store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
+    store.insertReadings([reading(1), reading(2)]);
+    const stored = () => store.db.prepare('SELECT resource_id, time_ms FROM last_fix').all();
+    expect(stored()).toEqual([]);
+    expect(store.lastFix('TRUCK-1')?.timeMs).toBe(reading(2).timeMs);
+    store.flushFixes();
+    expect(stored()).toEqual([{ resource_id: 'TRUCK-1', time_ms: reading(2).timeMs }]);
+    store.insertReadings([reading(3), reading(4)]);
+    expect(store.lastFixes().map((f) => f.timeMs)).toEqual([reading(4).timeMs]);
+    // Deleted before the next flush (sent alone, first): the fix is kept on the way out.
+    store.deleteReadings([4]);
+    expect(store.lastFix('TRUCK-1')?.timeMs).toBe(reading(4).timeMs);
+    expect(stored()).toEqual([{ resource_id: 'TRUCK-1', time_ms: reading(4).timeMs }]);
+    store.close();
+  });
+
+  it('upgrades a version 5 file: ids go on past its sequence, its last fixes stay', () => {
+    const db = new Database(path);
+    migrate(db, 5);
+    db.prepare("INSERT INTO loads (load_number, resource_id, resource_type, started_ms) VALUES ('L1', 'TRUCK-1', 'Truck', 1)").run();
+    const insert = db.prepare("INSERT INTO readings (resource_id, load_number, time_ms, lat, lon) VALUES ('TRUCK-1', 'L1', ?, 41, -87)");
+    for (let i = 1; i <= 7; i++) insert.run(reading(i).timeMs);
+    db.prepare("INSERT INTO last_fix (resource_id, time_ms, lat, lon) VALUES ('TRUCK-1', ?, 41, -87)").run(reading(7).timeMs);
+    db.prepare('DELETE FROM readings WHERE id > 5').run();
+    db.close();
+    const store = Store.open(path);
+    expect(store.db.prepare("SELECT sql FROM sqlite_master WHERE name = 'readings'").pluck().get()).not.toMatch(/AUTOINCREMENT/);
+    expect(store.db.pragma('integrity_check', { simple: true })).toBe('ok');
+    expect(store.lastFix('TRUCK-1')?.timeMs).toBe(reading(7).timeMs);
+    store.insertReadings([reading(8)]);
+    expect([...store.iterateReadings('L1')].map((r) => r.id)).toEqual([1, 2, 3, 4, 5, 8]);
+    store.close();
   });
 });
 
@@ -427,6 +546,36 @@ describe('ingest listeners', () => {
     expect(store.counts().readings).toBe(3);
     expect(ingest.stats).toMatchObject({ committed: 3, commitErrors: 0 });
     store.close();
+  });
+});
+
+describe('ingest hands accepted readings on before they are committed', () => {
+  it('every ADMITTED_EVERY_MS and before each commit, each reading once, however long the commit interval', () => {
+    vi.useFakeTimers();
+    try {
+      const store = Store.open(path);
+      store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
+      const ingest = new Ingest(store, { batchSize: 100, flushIntervalMs: 60_000, keepWithoutLoad: false }, silent);
+      const handed: number[][] = [];
+      ingest.onAdmitted((batch) => handed.push(batch.map((r) => r.timeMs - reading(0).timeMs)));
+      ingest.start();
+      ingest.admit(reading(1)); // the first is committed at once, and handed on before
+      expect(handed).toEqual([[1000]]);
+      ingest.admit(reading(2));
+      ingest.admit(reading(3));
+      vi.advanceTimersByTime(ADMITTED_EVERY_MS);
+      expect(handed).toEqual([[1000], [2000, 3000]]);
+      expect(store.counts().readings).toBe(1);
+      ingest.admit(reading(4));
+      vi.advanceTimersByTime(60_000 - ADMITTED_EVERY_MS);
+      expect(handed).toEqual([[1000], [2000, 3000], [4000]]);
+      expect(store.counts().readings).toBe(4);
+      ingest.stop();
+      expect(handed).toHaveLength(3);
+      store.close();
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
 

@@ -85,6 +85,9 @@ export interface IngestStats {
   trouble: CommitTrouble | null;
 }
 
+/** Readings accepted are handed to onAdmitted's listeners (milestone detection) at least this often. */
+export const ADMITTED_EVERY_MS = 5000;
+
 /** The longest wait between two attempts to commit while commits fail. */
 export const MAX_COMMIT_RETRY_MS = 60_000;
 
@@ -115,7 +118,13 @@ export class Ingest {
     trouble: null,
   };
   private firstFlushed = false;
+  /** Written in the next commit of readings (writeWithNextCommit). */
+  private alongside: (() => void) | undefined;
   private readonly listeners: Array<(batch: ReadonlyArray<Reading>) => void> = [];
+  private readonly admittedListeners: Array<(batch: ReadonlyArray<Reading>) => void> = [];
+  /** Accepted since the last hand-over (handOver). */
+  private admitted: Reading[] = [];
+  private handTimer: NodeJS.Timeout | undefined;
   /** Newest fix per resource, from every reading accepted (for milestones recorded before a commit). */
   private readonly fixes = new Map<string, Fix>();
   private warnedFull = false;
@@ -133,6 +142,38 @@ export class Ingest {
     this.listeners.push(fn);
   }
 
+  /**
+   * Called with the readings accepted since the last call, every ADMITTED_EVERY_MS at most
+   * (sooner when the flush interval is shorter) and before each commit: milestone detection
+   * follows the truck this soon, however long readings wait to be committed together.
+   */
+  onAdmitted(fn: (batch: ReadonlyArray<Reading>) => void): void {
+    this.admittedListeners.push(fn);
+  }
+
+  /** Hand the readings accepted since the last hand-over to onAdmitted's listeners. */
+  handOver(): void {
+    if (this.admitted.length === 0) return;
+    const batch = this.admitted;
+    this.admitted = [];
+    for (const fn of this.admittedListeners) {
+      try {
+        fn(batch);
+      } catch (err) {
+        this.log.error({ err: (err as Error).message }, 'processing accepted readings failed');
+      }
+    }
+  }
+
+  /**
+   * Have `write` run inside the next commit of readings (undefined: no longer). With
+   * synchronous = FULL every commit is a sync that rewrites the WAL's last pages: the daemon's
+   * state row by itself once a minute cost as much flash as a commit of readings.
+   */
+  writeWithNextCommit(write: (() => void) | undefined): void {
+    this.alongside = write;
+  }
+
   /** Told of a commit failure that is not about room (corruption, I/O): the daemon decides. */
   onError: ((err: unknown) => void) | undefined;
 
@@ -142,7 +183,9 @@ export class Ingest {
     this.opts = opts;
     if (restart) {
       clearInterval(this.timer);
+      clearInterval(this.handTimer);
       this.timer = undefined;
+      this.handTimer = undefined;
       this.start();
     }
   }
@@ -211,6 +254,7 @@ export class Ingest {
   private enqueue(reading: Reading, source: string | undefined): void {
     this.stats.accepted += 1;
     this.queue.push(reading);
+    if (this.admittedListeners.length > 0) this.admitted.push(reading);
     this.sources.push(source);
     if (reading.lat !== undefined && reading.lon !== undefined) {
       const f = this.fixes.get(reading.resourceId);
@@ -240,12 +284,16 @@ export class Ingest {
 
   start(): void {
     this.timer ??= setInterval(() => this.flush(), this.opts.flushIntervalMs);
+    const handEvery = Math.min(this.opts.flushIntervalMs, ADMITTED_EVERY_MS);
+    if (handEvery < this.opts.flushIntervalMs) this.handTimer ??= setInterval(() => this.handOver(), handEvery);
   }
 
   /** Stop the timer and try once more to commit what waits (backoff or not). */
   stop(): void {
     if (this.timer) clearInterval(this.timer);
+    if (this.handTimer) clearInterval(this.handTimer);
     this.timer = undefined;
+    this.handTimer = undefined;
     this.flush(true);
   }
 
@@ -255,6 +303,7 @@ export class Ingest {
    * wait). What a failed transaction held stays queued.
    */
   flush(force = false): number {
+    this.handOver();
     if (this.queue.length === 0) return 0;
     const trouble = this.stats.trouble;
     if (trouble && !force && this.now() < trouble.nextAttemptMs) return 0;
@@ -273,7 +322,9 @@ export class Ingest {
         if (!this.store.roomForReadings(batch.length)) {
           throw Object.assign(new Error('database or disk is full (no room left beyond what delivery needs to make more)'), { code: 'SQLITE_FULL' });
         }
-        kept = this.store.insertReadings(batch, this.opts.keepWithoutLoad, sources);
+        const alongside = this.alongside;
+        kept = this.store.insertReadings(batch, this.opts.keepWithoutLoad, sources, alongside);
+        if (this.alongside === alongside) this.alongside = undefined;
       } catch (err) {
         this.failed(err);
         break;
