@@ -8,6 +8,7 @@ import { execFile, spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { openDatabase } from '../src/buffer/db.js';
+import { HIGHEST_READING_ID } from '../src/buffer/migrations.js';
 import { Store } from '../src/buffer/store.js';
 import type { Sandbox } from '../src/sandbox/server.js';
 import { type CgroupMemory, MemoryCgroup, rssPlusBufferCache, uncachedNodeCopy } from './cgroup.js';
@@ -34,8 +35,11 @@ export interface CgroupView extends CgroupMemory {
   nodeCachedBytes?: number;
 }
 
-/** `name` is the device id's tail; `extraToml` is appended to the config (a table of its own). */
-export function daemonFiles(dir: string, url: string, synchronous: 'NORMAL' | 'FULL', name = `idle-${synchronous.toLowerCase()}`, extraToml = ''): { config: string; db: string } {
+/**
+ * `name` is the device id's tail; `extraToml` is appended to the config (a table of its own);
+ * `bufferToml`, lines added to [buffer].
+ */
+export function daemonFiles(dir: string, url: string, synchronous: 'NORMAL' | 'FULL', name = `idle-${synchronous.toLowerCase()}`, extraToml = '', bufferToml = ''): { config: string; db: string } {
   mkdirSync(dir, { recursive: true });
   const keyFile = join(dir, 'key');
   writeFileSync(keyFile, `${BENCH_KEY}\n`, { mode: 0o600 });
@@ -53,6 +57,7 @@ subscription_key_file = "${keyFile}"
 [buffer]
 path = "${db}"
 synchronous = "${synchronous}"
+${bufferToml}
 [[sources]]
 type = "simulator"
 resource_id = "TRUCK-IDLE"
@@ -89,8 +94,7 @@ ${extraToml}`,
 function committed(db: string): number {
   const d = openDatabase(db);
   try {
-    const r = d.prepare("SELECT seq FROM sqlite_sequence WHERE name = 'readings'").get() as { seq: number } | undefined;
-    return r?.seq ?? 0;
+    return d.prepare(HIGHEST_READING_ID).pluck().get() as number;
   } finally {
     d.close();
   }
@@ -140,13 +144,13 @@ export async function startDaemon(files: { config: string; db: string }, cgroup?
   child.stderr!.on('data', onData);
   // Poll the buffer for the first committed reading (the daemon holds the file open; WAL lets us read).
   const poll = openDatabase(files.db);
-  const seq = poll.prepare("SELECT seq FROM sqlite_sequence WHERE name = 'readings'");
+  const highest = poll.prepare(HIGHEST_READING_ID).pluck();
   let firstCommitMs = NaN;
   try {
     const deadline = performance.now() + 30_000;
     while (performance.now() < deadline) {
       if (child.exitCode !== null) throw new Error(`daemon exited with ${child.exitCode}: ${out.slice(-2000)}`);
-      if ((seq.get() as { seq: number } | undefined)?.seq) {
+      if ((highest.get() as number) > 0) {
         firstCommitMs = performance.now() - t0;
         break;
       }

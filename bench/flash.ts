@@ -1,0 +1,87 @@
+/**
+ * Row 5: what `telematics-agent run` at 1 Hz writes to flash, NORMAL and FULL side by side,
+ * over one whole delivery cycle: from the start of a push to the start of the next, so the
+ * commits of every reading, the push, the purge of what it delivered and the checkpoint that
+ * folds the WAL back into the file are each counted once. A window without a push saw only
+ * the commits (and a window of a minute was two or three commits of a longer interval).
+ *
+ * Bytes are /proc/PID/io write_bytes: the pages the process dirtied (4 KB each, however few
+ * bytes of them changed), which is what the flash gets. Defaults throughout (pushes every
+ * 15 minutes); in --quick a push every minute and no splay, so a cycle takes one.
+ */
+import { join } from 'node:path';
+import { openDatabase } from '../src/buffer/db.js';
+import { HIGHEST_READING_ID } from '../src/buffer/migrations.js';
+import { Sandbox } from '../src/sandbox/server.js';
+import { BENCH_KEY, BENCH_SCAC, sleep, writeBytesOf } from './common.js';
+import { daemonFiles, startDaemon } from './daemon.js';
+import { QUICK } from './options.js';
+import { progress, waitExit } from './processes.js';
+
+/** Bytes written per reading at 1 Hz must not pass this, with either synchronous level. */
+export const FLASH_TARGET_BYTES = 1024;
+
+/** Seconds between pushes (the default schedule; --quick: every minute). */
+export const CYCLE_S = QUICK ? 60 : 900;
+
+export interface FlashRun {
+  synchronous: 'NORMAL' | 'FULL';
+  /** From the first request of one push to the first of the next. */
+  cycleS: number;
+  readings: number;
+  writeBytes: number;
+}
+
+function highestReading(db: string): number {
+  const d = openDatabase(db);
+  try {
+    return d.prepare(HIGHEST_READING_ID).pluck().get() as number;
+  } finally {
+    d.close();
+  }
+}
+
+/**
+ * One daemon, its own service (so its pushes are told apart): the cycle between its first two
+ * pushes. `bufferToml` adds lines to [buffer]; `name` tells daemons apart.
+ */
+export async function oneCycle(dir: string, synchronous: 'NORMAL' | 'FULL', bufferToml = '', name = `flash-${synchronous.toLowerCase()}`): Promise<FlashRun> {
+  const sandbox = new Sandbox({ key: BENCH_KEY, scac: BENCH_SCAC, keepBodies: false });
+  await sandbox.start();
+  const schedule = QUICK ? '[schedule]\ntraces = "* * * * *"\nsplay_s = 0\n' : '';
+  const files = daemonFiles(join(dir, name), sandbox.url, synchronous, name, schedule, bufferToml);
+  const d = await startDaemon(files);
+  try {
+    /** Resolves at the first trace request of the next push: the first after a quiet minute (or since the start). */
+    const nextPush = async (): Promise<{ io: number; n: number; t: number }> => {
+      const deadline = performance.now() + (CYCLE_S + 300) * 1000;
+      let seen = sandbox.stats.tracePoints;
+      let quietSince = performance.now();
+      for (;;) {
+        if (d.child.exitCode !== null) throw new Error(`the ${synchronous} daemon exited (${d.child.exitCode}): ${d.output().slice(-2000)}`);
+        if (performance.now() > deadline) throw new Error(`the ${synchronous} daemon pushed no traces within ${CYCLE_S + 300} s`);
+        const points = sandbox.stats.tracePoints;
+        if (points > seen && performance.now() - quietSince >= Math.min(60_000, (CYCLE_S * 1000) / 2)) {
+          return { io: writeBytesOf(d.child.pid!).writeBytes, n: highestReading(files.db), t: performance.now() };
+        }
+        if (points > seen) quietSince = performance.now();
+        seen = points;
+        await sleep(200);
+      }
+    };
+    const first = await nextPush();
+    progress(`5. ${synchronous}: first push seen, measuring until the next (${CYCLE_S} s)`);
+    const second = await nextPush();
+    return { synchronous, cycleS: (second.t - first.t) / 1000, readings: second.n - first.n, writeBytes: second.io - first.io };
+  } finally {
+    d.child.kill('SIGTERM');
+    const r = await waitExit(d.child, 25_000);
+    if (r.code !== 0) progress(`flash daemon exited with ${r.code ?? r.signal}: ${d.output().slice(-1000)}`);
+    await sandbox.stop();
+  }
+}
+
+/** NORMAL and FULL side by side, each over one cycle. */
+export function benchFlash(dir: string): Promise<FlashRun[]> {
+  return Promise.all([oneCycle(dir, 'NORMAL'), oneCycle(dir, 'FULL')]);
+}
