@@ -316,7 +316,7 @@ async function main(): Promise<void> {
         `  peak = the sample with the highest RSS, every 50 ms from start to the end of the purge (${drain.samples} samples), after = ${SIZES.settleMs} ms after the purge.`,
         `  3e: the NORMAL daemon at the end of its window; 3f: ${daemons.cgroup.kind.startsWith('cgroup') ? `its own fresh memory cgroup (${daemons.cgroup.kind}), started from a copy of node not in the page cache, read at the same moment` : daemons.cgroup.kind}.`,
         `idle/flash/startup: \`telematics-agent run\` with defaults (WAL, synchronous NORMAL, flush_interval_ms ${BUFFER_DEFAULTS.flush_interval_ms}, traces every 15 min) and one simulator at 1 Hz, a load with 2 stops active;`,
-        `  flash: two more such daemons (NORMAL, FULL), each with its own service, measured from the first request of a push to the first of the next${QUICK ? ' (--quick: a push every minute)' : ''};`,
+        `  flash: two more such daemons (NORMAL, FULL), each with its own service, measured from the first request of a push to the first of the next${QUICK ? ' (--quick: a push every 10 s, commits every 2 s: not a figure to read)' : ''};`,
         `  CPU = run time of every thread from /proc/PID/task/*/schedstat (ns); bytes = write_bytes from /proc/PID/io (page cache pages dirtied, i.e. what reaches the disk).`,
         `full disk: \`run\` with its buffer on a ${FULL_DISK_BYTES / MB} MB tmpfs (reserve and WAL limit sized for it), the unit's NODE_OPTIONS, an exec source at ~10,000 readings/s until the disk is full, then 4/s;`,
         `  traces pushed every 2 s and retried within 1 s so the service's return is seen at once, sampling 0 (a point per reading);`,
