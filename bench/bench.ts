@@ -124,9 +124,9 @@ async function main(): Promise<void> {
     progress(`5. flash: \`run\` at 1 Hz, NORMAL and FULL, from one push to the next (${CYCLE_S} s), side by side with 4-8`);
     const flashRunning = benchFlash(dir);
     flashRunning.catch(() => undefined);
-    progress(`4.-6. telematics-agent run with a 1 Hz simulator: startup, then ${SIZES.idleS} s idle (NORMAL and FULL side by side)`);
+    progress(`4.-6. telematics-agent run with a 1 Hz simulator and defaults: startup, then ${SIZES.idleS} s idle`);
     const daemons = await benchDaemons(sandbox, dir);
-    const [normal] = daemons.runs;
+    const [daemon] = daemons.runs;
     progress(`7. a full disk: \`run\` with its buffer on a ${FULL_DISK_BYTES / MB} MB tmpfs, filled by a fast exec source while the service answers 503`);
     const fullDisk = await benchFullDisk(sandbox, dir);
     if ('skipped' in fullDisk) progress(`   skipped (${fullDisk.skipped})`);
@@ -138,11 +138,11 @@ async function main(): Promise<void> {
 
     // schedstat (ns, every live thread), not utime+stime: in clock ticks of 10 ms an idle
     // agent can show 0 over a short window.
-    const cpuFraction = normal.schedS / normal.windowS;
+    const cpuFraction = daemon.schedS / daemon.windowS;
     const bytesPerReading = flashNormal.writeBytes / Math.max(1, flashNormal.readings);
     const bytesPerReadingFull = flashFull.writeBytes / Math.max(1, flashFull.readings);
     const label = (n: number) => (n >= 1_000_000 ? `${n / 1_000_000}M` : n >= 1000 ? `${round(n / 1000, 1)}k` : String(n));
-    const mem = { large: drain, small: drainSmall, week, daemon: normal, cgroup: daemons.cgroup, label };
+    const mem = { large: drain, small: drainSmall, week, daemon, cgroup: daemons.cgroup, label };
 
     const rows: Row[] = [
       {
@@ -193,8 +193,8 @@ async function main(): Promise<void> {
       ...memoryRows(mem),
       {
         id: '4',
-        measure: `idle CPU, \`run\` at 1 Hz, ${round(normal.windowS, 0)} s (schedstat, all threads; utime+stime ${round(normal.cpuS, 2)} s)`,
-        value: `${round(normal.schedS, 3)} s = ${round(cpuFraction * 100, 2)}%`,
+        measure: `idle CPU, \`run\` at 1 Hz, ${round(daemon.windowS, 0)} s (schedstat, all threads; utime+stime ${round(daemon.cpuS, 2)} s)`,
+        value: `${round(daemon.schedS, 3)} s = ${round(cpuFraction * 100, 2)}%`,
         reference: '',
         ratio: '',
         target: '<= 1% of a core',
@@ -223,8 +223,8 @@ async function main(): Promise<void> {
       },
       {
         id: '6',
-        measure: `startup: process start to first reading committed ('agent started' at ${fmt(normal.startedMs)} ms)`,
-        value: `${fmt(normal.firstCommitMs)} ms`,
+        measure: `startup: process start to first reading committed ('agent started' at ${fmt(daemon.startedMs)} ms)`,
+        value: `${fmt(daemon.firstCommitMs)} ms`,
         reference: '',
         ratio: '',
         target: '',
@@ -259,8 +259,8 @@ async function main(): Promise<void> {
       peerModelS,
       cellularSpeedup: peerModelS / (cellular.ms / 1000),
       ...memoryFigures(mem),
-      idleWindowS: normal.windowS,
-      idleCpuSeconds: normal.schedS,
+      idleWindowS: daemon.windowS,
+      idleCpuSeconds: daemon.schedS,
       idleCpuPercent: cpuFraction * 100,
       flashCycleS: flashNormal.cycleS,
       flashReadings: flashNormal.readings,
@@ -268,8 +268,8 @@ async function main(): Promise<void> {
       flashBytesPerReadingFull: bytesPerReadingFull,
       drainWriteBytesPerReading: drain.writeBytes / large,
       weekWriteBytesPerReading: week.writeBytes / week.readings,
-      startupAgentStartedMs: normal.startedMs,
-      startupFirstCommitMs: normal.firstCommitMs,
+      startupAgentStartedMs: daemon.startedMs,
+      startupFirstCommitMs: daemon.firstCommitMs,
       // Absent when the run was skipped (not root): every figure here is a measurement.
       ...('skipped' in fullDisk
         ? {}
@@ -287,10 +287,10 @@ async function main(): Promise<void> {
       benchWallS: (performance.now() - started) / 1000,
     };
     const syncNote =
-      'WAL with synchronous=NORMAL: a commit is safe from a crash of the process (kill -9) at once, and never corrupts the file; ' +
-      'a power loss can roll back the commits not yet synced to the disk: the WAL is synced only at a checkpoint (every 1000 pages), ' +
-      'so in practice what the kernel had not yet written back (up to ~30 s: vm.dirty_expire_centisecs), plus the readings still ' +
-      `queued in memory (up to flush_interval_ms = ${BUFFER_DEFAULTS.flush_interval_ms} ms). Rolled-back acknowledgements make already delivered chunks go again with the same Idempotency-Key.`;
+      `WAL with synchronous=${BUFFER_DEFAULTS.synchronous} (the default): a commit is safe from a crash of the process (kill -9) at once, and never corrupts the file. ` +
+      'With FULL every commit is on the disk when it returns: a power loss costs the readings still queued in memory ' +
+      `(up to flush_interval_ms = ${BUFFER_DEFAULTS.flush_interval_ms} ms). With NORMAL it can also roll back commits the kernel had not yet written back ` +
+      '(up to ~30 s: vm.dirty_expire_centisecs) since the WAL was last synced (before every request); rolled-back acknowledgements make the last delivered chunk go again with the same Idempotency-Key.';
 
     if (JSON_OUT) {
       process.stdout.write(`${JSON.stringify({ quick: QUICK, machine: m, nodeOptions: AGENT_NODE_OPTIONS, v8Flags: AGENT_V8_FLAGS, sizes: SIZES, figures, rows, syncNote }, null, 2)}\n`);
@@ -314,8 +314,8 @@ async function main(): Promise<void> {
         `memory: VmRSS = RssAnon (anon) + RssFile + RssShmem (file) from /proc/PID/status; the agent sends a milestone first (undici compiles its HTTP parser on the first request).`,
         `  3a-3d: the drain worker; idle = ${SIZES.idleSettleMs} ms after start (the agent collects once ${COLLECT_AFTER_START_MS / 1000} s after start, giving back the young generation start-up grew; the RSS at ${SIZES.settleMs} ms is shown beside it),`,
         `  peak = the sample with the highest RSS, every 50 ms from start to the end of the purge (${drain.samples} samples), after = ${SIZES.settleMs} ms after the purge.`,
-        `  3e: the NORMAL daemon at the end of its window; 3f: ${daemons.cgroup.kind.startsWith('cgroup') ? `its own fresh memory cgroup (${daemons.cgroup.kind}), started from a copy of node not in the page cache, read at the same moment` : daemons.cgroup.kind}.`,
-        `idle/flash/startup: \`telematics-agent run\` with defaults (WAL, synchronous NORMAL, flush_interval_ms ${BUFFER_DEFAULTS.flush_interval_ms}, traces every 15 min) and one simulator at 1 Hz, a load with 2 stops active;`,
+        `  3e: that daemon at the end of its window; 3f: ${daemons.cgroup.kind.startsWith('cgroup') ? `its own fresh memory cgroup (${daemons.cgroup.kind}), started from a copy of node not in the page cache, read at the same moment` : daemons.cgroup.kind}.`,
+        `idle/flash/startup: \`telematics-agent run\` with defaults (WAL, synchronous ${BUFFER_DEFAULTS.synchronous}, flush_interval_ms ${BUFFER_DEFAULTS.flush_interval_ms}, traces every 15 min) and one simulator at 1 Hz, a load with 2 stops active;`,
         `  flash: two more such daemons (NORMAL, FULL), each with its own service, measured from the first request of a push to the first of the next${QUICK ? ' (--quick: a push every 10 s, commits every 2 s: not a figure to read)' : ''};`,
         `  CPU = run time of every thread from /proc/PID/task/*/schedstat (ns); bytes = write_bytes from /proc/PID/io (page cache pages dirtied, i.e. what reaches the disk).`,
         `full disk: \`run\` with its buffer on a ${FULL_DISK_BYTES / MB} MB tmpfs (reserve and WAL limit sized for it), the unit's NODE_OPTIONS, an exec source at ~10,000 readings/s until the disk is full, then 4/s;`,

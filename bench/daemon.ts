@@ -1,8 +1,8 @@
 /**
- * Rows 3e to 6: `telematics-agent run` with a 1 Hz simulator, memory (and its cgroup's view,
- * 3f), idle CPU, flash writes and startup, from /proc and the buffer; synchronous NORMAL and
- * FULL side by side. Each daemon sends one milestone before the window (recorded with the
- * CLI, as a driver would): its first request compiles undici's HTTP parser, which counts.
+ * Rows 3e, 3f, 4 and 6: `telematics-agent run` with defaults and a 1 Hz simulator: memory (and
+ * its cgroup's view, 3f), idle CPU and startup, from /proc and the buffer (flash, row 5, is
+ * flash.ts). The daemon sends one milestone before the window (recorded with the CLI, as a
+ * driver would): its first request compiles undici's HTTP parser, which counts.
  */
 import { execFile, spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -13,7 +13,7 @@ import { Store } from '../src/buffer/store.js';
 import type { Sandbox } from '../src/sandbox/server.js';
 import { type CgroupMemory, MemoryCgroup, rssPlusBufferCache, uncachedNodeCopy } from './cgroup.js';
 import { BENCH_KEY, BENCH_SCAC, cpuSecondsOf, type Memory, memoryOf, schedSecondsOf, sleep, writeBytesOf } from './common.js';
-import { AGENT_NODE_OPTIONS, QUICK, SIZES } from './options.js';
+import { AGENT_NODE_OPTIONS, BUFFER_DEFAULTS, QUICK, SIZES } from './options.js';
 import { BIN, children, cleanEnv, progress, waitExit } from './processes.js';
 
 export interface DaemonRun {
@@ -29,7 +29,7 @@ export interface DaemonRun {
   memory: Memory;
 }
 
-/** The NORMAL daemon's cgroup (row 3f), read at the same moment as its memory. */
+/** The daemon's cgroup (row 3f), read at the same moment as its memory. */
 export interface CgroupView extends CgroupMemory {
   /** How much of the node binary's copy was cached before the start (it should be 0), bytes; undefined: unknown or no copy. */
   nodeCachedBytes?: number;
@@ -164,18 +164,18 @@ export async function startDaemon(files: { config: string; db: string }, cgroup?
 }
 
 /**
- * The NORMAL and the FULL daemon side by side; the NORMAL one in a fresh memory cgroup where
- * one can be made (row 3f), else its RSS plus the buffer's page cache.
+ * The daemon with the default synchronous level, in a fresh memory cgroup where one can be
+ * made (row 3f), else its RSS plus the buffer's page cache.
  */
 export async function benchDaemons(sandbox: Sandbox, dir: string): Promise<{ runs: DaemonRun[]; cgroup: CgroupView }> {
   sandbox.reset();
-  const modes = ['NORMAL', 'FULL'] as const;
+  const modes = [BUFFER_DEFAULTS.synchronous as 'NORMAL' | 'FULL'];
   const files = modes.map((m) => daemonFiles(join(dir, `idle-${m.toLowerCase()}`), sandbox.url, m));
   const made = MemoryCgroup.create(`telematics-bench-${process.pid}`);
   const cg = 'skipped' in made ? undefined : made;
   let started: Array<Awaited<ReturnType<typeof startDaemon>>> = [];
   try {
-    const node = cg && uncachedNodeCopy(join(dir, 'idle-normal'));
+    const node = cg && uncachedNodeCopy(join(dir, `idle-${modes[0].toLowerCase()}`));
     if (cg && node) cg.warm(node.path);
     const settled = await Promise.allSettled(files.map((f, i) => startDaemon(f, i === 0 && cg && node ? { cg, node: node.path } : undefined)));
     started = settled.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));

@@ -100,8 +100,14 @@ export const configSchema = z
          * oldest pending ones are dropped and counted.
          */
         max_pending: positiveInt.max(10_000_000).default(20_000),
-        /** SQLite synchronous level in WAL mode: NORMAL loses at most the last commits on power loss, never corrupts. */
-        synchronous: z.enum(['OFF', 'NORMAL', 'FULL']).default('NORMAL'),
+        /**
+         * SQLite synchronous level in WAL mode. FULL: every commit is on the disk when it
+         * returns, so a power cut costs at most flush_interval_ms of readings. NORMAL: commits
+         * reach the disk when the kernel writes them out (usually within 30 s) or the agent
+         * syncs (before every request): a cut can also take back recent commits. Neither
+         * corrupts the file. At the default interval both write about the same to flash.
+         */
+        synchronous: z.enum(['OFF', 'NORMAL', 'FULL']).default('FULL'),
         /**
          * SQLite page cache, KiB. Reads walk an index in order, so a big cache buys little and
          * costs RSS on a 512 MB device (better-sqlite3 alone would take 16 MiB).
@@ -110,11 +116,12 @@ export const configSchema = z
         /** Readings are committed together every flush_interval_ms or when this many wait. */
         batch_size: positiveInt.max(100_000).default(500),
         /**
-         * 5 s: each commit rewrites a few pages whatever it holds, so at 1 Hz this writes a fifth
-         * of what 1 s did; a crash loses at most these seconds not yet committed (a power cut
-         * with synchronous NORMAL can cost more anyway), and detected milestones wait as long.
+         * 60 s: each commit dirties some 17 KB of the card whatever it holds (the WAL's last
+         * page, the -shm index), so at 1 Hz a commit a minute writes about a third of what one
+         * every 5 s did (docs/performance.md, row 5). A crash or a power cut loses at most
+         * these seconds of readings; milestone detection does not wait for the commit.
          */
-        flush_interval_ms: positiveInt.max(60_000).default(5000),
+        flush_interval_ms: positiveInt.max(300_000).default(60_000),
         /** Size cap of the buffer's data (MB). Past it the oldest readings go first; milestones never. */
         max_size_mb: z.number().positive().default(512),
         /** Readings older than this are dropped (counted and logged); milestones never. */

@@ -64,8 +64,13 @@ export class Purger {
           const slice = store.purgeAcked(PURGE_SLICE);
           if (slice.deleted > 0) onPurged?.(slice.deleted);
           if (slice.done) {
-            // The WAL gives its room back (it would otherwise keep its high-water mark).
-            store.truncateWal();
+            // On a full disk the WAL gives its room back at once (it would keep its high-water
+            // mark, up to the WAL limit). Not otherwise: a checkpoint after every push copied
+            // each page the readings of 15 minutes had touched into the file, each 1 KB page a
+            // 4 KB page of the card (half of all that the agent wrote at 1 Hz). Left to the WAL
+            // limit, a checkpoint comes every few hours and copies each page once: the purge
+            // frees the pages the next readings reuse, so the WAL keeps rewriting the same few.
+            if (this.deps().roomWanted?.()) store.truncateWal();
             return;
           }
           await new Promise<void>((r) => setImmediate(r));
