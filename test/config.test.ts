@@ -33,7 +33,7 @@ describe('config schema', () => {
     expect(c.schedule).toEqual({ traces: '*/15 * * * *', splay_s: 120 });
     expect(c.sampling.interval_s).toBe(60);
     expect(c.buffer.path).toBe('/var/lib/telematics-agent/buffer.db');
-    expect(c.buffer.synchronous).toBe('NORMAL');
+    expect(c.buffer.synchronous).toBe('FULL');
     expect(c.privacy.record_without_load).toBe(false);
     expect(c.codes.default_reason).toBe('NS');
     expect(c.sources).toMatchObject([{ type: 'simulator', resource_id: 'T1', resource_type: 'Truck' }]);

@@ -70,7 +70,7 @@ function configs(url: string): { a: Config; b: Config } {
       on_corrupt: 'move-aside',
       reserve_kb: 512,
       max_pending: 777,
-      synchronous: 'FULL',
+      synchronous: 'NORMAL',
       cache_kb: 1024,
       batch_size: 7,
       flush_interval_ms: 150,
@@ -165,7 +165,7 @@ describe('reload (SIGHUP)', () => {
     expect(eff).toMatchObject({
       'buffer.path': before['buffer.path'],
       device_id: 'dev-a',
-      'buffer.synchronous': 'FULL',
+      'buffer.synchronous': 'NORMAL',
       'buffer.cache_kb': 1024,
       'buffer.batch_size': 7,
       'buffer.flush_interval_ms': 150,
