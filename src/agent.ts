@@ -164,10 +164,13 @@ export class Agent {
       } else if (now - this.lastStateWriteMs >= (this.opts.stateIntervalMs ?? STATE_INTERVAL_MS)) {
         // Due: in the next commit of readings (one sync instead of two), or by itself when
         // none came within a commit interval (a quiet source, commits failing).
+        // The wait is capped at the state interval: `status` calls a row three intervals old hung.
+        const interval = this.opts.stateIntervalMs ?? STATE_INTERVAL_MS;
         if (this.stateQueuedMs === undefined) {
           this.stateQueuedMs = now;
-          this.ingest.writeWithNextCommit(() => this.writeState(true));
-        } else if (now - this.stateQueuedMs > this.ingest.options.flushIntervalMs + 2000) {
+          // It throws rather than logs: an error that ends the whole transaction fails the commit.
+          this.ingest.writeWithNextCommit(() => this.writeStateRow(true));
+        } else if (now - this.stateQueuedMs > Math.min(this.ingest.options.flushIntervalMs, interval) + 2000) {
           this.writeState(true);
         }
       }
@@ -383,14 +386,20 @@ export class Agent {
     return JSON.stringify(this.sender.status) + JSON.stringify(this.ingest.stats.trouble);
   }
 
-  private writeState(running: boolean): void {
-    try {
-      this.lastStateWriteMs = Date.now();
-      this.stateQueuedMs = undefined;
-      this.ingest.writeWithNextCommit(undefined);
-      // The newest fixes ride along: last_fix is kept a minute behind the readings at most.
+  /** The state row, and the newest fixes with it (last_fix a minute behind at most): one transaction; throws. */
+  private writeStateRow(running: boolean): void {
+    this.lastStateWriteMs = Date.now();
+    this.stateQueuedMs = undefined;
+    this.ingest.writeWithNextCommit(undefined);
+    this.store.db.transaction(() => {
       this.store.flushFixes();
       this.store.setState(DAEMON_STATE_KEY, this.state(running), this.lastStateWriteMs);
+    })();
+  }
+
+  private writeState(running: boolean): void {
+    try {
+      this.writeStateRow(running);
       if (this.stateWriteFailing) this.log.info('daemon state written again');
       this.stateWriteFailing = false;
     } catch (err) {

@@ -176,6 +176,20 @@ describe('what a commit of readings writes', () => {
     ingest.flush();
     expect(store.getState('daemon')).toMatchObject({ value: { n: 1 }, updatedMs: 5 });
     expect([...store.iterateReadings('L1')].map((r) => r.id)).toEqual([1, 2, 3, 4, 5]);
+    // An error that ends the whole transaction (as SQLITE_FULL may) fails the commit: the
+    // readings stay queued for the next attempt, none is lost.
+    ingest.writeWithNextCommit(() => {
+      store.db.exec('ROLLBACK');
+      throw Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
+    });
+    ingest.admit(reading(6));
+    ingest.flush();
+    // Told as what it was (a full disk: delivery purges to make room), not as a failed commit.
+    expect(ingest.stats).toMatchObject({ pending: 1, trouble: { kind: 'disk-full' } });
+    expect(store.counts().readings).toBe(5);
+    ingest.writeWithNextCommit(undefined);
+    ingest.flush(true);
+    expect(store.counts().readings).toBe(6);
     store.close();
   });
 

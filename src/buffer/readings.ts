@@ -146,8 +146,10 @@ export class Readings {
           try {
             // A savepoint: what it wrote goes if it throws.
             this.db.transaction(alongside)();
-          } catch {
-            // Its owner writes it again by itself (see Ingest.writeWithNextCommit).
+          } catch (err) {
+            // An error that ended the whole transaction (a full disk, an I/O error) fails the
+            // commit, readings and all (they stay queued); any other undid only its own writes.
+            if (!this.db.inTransaction) throw err;
           }
         }
       })

@@ -42,13 +42,25 @@ function* readable(db: Database.Database, table: string, report: SalvageReport):
     max = (db.prepare(`SELECT max(id) FROM ${table}`).pluck().get() as number | null) ?? 0;
   } catch (err) {
     if (!isCorruption(err)) throw err;
-    // The table's root is damaged: the sequence still says how far ids went.
-    try {
-      max = (db.prepare('SELECT seq FROM sqlite_sequence WHERE name = ?').pluck().get(table) as number | undefined) ?? 0;
-    } catch {
+    // The table's root is damaged: the sequence still says how far ids went. For readings
+    // it moves only when the newest are deleted (migration 5 -> 6): the other records of how
+    // far they went count too, each as far as it can be read.
+    const bounds = [`SELECT seq FROM sqlite_sequence WHERE name = '${table}'`];
+    if (table === 'readings') {
+      bounds.push("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'last_fix_upto'", 'SELECT max(acked_id) FROM loads', 'SELECT max(id) FROM readings INDEXED BY readings_by_load');
+    }
+    const known = bounds.flatMap((sql) => {
+      try {
+        return [(db.prepare(sql).pluck().get() as number | null | undefined) ?? 0];
+      } catch {
+        return [];
+      }
+    });
+    if (known.length === 0) {
       report.unreadable[table] = 'table';
       return;
     }
+    max = Math.max(...known);
   }
   const window = db.prepare(`SELECT * FROM ${table} WHERE id >= ? AND id < ? ORDER BY id`);
   const bad = (n: number) => {

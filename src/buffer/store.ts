@@ -178,7 +178,9 @@ export class Store implements BufferContext {
     try {
       return write();
     } catch (err) {
-      if (!isDiskFull(err) || !this.disk?.releaseReserve()) throw err;
+      // Inside a transaction (a write riding in a commit of readings) the checkpoint cannot
+      // run, and SQLite may have ended the transaction: the commit fails and is tried again.
+      if (!isDiskFull(err) || this.db.inTransaction || !this.disk?.releaseReserve()) throw err;
       this.onReserveReleased?.();
       try {
         this.db.pragma('wal_checkpoint(PASSIVE)');
