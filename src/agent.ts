@@ -113,17 +113,19 @@ export class Agent {
     this.clock.noteCommitted(this.store.newestReadingTime() ?? Number.NaN);
     this.ingest = new Ingest(this.store, this.ingestOptions(config), this.log.child({ component: 'buffer' }));
     this.ingest.onError = (err) => this.checkFatal(err);
-    // Positions become arrival, departure and delay milestones as soon as they are committed.
+    // Positions become arrival, departure and delay milestones as they come (onAdmitted below).
     const detector = new MilestoneDetector(
       this.store,
       () => this.loaded.config,
       this.log.child({ component: 'milestones' }),
       () => void this.sender.kick(),
+      (write) => this.ingest.writeWithNextCommit('stop-states', write),
     );
     this.ingest.onCommit((batch) => {
       let newest = Number.NEGATIVE_INFINITY;
       for (const r of batch) if (r.timeMs > newest) newest = r.timeMs;
       this.clock.noteCommitted(newest);
+      detector.committed();
     });
     // As readings are accepted, not as they are committed: a commit interval chosen to spare
     // the flash (buffer.flush_interval_ms) does not hold back an arrival.
@@ -169,7 +171,7 @@ export class Agent {
         if (this.stateQueuedMs === undefined) {
           this.stateQueuedMs = now;
           // It throws rather than logs: an error that ends the whole transaction fails the commit.
-          this.ingest.writeWithNextCommit(() => this.writeStateRow(true));
+          this.ingest.writeWithNextCommit('state', () => this.writeStateRow(true));
         } else if (now - this.stateQueuedMs > Math.min(this.ingest.options.flushIntervalMs, interval) + 2000) {
           this.writeState(true);
         }
@@ -390,7 +392,7 @@ export class Agent {
   private writeStateRow(running: boolean): void {
     this.lastStateWriteMs = Date.now();
     this.stateQueuedMs = undefined;
-    this.ingest.writeWithNextCommit(undefined);
+    this.ingest.writeWithNextCommit('state', undefined);
     this.store.db.transaction(() => {
       this.store.flushFixes();
       this.store.setState(DAEMON_STATE_KEY, this.state(running), this.lastStateWriteMs);

@@ -156,7 +156,7 @@ describe('what a commit of readings writes', () => {
     const ingest = new Ingest(store, { batchSize: 100, flushIntervalMs: 60_000, keepWithoutLoad: false }, silent);
     ingest.admit(reading(1)); // the first is committed at once
     store.db.pragma('wal_checkpoint(TRUNCATE)');
-    ingest.writeWithNextCommit(() => store.setState('daemon', { n: 1 }, 5));
+    ingest.writeWithNextCommit('state', () => store.setState('daemon', { n: 1 }, 5));
     ingest.admit(reading(2));
     ingest.admit(reading(3));
     expect(store.getState('daemon')).toBeUndefined();
@@ -168,7 +168,7 @@ describe('what a commit of readings writes', () => {
     ingest.admit(reading(4));
     ingest.flush();
     expect(store.getState('daemon')?.updatedMs).toBe(5);
-    ingest.writeWithNextCommit(() => {
+    ingest.writeWithNextCommit('state', () => {
       store.setState('daemon', { n: 2 }, 6);
       throw new Error('the state cannot be written');
     });
@@ -178,7 +178,7 @@ describe('what a commit of readings writes', () => {
     expect([...store.iterateReadings('L1')].map((r) => r.id)).toEqual([1, 2, 3, 4, 5]);
     // An error that ends the whole transaction (as SQLITE_FULL may) fails the commit: the
     // readings stay queued for the next attempt, none is lost.
-    ingest.writeWithNextCommit(() => {
+    ingest.writeWithNextCommit('state', () => {
       store.db.exec('ROLLBACK');
       throw Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
     });
@@ -187,7 +187,7 @@ describe('what a commit of readings writes', () => {
     // Told as what it was (a full disk: delivery purges to make room), not as a failed commit.
     expect(ingest.stats).toMatchObject({ pending: 1, trouble: { kind: 'disk-full' } });
     expect(store.counts().readings).toBe(5);
-    ingest.writeWithNextCommit(undefined);
+    ingest.writeWithNextCommit('state', undefined);
     ingest.flush(true);
     expect(store.counts().readings).toBe(6);
     store.close();

@@ -1,5 +1,6 @@
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Ingest } from '../src/buffer/ingest.js';
 import { Store } from '../src/buffer/store.js';
 import { configSchema, simulatorSourceSchema, type Config } from '../src/config/schema.js';
 import { createLogger } from '../src/log.js';
@@ -176,5 +177,38 @@ describe('delay', () => {
     expect(sds.length).toBeGreaterThanOrEqual(2);
     expect(sds.length).toBeLessThanOrEqual(6);
     for (let i = 1; i < eta.length; i++) expect(eta[i] - eta[i - 1]).toBeGreaterThanOrEqual(1800_000 - 1000);
+  });
+});
+
+describe("stop states at a stop, with the daemon's Ingest", () => {
+  it('wait for the next commit of readings instead of a commit of their own; an arrival takes them with it', () => {
+    startLoad(stops());
+    const ingest = new Ingest(store, { batchSize: 10_000, flushIntervalMs: 60_000, keepWithoutLoad: false }, silent);
+    const d = new MilestoneDetector(
+      store,
+      () => config,
+      silent,
+      () => undefined,
+      (write) => ingest.writeWithNextCommit('stop-states', write),
+    );
+    ingest.onAdmitted((batch) => d.process(batch));
+    ingest.onCommit(() => d.committed());
+    const counted = () => store.db.prepare('SELECT coalesce(sum(inside_fixes), 0) FROM stop_state').pluck().get() as number;
+    const { readings } = drive(88, 5);
+    // The truck waits at the pick-up: fixes inside the fence, the arrival not yet due (dwell).
+    const atStop = readings.filter((r) => r.timeMs - T0 < 60_000);
+    ingest.admit(atStop[0]); // committed at once, with the stop state it made
+    const first = counted();
+    expect(first).toBeGreaterThan(0);
+    for (const r of atStop.slice(1)) ingest.admit(r);
+    ingest.handOver();
+    // Counted in memory, not written: no commit of their own.
+    expect(counted()).toBe(first);
+    ingest.flush();
+    expect(counted()).toBe(first + atStop.length - 1);
+    // Driving on: the arrival, then the departure, each with the states that waited.
+    for (const r of readings.filter((r) => r.timeMs - T0 >= 60_000)) ingest.admit(r);
+    ingest.stop();
+    expect(codes().slice(0, 2)).toEqual(['X3', 'AF']);
   });
 });

@@ -118,8 +118,8 @@ export class Ingest {
     trouble: null,
   };
   private firstFlushed = false;
-  /** Written in the next commit of readings (writeWithNextCommit). */
-  private alongside: (() => void) | undefined;
+  /** Written in the next commit of readings, by owner (writeWithNextCommit). */
+  private readonly alongside = new Map<string, () => void>();
   private readonly listeners: Array<(batch: ReadonlyArray<Reading>) => void> = [];
   private readonly admittedListeners: Array<(batch: ReadonlyArray<Reading>) => void> = [];
   /** Accepted since the last hand-over (handOver). */
@@ -166,12 +166,15 @@ export class Ingest {
   }
 
   /**
-   * Have `write` run inside the next commit of readings (undefined: no longer). With
-   * synchronous = FULL every commit is a sync that rewrites the WAL's last pages: the daemon's
-   * state row by itself once a minute cost as much flash as a commit of readings.
+   * Have `write` run inside the next commit of readings, in place of what `owner` handed
+   * before (undefined: nothing). Every commit dirties the WAL's last page and the -shm index
+   * again: the daemon's state row by itself once a minute cost as much flash as a commit of
+   * readings, and stop states every 5 s at a stop far more. A write that throws is undone
+   * (the readings still commit); its owner hands it again if it still needs it.
    */
-  writeWithNextCommit(write: (() => void) | undefined): void {
-    this.alongside = write;
+  writeWithNextCommit(owner: string, write: (() => void) | undefined): void {
+    if (write) this.alongside.set(owner, write);
+    else this.alongside.delete(owner);
   }
 
   /** Told of a commit failure that is not about room (corruption, I/O): the daemon decides. */
@@ -295,6 +298,15 @@ export class Ingest {
     this.timer = undefined;
     this.handTimer = undefined;
     this.flush(true);
+    // Writes still waiting for a commit of readings (none came): in one of their own.
+    if (this.alongside.size > 0) {
+      try {
+        this.store.insertReadings([], false, undefined, [...this.alongside.values()]);
+        this.alongside.clear();
+      } catch (err) {
+        this.log.warn({ err: (err as Error).message }, 'could not write what waited for a commit of readings');
+      }
+    }
   }
 
   /**
@@ -322,9 +334,14 @@ export class Ingest {
         if (!this.store.roomForReadings(batch.length)) {
           throw Object.assign(new Error('database or disk is full (no room left beyond what delivery needs to make more)'), { code: 'SQLITE_FULL' });
         }
-        const alongside = this.alongside;
-        kept = this.store.insertReadings(batch, this.opts.keepWithoutLoad, sources, alongside);
-        if (this.alongside === alongside) this.alongside = undefined;
+        const alongside = [...this.alongside];
+        kept = this.store.insertReadings(
+          batch,
+          this.opts.keepWithoutLoad,
+          sources,
+          alongside.map(([, write]) => write),
+        );
+        for (const [owner, write] of alongside) if (this.alongside.get(owner) === write) this.alongside.delete(owner);
       } catch (err) {
         this.failed(err);
         break;

@@ -104,11 +104,11 @@ export class Readings {
     /** The source of each reading (by index), when the readings do not carry it themselves. */
     sources?: ReadonlyArray<string | undefined>,
     /**
-     * Small writes that ride along in the same transaction (the daemon's state row): one
-     * commit, one sync, where two cost twice the flash. If it throws, its writes are undone
-     * and the readings still commit.
+     * Small writes that ride along in the same transaction (the daemon's state row, stop
+     * states): one commit, one sync, where two cost twice the flash. One that throws has its
+     * writes undone and the readings still commit.
      */
-    alongside?: () => void,
+    alongside?: ReadonlyArray<() => void>,
   ): number {
     let kept = 0;
     // IMMEDIATE: the write lock is taken before the load is read, so a load the CLI starts or
@@ -142,10 +142,10 @@ export class Readings {
           );
           kept += 1;
         }
-        if (alongside) {
+        for (const write of alongside ?? []) {
           try {
             // A savepoint: what it wrote goes if it throws.
-            this.db.transaction(alongside)();
+            this.db.transaction(write)();
           } catch (err) {
             // An error that ended the whole transaction (a full disk, an I/O error) fails the
             // commit, readings and all (they stay queued); any other undid only its own writes.

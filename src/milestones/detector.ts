@@ -119,6 +119,13 @@ function recentSpeed(fixes: Fix[]): number | undefined {
 export class MilestoneDetector {
   /** Recent fixes per resource, for the speed used in delay prediction. */
   private readonly recent = new Map<string, Fix[]>();
+  /**
+   * Stop states changed without an event (the fixes counted at a stop), per load: written
+   * with the next commit of readings (deferWrite), or with the next event, whichever first.
+   */
+  private readonly pending = new Map<string, Map<number, StopState>>();
+  /** What the last write of `pending` held (see committed). */
+  private written: Map<string, Map<number, StopState>> | undefined;
 
   constructor(
     private readonly store: Store,
@@ -126,7 +133,42 @@ export class MilestoneDetector {
     private readonly log: Logger,
     /** Called when milestones were recorded, so the sender goes at once. */
     private readonly onMilestone: () => void,
+    /**
+     * Hands a write to the next commit of readings (Ingest.writeWithNextCommit): at a stop
+     * the states change with every fix, and a commit of their own every 5 s cost more flash
+     * than the readings. Without it they are committed at once.
+     */
+    private readonly deferWrite?: (write: () => void) => void,
   ) {}
+
+  /** A commit of readings went through: the stop states written in it are on the disk. */
+  committed(): void {
+    const written = this.written;
+    this.written = undefined;
+    if (!written) return;
+    for (const [load, states] of written) {
+      const now = this.pending.get(load);
+      if (!now) continue;
+      for (const [seq, st] of states) if (now.get(seq) === st) now.delete(seq);
+      if (now.size === 0) this.pending.delete(load);
+    }
+    if (this.pending.size > 0) this.deferPending();
+  }
+
+  private deferPending(): void {
+    this.deferWrite?.(() => {
+      const snapshot = new Map([...this.pending].map(([load, states]) => [load, new Map(states)]));
+      for (const [load, states] of snapshot) this.store.saveStopStates(load, [...states]);
+      this.written = snapshot;
+    });
+  }
+
+  /** The stop states of a load as the detector knows them: the buffer's, and those not yet written. */
+  private statesOf(loadNumber: string): Map<number, StopState> {
+    const states = this.store.stopStates(loadNumber);
+    for (const [seq, st] of this.pending.get(loadNumber) ?? []) states.set(seq, st);
+    return states;
+  }
 
   /** Feed a committed batch of readings. Never throws: detection must not stop ingest. */
   process(batch: ReadonlyArray<Reading>): void {
@@ -157,7 +199,7 @@ export class MilestoneDetector {
     const config = this.config();
     const m = config.milestones;
     const params: FenceParams = { radiusM: m.radius_m, exitRadiusFactor: m.exit_radius_factor, dwellS: m.dwell_s, minFixes: m.min_fixes };
-    const states = this.store.stopStates(load.loadNumber);
+    const states = this.statesOf(load.loadNumber);
     const dirty = new Set<number>();
     const events: Array<{ item: NewMilestone; input: MilestoneInput; log: () => void }> = [];
     const window = (this.recent.get(resourceId) ?? []).slice();
@@ -191,6 +233,17 @@ export class MilestoneDetector {
       this.recent.set(resourceId, window);
       return 0;
     }
+    if (events.length === 0 && this.deferWrite) {
+      // Counting fixes at a stop: with the next commit of readings, not in a commit of its own.
+      const waiting = this.pending.get(load.loadNumber) ?? new Map<number, StopState>();
+      for (const seq of dirty) waiting.set(seq, states.get(seq)!);
+      this.pending.set(load.loadNumber, waiting);
+      this.recent.set(resourceId, window);
+      this.deferPending();
+      return 0;
+    }
+    // With an event, every state of the load not yet written goes in its commit.
+    for (const seq of this.pending.get(load.loadNumber)?.keys() ?? []) dirty.add(seq);
     // Milestones and the states that record them: one transaction, or nothing at all.
     const last = [...events].reverse().find((e) => nextStopAfter(load, String(e.item.body.eventCode), e.input.stop, config));
     const { rows, skipped } = this.store.commitMilestones(
@@ -201,8 +254,9 @@ export class MilestoneDetector {
         nextStop: last && nextStopAfter(load, String(last.item.body.eventCode), last.input.stop, config),
       },
     );
-    // Only once committed: the window, and the log lines.
+    // Only once committed: the window, the states that waited, and the log lines.
     this.recent.set(resourceId, window);
+    this.pending.delete(load.loadNumber);
     for (const e of events) {
       const skip = skipped.find((x) => x.item === e.item);
       if (skip) {
