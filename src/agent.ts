@@ -393,10 +393,14 @@ export class Agent {
     this.lastStateWriteMs = Date.now();
     this.stateQueuedMs = undefined;
     this.ingest.writeWithNextCommit('state', undefined);
-    this.store.db.transaction(() => {
-      this.store.flushFixes();
-      this.store.setState(DAEMON_STATE_KEY, this.state(running), this.lastStateWriteMs);
-    })();
+    // By itself on a full disk, it may give up the reserve (withReserve): the daemon's state is
+    // a write delivery needs. Riding in a commit of readings, it cannot (and fails the commit).
+    this.store.withReserve(() =>
+      this.store.db.transaction(() => {
+        this.store.flushFixes();
+        this.store.setState(DAEMON_STATE_KEY, this.state(running), this.lastStateWriteMs);
+      })(),
+    );
   }
 
   private writeState(running: boolean): void {
