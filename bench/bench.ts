@@ -160,8 +160,8 @@ async function main(): Promise<void> {
         value: `${fmt(drain.perS)} (${round(drain.ms / 1000)} s)`,
         reference: `${fmt(rateOf(ceiling))} ceiling`,
         ratio: pct(drain.perS / rateOf(ceiling)),
-        target: '>= 50% of ceiling',
-        pass: drain.perS >= 0.5 * rateOf(ceiling),
+        target: '>= 80% of ceiling',
+        pass: drain.perS >= 0.8 * rateOf(ceiling),
       },
       {
         id: '2b',
