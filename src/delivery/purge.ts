@@ -71,6 +71,10 @@ export class Purger {
             // limit, a checkpoint comes every few hours and copies each page once: the purge
             // frees the pages the next readings reuse, so the WAL keeps rewriting the same few.
             if (this.deps().roomWanted?.()) store.truncateWal();
+            // The last acknowledgement of the push and the purge, on the disk now: with
+            // synchronous NORMAL they would wait for the next request's sync, and a cut before
+            // it sent the last chunk again (the checkpoint that was here synced them too).
+            else await store.syncCommits();
             return;
           }
           await new Promise<void>((r) => setImmediate(r));
