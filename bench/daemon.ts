@@ -91,7 +91,8 @@ ${extraToml}`,
   return { config, db };
 }
 
-function committed(db: string): number {
+/** The highest reading id the buffer at `db` ever held: how many readings it committed. */
+export function committed(db: string): number {
   const d = openDatabase(db);
   try {
     return d.prepare(HIGHEST_READING_ID).pluck().get() as number;

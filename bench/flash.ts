@@ -10,11 +10,9 @@
  * 15 minutes); in --quick a push every 10 s, which shows only that the row works.
  */
 import { join } from 'node:path';
-import { openDatabase } from '../src/buffer/db.js';
-import { HIGHEST_READING_ID } from '../src/buffer/migrations.js';
 import { Sandbox } from '../src/sandbox/server.js';
 import { BENCH_KEY, BENCH_SCAC, sleep, writeBytesOf } from './common.js';
-import { daemonFiles, startDaemon } from './daemon.js';
+import { committed, daemonFiles, startDaemon } from './daemon.js';
 import { QUICK } from './options.js';
 import { progress, waitExit } from './processes.js';
 
@@ -30,15 +28,6 @@ export interface FlashRun {
   cycleS: number;
   readings: number;
   writeBytes: number;
-}
-
-function highestReading(db: string): number {
-  const d = openDatabase(db);
-  try {
-    return d.prepare(HIGHEST_READING_ID).pluck().get() as number;
-  } finally {
-    d.close();
-  }
 }
 
 /**
@@ -64,7 +53,7 @@ export async function oneCycle(dir: string, synchronous: 'NORMAL' | 'FULL', buff
         if (performance.now() > deadline) throw new Error(`the ${synchronous} daemon pushed no traces within ${CYCLE_S + 300} s`);
         const points = sandbox.stats.tracePoints;
         if (points > seen && performance.now() - quietSince >= Math.min(60_000, (CYCLE_S * 1000) / 2)) {
-          return { io: writeBytesOf(d.child.pid!).writeBytes, n: highestReading(files.db), t: performance.now() };
+          return { io: writeBytesOf(d.child.pid!).writeBytes, n: committed(files.db), t: performance.now() };
         }
         if (points > seen) quietSince = performance.now();
         seen = points;

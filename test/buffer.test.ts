@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { chownSync, mkdirSync, readdirSync, readFileSync, readlinkSync, statSync, truncateSync } from 'node:fs';
+import { chownSync, mkdirSync, readdirSync, readlinkSync, statSync, truncateSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
@@ -9,7 +9,7 @@ import { MIGRATIONS, migrate, openDatabase, PAGE_SIZE, SCHEMA_VERSION } from '..
 import { IN_RETRY } from '../src/buffer/readings.js';
 import { Store } from '../src/buffer/store.js';
 import { createLogger } from '../src/log.js';
-import { agentConfig, ROOT, runCli, tempDir } from './helpers.js';
+import { agentConfig, ROOT, runCli, tempDir, walCommits } from './helpers.js';
 
 let tmp: ReturnType<typeof tempDir>;
 let path: string;
@@ -117,20 +117,10 @@ describe('page size', () => {
   });
 });
 
-/** The tables whose pages the WAL holds since the last checkpoint (page 1, the header, by that name), and its commits. */
+/** The tables whose pages the WAL holds since the last checkpoint, and its commits. */
 function walContent(db: Database.Database): { tables: string[]; commits: number } {
-  const wal = readFileSync(`${db.name}-wal`);
-  const frame = 24 + wal.readUInt32BE(8);
-  const salts = [wal.readUInt32BE(16), wal.readUInt32BE(20)];
-  const names = new Map((db.prepare('SELECT pageno, name FROM dbstat').all() as { pageno: number; name: string }[]).map((r) => [r.pageno, r.name]));
-  const seen = new Set<string>();
-  let commits = 0;
-  for (let at = 32; at + frame <= wal.length && wal.readUInt32BE(at + 8) === salts[0] && wal.readUInt32BE(at + 12) === salts[1]; at += frame) {
-    const page = wal.readUInt32BE(at);
-    seen.add(page === 1 ? 'header' : (names.get(page) ?? `page ${page}`));
-    if (wal.readUInt32BE(at + 4) !== 0) commits += 1;
-  }
-  return { tables: [...seen].sort(), commits };
+  const commits = walCommits(db.name);
+  return { tables: [...new Set(commits.flatMap((c) => [...c]))].sort(), commits: commits.length };
 }
 
 describe('what a commit of readings writes', () => {

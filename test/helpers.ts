@@ -1,7 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import Database from 'better-sqlite3';
 
 export const ROOT = resolve(import.meta.dirname, '..');
 export const BIN = join(ROOT, 'bin', 'telematics-agent.js');
@@ -151,4 +152,27 @@ retry_max_s = 1
 ${extra}
 ${sources}`,
   );
+}
+
+/**
+ * The commits in a buffer's WAL since the last checkpoint, each as the set of tables whose
+ * pages it wrote (named by dbstat; page 1, the header, as 'header').
+ */
+export function walCommits(file: string): Array<Set<string>> {
+  const wal = readFileSync(`${file}-wal`);
+  const db = new Database(file, { readonly: true });
+  const names = new Map((db.prepare('SELECT pageno, name FROM dbstat').all() as { pageno: number; name: string }[]).map((r) => [r.pageno, r.name]));
+  db.close();
+  const frame = 24 + wal.readUInt32BE(8);
+  const commits: Array<Set<string>> = [];
+  let current = new Set<string>();
+  for (let at = 32; at + frame <= wal.length && wal.readUInt32BE(at + 8) === wal.readUInt32BE(16) && wal.readUInt32BE(at + 12) === wal.readUInt32BE(20); at += frame) {
+    const page = wal.readUInt32BE(at);
+    current.add(page === 1 ? 'header' : (names.get(page) ?? `page ${page}`));
+    if (wal.readUInt32BE(at + 4) !== 0) {
+      commits.push(current);
+      current = new Set();
+    }
+  }
+  return commits;
 }

@@ -3,16 +3,14 @@
  * running it rides in a commit of readings, so it costs no sync of its own (with
  * synchronous = FULL a sync rewrites the WAL's last pages: as much flash as a commit).
  */
-import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Agent } from '../src/agent.js';
 import { configSchema } from '../src/config/schema.js';
 import { DAEMON_STATE_KEY } from '../src/daemon-state.js';
 import { createLogger } from '../src/log.js';
 import { Sandbox } from '../src/sandbox/server.js';
-import { TEST_KEY, TEST_SCAC, tempDir, waitFor } from './helpers.js';
+import { TEST_KEY, TEST_SCAC, tempDir, waitFor, walCommits } from './helpers.js';
 
 let tmp: ReturnType<typeof tempDir>;
 let sandbox: Sandbox;
@@ -29,25 +27,6 @@ afterEach(async () => {
 });
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
-
-/** The WAL's commits since the last checkpoint, each as the set of tables whose pages it wrote. */
-function walCommits(file: string): Array<Set<string>> {
-  const wal = readFileSync(`${file}-wal`);
-  const db = new Database(file, { readonly: true });
-  const names = new Map((db.prepare('SELECT pageno, name FROM dbstat').all() as { pageno: number; name: string }[]).map((r) => [r.pageno, r.name]));
-  db.close();
-  const frame = 24 + wal.readUInt32BE(8);
-  const commits: Array<Set<string>> = [];
-  let current = new Set<string>();
-  for (let at = 32; at + frame <= wal.length && wal.readUInt32BE(at + 8) === wal.readUInt32BE(16) && wal.readUInt32BE(at + 12) === wal.readUInt32BE(20); at += frame) {
-    current.add(names.get(wal.readUInt32BE(at)) ?? 'other');
-    if (wal.readUInt32BE(at + 4) !== 0) {
-      commits.push(current);
-      current = new Set();
-    }
-  }
-  return commits;
-}
 
 async function startAgent(source: Record<string, unknown>): Promise<{ file: string; updatedMs: () => number }> {
   const { url } = await sandbox.start();
