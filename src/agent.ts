@@ -160,14 +160,14 @@ export class Agent {
       this.reserve.check();
       const sender = this.deliveryState();
       const now = Date.now();
+      const interval = this.opts.stateIntervalMs ?? STATE_INTERVAL_MS;
       if (sender !== this.lastSenderState) {
         this.lastSenderState = sender;
         this.writeState(true);
-      } else if (now - this.lastStateWriteMs >= (this.opts.stateIntervalMs ?? STATE_INTERVAL_MS)) {
+      } else if (now - this.lastStateWriteMs >= interval) {
         // Due: in the next commit of readings (one sync instead of two), or by itself when
-        // none came within a commit interval (a quiet source, commits failing).
-        // The wait is capped at the state interval: `status` calls a row three intervals old hung.
-        const interval = this.opts.stateIntervalMs ?? STATE_INTERVAL_MS;
+        // none came within a commit interval, capped at the state interval (a quiet source,
+        // commits failing; `status` calls a row three intervals old hung).
         if (this.stateQueuedMs === undefined) {
           this.stateQueuedMs = now;
           // It throws rather than logs: an error that ends the whole transaction fails the commit.
