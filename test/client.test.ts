@@ -63,6 +63,20 @@ describe('ApiClient', () => {
     expect(JSON.parse(seen[0].body)).toEqual({ loadNumber: 'L1' });
   });
 
+  it('sends a body serialised ahead as bytes as it is, with their length', async () => {
+    const seen: Array<{ length?: string; body: string }> = [];
+    const url = await serve(async (req, res) => {
+      seen.push({ length: req.headers['content-length'], body: await readBody(req) });
+      res.writeHead(200).end('{}');
+    });
+    // Characters of more than one byte: the length is the bytes', not the text's.
+    const json = JSON.stringify({ loadNumber: 'L1', eventCity: 'Montréal', note: 'Zürich → São Paulo' });
+    const out = await makeClient(url).postTraces(Buffer.from(json), 'key-1');
+    expect(out).toMatchObject({ kind: 'response', status: 200 });
+    expect(seen).toEqual([{ length: String(Buffer.byteLength(json)), body: json }]);
+    expect(Number(seen[0].length)).toBeGreaterThan(json.length);
+  });
+
   it('never follows a redirect, and reports where it pointed', async () => {
     let hits = 0;
     const url = await serve((_req, res) => {

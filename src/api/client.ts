@@ -24,6 +24,9 @@ export interface ApiClientOptions extends Omit<TransportOptions, 'timeoutMs' | '
   extraFields?: Record<string, string | number | boolean>;
 }
 
+/** A request body already serialised: JSON text, or its UTF-8 bytes. */
+export type Payload = string | Buffer;
+
 export type PostOutcome =
   | {
       kind: 'response';
@@ -112,10 +115,10 @@ export class ApiClient {
   }
 
   /**
-   * `body` may be an object or an already serialised JSON string. `onWritten` is called when
-   * the request is written to the connection (it may be called again if it is sent again).
+   * `body` may be an object, or JSON already serialised (text, or its UTF-8 bytes).
+   * `onWritten` is called when the request is written to the connection (it may be called again if it is sent again).
    */
-  postTraces(body: object | string, idempotencyKey: string, signal?: AbortSignal, onWritten?: () => void): Promise<PostOutcome> {
+  postTraces(body: Payload | object, idempotencyKey: string, signal?: AbortSignal, onWritten?: () => void): Promise<PostOutcome> {
     return this.post(this.opts.tracePath, body, idempotencyKey, signal, onWritten);
   }
 
@@ -126,8 +129,8 @@ export class ApiClient {
     return url;
   }
 
-  /** `body` may be an object or an already serialised JSON string. */
-  post(path: string, body: object | string, idempotencyKey?: string, signal?: AbortSignal, onWritten?: () => void): Promise<PostOutcome> {
+  /** `body` may be an object, or JSON already serialised (text, or its UTF-8 bytes). */
+  post(path: string, body: Payload | object, idempotencyKey?: string, signal?: AbortSignal, onWritten?: () => void): Promise<PostOutcome> {
     const watched = onWritten !== undefined && idempotencyKey !== undefined && !writtenWatch.has(idempotencyKey);
     if (watched) writtenWatch.set(idempotencyKey, onWritten);
     const p = this.postNow(path, body, idempotencyKey, signal);
@@ -139,10 +142,10 @@ export class ApiClient {
     return p;
   }
 
-  private async postNow(path: string, body: object | string, idempotencyKey?: string, signal?: AbortSignal): Promise<PostOutcome> {
+  private async postNow(path: string, body: Payload | object, idempotencyKey?: string, signal?: AbortSignal): Promise<PostOutcome> {
     const started = performance.now();
     if (this.closing) return { kind: 'network', error: 'client closed', code: 'ECLOSED', durationMs: 0 };
-    const payload = typeof body === 'string' ? body : JSON.stringify(body);
+    const payload = typeof body === 'string' || Buffer.isBuffer(body) ? body : JSON.stringify(body);
     try {
       const url = this.urlFor(path);
       if (url.protocol !== 'http:' && url.protocol !== 'https:') throw Object.assign(new Error(`api.base_url: unsupported protocol ${url.protocol}`), { code: 'EPROTO' });
@@ -194,13 +197,13 @@ export class ApiClient {
     return { error: proxy ? `${e.message} (through proxy ${proxy})` : e.message, code };
   }
 
-  private async send(url: URL, payload: string, idempotencyKey: string | undefined, signal: AbortSignal | undefined): Promise<Omit<Extract<PostOutcome, { kind: 'response' }>, 'durationMs'>> {
+  private async send(url: URL, payload: Payload, idempotencyKey: string | undefined, signal: AbortSignal | undefined): Promise<Omit<Extract<PostOutcome, { kind: 'response' }>, 'durationMs'>> {
     this.dispatcher ??= createDispatcher({ ...this.opts, connectTimeoutMs: this.connectTimeoutMs });
     const res = await request(url, {
       method: 'POST',
       dispatcher: this.dispatcher,
       signal,
-      headers: { ...this.#headers(idempotencyKey), 'Content-Length': String(Buffer.byteLength(payload)) },
+      headers: { ...this.#headers(idempotencyKey), 'Content-Length': String(typeof payload === 'string' ? Buffer.byteLength(payload) : payload.length) },
       body: payload,
     });
     let text = '';

@@ -14,8 +14,8 @@ import { idempotencyKeyFor, traceBody, type TraceChunk } from './traces.js';
 /** A trace chunk built ahead of sending. */
 export interface Prepared {
   load: LoadRow;
-  /** The request body, serialised; null when the chunk only consumes readings sampling skipped. */
-  json: string | null;
+  /** The request body, serialised and encoded; null when the chunk only consumes readings sampling skipped. */
+  body: Buffer | null;
   key: string;
   points: number;
   readingIds: number[];
@@ -46,8 +46,8 @@ export class TracePoster {
   }
 
   /** A chunk built ahead, sent as serialised; its trace objects are built again only if it must be split. */
-  deliverPrepared(p: Prepared, json: string, delivered: number[], onWritten?: () => void): Promise<Delivered> {
-    return this.post(p.load, json, p.key, p.readingIds, delivered, onWritten, () => {
+  deliverPrepared(p: Prepared, body: Buffer, delivered: number[], onWritten?: () => void): Promise<Delivered> {
+    return this.post(p.load, body, p.key, p.readingIds, delivered, onWritten, () => {
       const again = p.rebuild();
       // Every reading of the chunk went meanwhile (a limit dropped them): nothing left to split.
       return again?.body ? { traces: again.body.traces, readingIds: again.readingIds } : undefined;
@@ -57,7 +57,7 @@ export class TracePoster {
   /** One trace request; on a refusal the points from `toSplit` are sent as halves (see split). */
   private async post(
     load: LoadRow,
-    body: object | string,
+    body: object | string | Buffer,
     key: string,
     readingIds: number[],
     delivered: number[],
