@@ -249,24 +249,40 @@ describe('delivery path', () => {
     store.close();
   });
 
+  /** This process's descriptors open on the WAL. */
+  const walFds = () =>
+    readdirSync('/proc/self/fd').filter((fd) => {
+      try {
+        return readlinkSync(`/proc/self/fd/${fd}`) === `${path}-wal`;
+      } catch {
+        return false;
+      }
+    }).length;
+
   it('keeps the WAL open for syncing while the buffer is open, and closes it with the buffer', async () => {
-    const walFds = () =>
-      readdirSync('/proc/self/fd').filter((fd) => {
-        try {
-          return readlinkSync(`/proc/self/fd/${fd}`) === `${path}-wal`;
-        } catch {
-          return false;
-        }
-      });
-    const before = walFds().length;
+    const before = walFds();
     const store = Store.open(path);
     store.insertReadings([reading(1)], true);
     await store.syncCommits();
     await store.syncCommits();
     // SQLite's own descriptor and ours, one each, however many requests went out.
-    expect(walFds().length).toBe(before + 2);
+    expect(walFds()).toBe(before + 2);
     store.close();
-    expect(walFds().length).toBe(before);
+    expect(walFds()).toBe(before);
+  });
+
+  it('has nothing to sync with synchronous = FULL: every commit was synced as it ended', async () => {
+    const before = walFds();
+    const store = Store.open(path, { synchronous: 'FULL' });
+    store.insertReadings([reading(1)], true);
+    await store.syncCommits();
+    // SQLite's own descriptor only: no second one opened to fsync through.
+    expect(walFds()).toBe(before + 1);
+    // A reload to NORMAL: from then on the WAL is synced before each request.
+    store.tune({ synchronous: 'NORMAL' });
+    await store.syncCommits();
+    expect(walFds()).toBe(before + 2);
+    store.close();
   });
 });
 

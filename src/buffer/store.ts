@@ -145,7 +145,10 @@ export class Store implements BufferContext {
 
   /** A new synchronous level or page cache (a reload), applied to this connection at once. */
   tune(opts: { synchronous?: 'OFF' | 'NORMAL' | 'FULL'; cacheKb?: number }): void {
-    if (opts.synchronous) this.db.pragma(`synchronous = ${opts.synchronous}`);
+    if (opts.synchronous) {
+      this.db.pragma(`synchronous = ${opts.synchronous}`);
+      this.synchronousLevel = undefined;
+    }
     if (opts.cacheKb !== undefined) this.db.pragma(`cache_size = -${Math.round(opts.cacheKb)}`);
   }
 
@@ -162,6 +165,8 @@ export class Store implements BufferContext {
   private identityInWal: string | undefined;
   /** The WAL, open for syncCommits (see there). */
   private walFd: number | undefined;
+  /** The connection's synchronous level (0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA), read once per tune. */
+  private synchronousLevel: number | undefined;
 
   static open(path: string, opts: StoreOptions = {}): Store {
     if (path === ':memory:' || opts.readonly) return new Store(openDatabase(path, opts));
@@ -239,9 +244,15 @@ export class Store implements BufferContext {
    * traceIds would have dropped the new ones. Rolled-back acknowledgements sent up to 5 chunks
    * again after one cut, and milestones went twice. With nothing new in the WAL the fsync
    * costs next to nothing; in a drain it is one per request (the acknowledgement before it).
+   *
+   * With synchronous = FULL (the default) every commit was synced as it ended, those of the
+   * CLI too (it opens the buffer with the same config): there is nothing to do, and the trip
+   * to the thread pool and back was on the way of every request of a drain.
    */
   async syncCommits(): Promise<void> {
     if (this.db.memory || this.db.readonly || !this.db.open) return;
+    this.synchronousLevel ??= this.db.pragma('synchronous', { simple: true }) as number;
+    if (this.synchronousLevel >= 2) return;
     if (this.walFd === undefined) {
       try {
         // Kept open while the buffer is: an open, an fsync and a close per request were three
