@@ -163,7 +163,7 @@ export type WorkerCommand =
   | { cmd: 'drain'; dbPath: string; url: string }
   | { cmd: 'go' }
   | { cmd: 'stop' }
-  | { cmd: 'ceiling'; dbPath: string; url: string; requests: number; distinct: number }
+  | { cmd: 'ceiling'; dbPath: string; url: string; requests: number }
   | { cmd: 'peer'; dbPath: string; url: string; requests: number };
 
 export type WorkerEvent =

@@ -5,8 +5,8 @@
  * - `drain`: the real Agent (no sources, the V8 flags `run` sets) on a buffer file holding a
  *   backlog and a milestone, which it sends at once; on `go` it pushes traces until the
  *   buffer is empty, then waits for `stop`.
- * - `ceiling`: a plain undici client posting pre-built trace bodies (the same ones the agent
- *   builds from the same buffer) one after another: what the sandbox can take.
+ * - `ceiling`: a plain undici client posting pre-built trace bodies (the ones the agent
+ *   builds from the same buffer, each once) one after another: what the sandbox can take.
  * - `peer`: one reading per request, posted one after another: the per-request time of a
  *   tracker that sends every reading on its own.
  */
@@ -16,7 +16,7 @@ import { configSchema, type Config } from '../src/config/schema.js';
 import { buildTraceChunk, nextStopResolver, type TraceBuildOptions } from '../src/delivery/traces.js';
 import { createLogger } from '../src/log.js';
 import { applyDaemonV8Flags, collectAfterStart } from '../src/v8-tuning.js';
-import { BENCH_DEVICE, BENCH_KEY, BENCH_SCAC, drainConfigInput, type WorkerCommand, type WorkerEvent } from './common.js';
+import { BENCH_DEVICE, BENCH_KEY, BENCH_SCAC, CHUNK, drainConfigInput, type WorkerCommand, type WorkerEvent } from './common.js';
 
 const send = (e: WorkerEvent) => process.send?.(e);
 
@@ -74,10 +74,10 @@ function traceOptions(config: Config, maxPoints: number): TraceBuildOptions {
   };
 }
 
-/** The first `count` request bodies the agent would send for this buffer, serialised. */
-function buildBodies(dbPath: string, config: Config, count: number, maxPoints: number): Array<{ body: string; key: string; points: number }> {
+/** The first `count` request bodies the agent would send for this buffer, serialised and encoded (as the drain sends them). */
+function buildBodies(dbPath: string, config: Config, count: number, maxPoints: number): Array<{ body: Buffer; key: string; points: number }> {
   const store = Store.open(dbPath);
-  const out: Array<{ body: string; key: string; points: number }> = [];
+  const out: Array<{ body: Buffer; key: string; points: number }> = [];
   try {
     for (const load of store.listLoads()) {
       const stopAt = nextStopResolver(load, [], config.codes.departure);
@@ -85,7 +85,7 @@ function buildBodies(dbPath: string, config: Config, count: number, maxPoints: n
       while (out.length < count) {
         const chunk = buildTraceChunk(load, store.iterateReadings(load.loadNumber, afterId), stopAt, traceOptions(config, maxPoints));
         if (!chunk?.body) break;
-        out.push({ body: JSON.stringify(chunk.body), key: chunk.idempotencyKey, points: chunk.points });
+        out.push({ body: Buffer.from(JSON.stringify(chunk.body)), key: chunk.idempotencyKey, points: chunk.points });
         afterId = chunk.lastId;
       }
       if (out.length >= count) break;
@@ -96,10 +96,15 @@ function buildBodies(dbPath: string, config: Config, count: number, maxPoints: n
   return out;
 }
 
-/** Post `requests` bodies one after another (cycling through the distinct ones, each with its own key). */
-async function post(c: Extract<WorkerCommand, { cmd: 'ceiling' | 'peer' }>, distinct: number, maxPoints: number): Promise<void> {
+/**
+ * Post `requests` bodies one after another: each once when the buffer holds that many (else
+ * cycled, each time with a key of its own). Each once because the sandbox remembers every
+ * traceId it has seen, as a service that drops repeated points must: a body it has seen
+ * before is not the work the drain's million new points are.
+ */
+async function post(c: Extract<WorkerCommand, { cmd: 'ceiling' | 'peer' }>, maxPoints: number): Promise<void> {
   const config = configSchema.parse(drainConfigInput(c.url, c.dbPath));
-  const bodies = buildBodies(c.dbPath, config, distinct, maxPoints);
+  const bodies = buildBodies(c.dbPath, config, c.requests, maxPoints);
   if (bodies.length === 0) throw new Error(`no readings in ${c.dbPath}`);
   // Imported here, not at the top: a drain worker must hold the agent's modules only, or its
   // RSS would count the reference client's too.
@@ -135,6 +140,6 @@ async function post(c: Extract<WorkerCommand, { cmd: 'ceiling' | 'peer' }>, dist
 }
 
 onCommand = (c) => {
-  const run = c.cmd === 'drain' ? drain(c) : c.cmd === 'ceiling' ? post(c, c.distinct, 500) : c.cmd === 'peer' ? post(c, c.requests, 1) : Promise.reject(new Error(`unexpected command ${c.cmd}`));
+  const run = c.cmd === 'drain' ? drain(c) : c.cmd === 'ceiling' ? post(c, CHUNK) : c.cmd === 'peer' ? post(c, 1) : Promise.reject(new Error(`unexpected command ${c.cmd}`));
   run.catch((err) => send({ ev: 'error', message: (err as Error).stack ?? String(err) })).finally(() => process.disconnect?.());
 };
