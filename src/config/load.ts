@@ -86,8 +86,17 @@ function absolutise(config: Config, baseDir: string): Config {
     if (s.type === 'onewire') s.sysfs_root = abs(s.sysfs_root);
     if (s.type === 'module') s.path = abs(s.path);
     if (s.type === 'exec' && s.cwd) s.cwd = abs(s.cwd);
+    if (s.type === 'mqtt') {
+      if (s.password_file) s.password_file = abs(s.password_file);
+      if (s.ca_file) s.ca_file = abs(s.ca_file);
+    }
   }
   return config;
+}
+
+/** An MQTT source's client id when the config gives none: the device's, stable across restarts. */
+export function mqttClientId(deviceId: string, nth?: number): string {
+  return `telematics-agent-${deviceId}${nth === undefined ? '' : `-${nth}`}`;
 }
 
 /**
@@ -121,7 +130,14 @@ export function loadConfig(file: string): LoadedConfig {
     config.codes.reasons = [...new Set([...config.codes.reasons, ...extra])];
     warnings.push('codes.known: replaced by codes.events (event codes) and codes.reasons (reason codes); its codes are accepted as both for now, move them to the right list');
   }
-  return { file, config, deviceId: config.device_id ?? defaultDeviceId(), warnings };
+  const deviceId = config.device_id ?? defaultDeviceId();
+  // A persistent session is found again by its client id: one per device (and per MQTT
+  // source, when there are several), the same after every restart.
+  const mqtt = config.sources.filter((s) => s.type === 'mqtt');
+  mqtt.forEach((s, i) => {
+    s.client_id ??= mqttClientId(deviceId, mqtt.length > 1 ? i + 1 : undefined);
+  });
+  return { file, config, deviceId, warnings };
 }
 
 /**

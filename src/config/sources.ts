@@ -151,6 +151,86 @@ export const execSourceSchema = z
   })
   .refine((c) => c.restart_max_s >= c.restart_initial_s, { path: ['restart_max_s'], message: 'expected a number >= restart_initial_s' });
 
+/** The reading fields a message may carry (the exec line format), which `fields` can rename. */
+export const MQTT_FIELDS = ['resourceId', 'time', 'latitude', 'longitude', 'speed', 'heading', 'odometer', 'temperature', 'temperatureUnit'] as const;
+
+const MQTT_PROTOCOLS = ['mqtt:', 'mqtts:', 'ws:', 'wss:'];
+
+/** An MQTT topic filter: levels split by `/`, `+` a whole level, `#` only as the last level. */
+const topicFilter = z
+  .string()
+  .min(1)
+  .max(65_535)
+  .superRefine((t, ctx) => {
+    const levels = t.split('/');
+    levels.forEach((level, i) => {
+      if (level.includes('#') && (level !== '#' || i !== levels.length - 1)) ctx.addIssue({ code: 'custom', message: `"#" must be a whole level and the last one (e.g. "fleet/#"): ${JSON.stringify(t)}` });
+      if (level.includes('+') && level !== '+') ctx.addIssue({ code: 'custom', message: `"+" must be a whole level (e.g. "fleet/+/telemetry"): ${JSON.stringify(t)}` });
+    });
+  });
+
+/** Readings published to an MQTT broker (depot gateways, sensor hubs). */
+export const mqttSourceSchema = z
+  .strictObject({
+    type: z.literal('mqtt'),
+    name: sourceNameKey,
+    /** The broker: mqtt://host:1883, mqtts://host:8883 (TLS), ws:// or wss:// (MQTT over WebSocket). */
+    url: z.string().superRefine((u, ctx) => {
+      let url: URL;
+      try {
+        url = new URL(u);
+      } catch {
+        ctx.addIssue({ code: 'custom', message: 'expected a URL such as mqtt://broker.local:1883' });
+        return;
+      }
+      if (!MQTT_PROTOCOLS.includes(url.protocol)) ctx.addIssue({ code: 'custom', message: `expected mqtt://, mqtts://, ws:// or wss://, not ${url.protocol}//` });
+      // A password in the URL would be in the config for anyone who can read it, and in log lines.
+      if (url.password) ctx.addIssue({ code: 'custom', message: 'a password in the URL: put it in password_file, and the user name in username' });
+    }),
+    /** Topic filters to subscribe to; `+` and `#` wildcards allowed. */
+    topics: z.array(topicFilter).min(1, 'expected at least one topic, e.g. ["fleet/+/telemetry"]'),
+    /** The session's name at the broker; default: telematics-agent-<device_id>. Keep it stable with clean = false. */
+    client_id: z.string().min(1).max(128).optional(),
+    username: z.string().min(1).optional(),
+    /** A file holding the password (its first line); never the password itself in the config. */
+    password_file: z.string().min(1).optional(),
+    /** PEM CA certificates trusted for mqtts:// and wss:// besides the public ones. */
+    ca_file: z.string().min(1).optional(),
+    /** 1: the broker keeps a message until the agent has it (with clean = false, also while the agent is down). */
+    qos: z.union([z.literal(0), z.literal(1)]).default(1),
+    /**
+     * false: a persistent session. The broker keeps the subscriptions and the QoS 1 messages
+     * published while the agent is away, and hands them over when it comes back.
+     */
+    clean: z.boolean().default(false),
+    /** The resource id is this level of the topic, counted from 1 (`fleet/+/telemetry`: 2). */
+    resource_from_topic: z.number().int().min(1).max(64).optional(),
+    /** Payload names of the reading fields, e.g. { temperature = "temp_c", time = "ts" }; a dotted name reaches inside an object ("gps.lat"). */
+    fields: z
+      .record(z.string(), z.string().min(1))
+      .default({})
+      .superRefine((m, ctx) => {
+        for (const k of Object.keys(m)) {
+          if (!(MQTT_FIELDS as readonly string[]).includes(k)) ctx.addIssue({ code: 'custom', path: [k], message: `not a reading field; expected one of ${MQTT_FIELDS.join(', ')}` });
+        }
+      }),
+    /** The unit of temperatures in messages that do not say (temperatureUnit). */
+    temperature_unit: z.enum(['C', 'F']).default('C'),
+    /** A larger message is dropped and counted, never parsed. */
+    max_message_bytes: positiveInt
+      .min(256)
+      .max(16 * 1_048_576)
+      .default(65_536),
+    /** Seconds between keep-alive pings; a broker silent for 1.5 times this is gone. */
+    keepalive_s: z.number().int().min(5).max(3600).default(30),
+    /** No message for this long: unhealthy (the subscription stays). 0: off. */
+    no_data_timeout_s: nonNegative.default(0),
+    reconnect_initial_s: z.number().positive().default(1),
+    reconnect_max_s: z.number().positive().default(60),
+  })
+  .refine((c) => c.reconnect_max_s >= c.reconnect_initial_s, { path: ['reconnect_max_s'], message: 'expected a number >= reconnect_initial_s' })
+  .refine((c) => c.password_file === undefined || c.username !== undefined, { path: ['username'], message: 'expected a user name with password_file' });
+
 /** A JavaScript module exporting a source factory. */
 export const moduleSourceSchema = z.strictObject({
   type: z.literal('module'),
@@ -161,7 +241,7 @@ export const moduleSourceSchema = z.strictObject({
   options: z.record(z.string(), z.unknown()).default({}),
 });
 
-export const sourceSchema = z.discriminatedUnion('type', [simulatorSourceSchema, gpsdSourceSchema, nmeaSourceSchema, onewireSourceSchema, execSourceSchema, moduleSourceSchema]);
+export const sourceSchema = z.discriminatedUnion('type', [simulatorSourceSchema, gpsdSourceSchema, nmeaSourceSchema, onewireSourceSchema, execSourceSchema, mqttSourceSchema, moduleSourceSchema]);
 
 export type SourceConfig = z.infer<typeof sourceSchema>;
 export type SimulatorSourceConfig = z.infer<typeof simulatorSourceSchema>;
@@ -170,3 +250,4 @@ export type NmeaSourceConfig = z.infer<typeof nmeaSourceSchema>;
 export type OnewireSourceConfig = z.infer<typeof onewireSourceSchema>;
 export type ExecSourceConfig = z.infer<typeof execSourceSchema>;
 export type ModuleSourceConfig = z.infer<typeof moduleSourceSchema>;
+export type MqttSourceConfig = z.infer<typeof mqttSourceSchema>;

@@ -20,6 +20,8 @@ export async function createSource(cfg: SourceConfig, ctx: SourceContext): Promi
       return new (await import('./onewire.js')).OnewireSource(cfg, ctx);
     case 'exec':
       return new (await import('./exec.js')).ExecSource(cfg, ctx);
+    case 'mqtt':
+      return new (await import('./mqtt.js')).MqttSource(cfg, ctx);
     case 'module':
       return new (await import('./module.js')).ModuleSource(cfg, ctx);
   }
