@@ -32,6 +32,7 @@ import { Sandbox } from '../src/sandbox/server.js';
 import { COLLECT_AFTER_START_MS } from '../src/v8-tuning.js';
 import { BENCH_KEY, BENCH_SCAC, CHUNK } from './common.js';
 import { backlogFile, drainRun, postRun } from './drain.js';
+import { benchMqtt, MQTT_RATE, MQTT_SECONDS, MQTT_TRAILERS, mqttFigures, mqttRows } from './mqtt.js';
 import { benchDaemons } from './daemon.js';
 import { CYCLE_S, benchFlash, FLASH_TARGET_BYTES } from './flash.js';
 import { FULL_DISK_BYTES, benchFullDisk, fullDiskRows, unmount } from './full-disk.js';
@@ -134,6 +135,9 @@ async function main(): Promise<void> {
     progress(`7. a full disk: \`run\` with its buffer on a ${FULL_DISK_BYTES / MB} MB tmpfs, filled by a fast exec source while the service answers 503`);
     const fullDisk = await benchFullDisk(sandbox, dir);
     if ('skipped' in fullDisk) progress(`   skipped (${fullDisk.skipped})`);
+    progress(`9. MQTT: \`run\` subscribed to a mosquitto on loopback, ${fmt(MQTT_RATE)} messages/s at QoS 1 from ${MQTT_TRAILERS} trailers for ${MQTT_SECONDS} s`);
+    const mqtt = await benchMqtt(sandbox, dir);
+    if ('skipped' in mqtt) progress(`   skipped (${mqtt.skipped})`);
     progress('8. waiting for the outages to end and their services to answer');
     const outages = await outagesRunning;
     progress('5. waiting for the flash daemons to finish their cycle');
@@ -236,6 +240,7 @@ async function main(): Promise<void> {
       },
       ...fullDiskRows(fullDisk),
       ...outageRows(outages),
+      ...mqttRows(mqtt),
     ];
 
     const figures = {
@@ -288,6 +293,7 @@ async function main(): Promise<void> {
             fullDiskSigtermS: fullDisk.sigtermS,
           }),
       ...outageFigures(outages),
+      ...mqttFigures(mqtt),
       benchWallS: (performance.now() - started) / 1000,
     };
     const syncNote =

@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ROOT, cleanEnv } from './helpers.js';
+import { NO_MOSQUITTO } from './sources/mosquitto.js';
 
 // The bench asserts no timings; this only checks that `--quick --json` runs end to end and
 // reports every figure (built by pretest into dist-bench/).
@@ -21,7 +22,7 @@ describe('npm run bench (quick)', () => {
     clearTimeout(timer);
     expect(code, stderr).toBe(0);
 
-    const report = JSON.parse(stdout) as { quick: boolean; figures: Record<string, unknown>; rows: Array<{ id: string; value: string; pass: boolean | null }> };
+    const report = JSON.parse(stdout) as { quick: boolean; figures: Record<string, number>; rows: Array<{ id: string; value: string; pass: boolean | null }> };
     expect(report.quick).toBe(true);
     const figures = Object.entries(report.figures);
     expect(figures.length).toBeGreaterThan(20);
@@ -38,6 +39,14 @@ describe('npm run bench (quick)', () => {
       if (name.startsWith('rss')) for (const part of ['Anon', 'File']) expect(report.figures, name).toHaveProperty(`${name}${part}MB`);
     }
     expect(report.rows.find((r) => r.id === '3f')?.pass).toBeNull();
+    // MQTT ingest against a real mosquitto (installed by .ci/run): no QoS 1 message lost.
+    const mqtt = report.rows.filter((r) => r.id.startsWith('9'));
+    expect(mqtt.map((r) => r.id)).toEqual(['9a', '9b']);
+    if (NO_MOSQUITTO) expect(mqtt[0].value).toMatch(/^skipped \(mosquitto is not installed/);
+    else {
+      expect(mqtt[0], JSON.stringify(mqtt)).toMatchObject({ pass: true, value: `0 of ${report.figures.mqttPublished?.toLocaleString('en-US')}` });
+      expect(report.figures.mqttStored).toBe(report.figures.mqttPublished);
+    }
     // The full-disk rows mount a tmpfs: measured as root (CI), else each says why not.
     const fullDisk = report.rows.filter((r) => r.id.startsWith('7'));
     expect(fullDisk.map((r) => r.id)).toEqual(['7a', '7b', '7c']);
