@@ -74,7 +74,7 @@ speed_kmh = "fast"
       'buffer.synchronous: expected one of "OFF", "NORMAL", "FULL", got "SOMETIMES"',
       'buffer.batch_size: expected a number > 0, got -3',
       'schedule.traces: expected a cron expression such as */15 * * * * (5 fields (minute hour day-of-month month day-of-week) or 6 with seconds first, not 4), got "every now and then"',
-      'sources[0].type: expected one of "simulator", "gpsd", "nmea", "onewire", "exec", "module", got "teleport"',
+      'sources[0].type: expected one of "simulator", "gpsd", "nmea", "onewire", "exec", "mqtt", "module", got "teleport"',
       'sources[1].resource_id: required (expected string)',
       'sources[1].speed_kmh: expected number, got "fast"',
     ]);
