@@ -25,6 +25,11 @@ describe.skipIf(NO_MOSQUITTO)('the daemon with an MQTT source (real mosquitto, r
     broker = new Broker(join(dir, 'broker'), await freePort());
     await broker.start();
     const { url } = await sandbox.start();
+    const healthPort = await freePort();
+    const healthz = async () => {
+      const r = await fetch(`http://127.0.0.1:${healthPort}/healthz`).catch(() => undefined);
+      return r && { status: r.status, text: await r.text() };
+    };
     const cfg = agentConfig(
       dir,
       url,
@@ -36,10 +41,13 @@ resource_from_topic = 2
 fields = { temperature = "temp_c", time = "ts", latitude = "lat", longitude = "lon" }
 reconnect_initial_s = 0.2
 reconnect_max_s = 1
+[health]
+listen = "127.0.0.1:${healthPort}"
 `,
       { traces: '*/2 * * * * *', sampling: 0 },
     );
-    expect((await runCli(['validate-config', '--config', cfg])).code).toBe(0);
+    const valid = await runCli(['validate-config', '--config', cfg]);
+    expect(valid.code, valid.stderr).toBe(0);
     expect((await runCli(['load', 'start', 'L-7', '--resource', 'TRAILER-7', '--resource-type', 'Trailer', '--config', cfg])).code).toBe(0);
     daemon = startDaemon(['--config', cfg]);
 
@@ -47,6 +55,7 @@ reconnect_max_s = 1
     await waitFor(async () => (await status()).sources?.[0]?.healthy === true, 15_000, 'status showing the MQTT source connected');
     const s = await status();
     expect(s.sources[0]).toMatchObject({ type: 'mqtt', healthy: true, detail: `connected to ${broker.url} as telematics-agent-test-device, subscribed to depot/+/reefer` });
+    expect(await healthz()).toEqual({ status: 200, text: 'ok\n' });
 
     // A gateway: epoch seconds, its own field names, one topic per trailer; another trailer has no load.
     const gw = mqttConnect(broker.url, { clientId: 'gateway' });
@@ -65,5 +74,8 @@ reconnect_max_s = 1
     await broker.stop();
     await waitFor(async () => /^not connected to /.test((await status()).sources?.[0]?.detail ?? ''), 15_000, 'status showing the broker gone');
     expect(daemon.child.exitCode).toBeNull();
+    const h = await healthz();
+    expect(h?.status).toBe(503);
+    expect(h?.text).toContain(`source mqtt:127.0.0.1:${broker.port} unhealthy: not connected to ${broker.url}: ECONNREFUSED`);
   });
 });
