@@ -93,7 +93,7 @@ type = "module"
 
   it('the example config shows a commented block for every source type', () => {
     const text = readFileSync(join(ROOT, 'config', 'agent.example.toml'), 'utf8');
-    for (const type of ['gpsd', 'nmea', 'onewire', 'exec', 'module']) expect(text).toContain(`# type = "${type}"`);
+    for (const type of ['gpsd', 'nmea', 'onewire', 'exec', 'mqtt', 'module']) expect(text).toContain(`# type = "${type}"`);
     // Uncommented, each block is valid (the file itself keeps only the simulator active).
     const blocks = text
       .slice(text.indexOf('# Other source types'))
@@ -101,6 +101,6 @@ type = "module"
       .filter((l) => /^# (\[\[sources\]\]|[a-z_]+ = )/.test(l))
       .map((l) => l.slice(2));
     const c = parseConfigText(`[api]\nscac = "ABCD"\n${blocks.join('\n')}\n`, 'agent.toml', '/etc/telematics-agent');
-    expect(c.sources.map((s) => s.type)).toEqual(['gpsd', 'nmea', 'onewire', 'exec', 'module']);
+    expect(c.sources.map((s) => s.type)).toEqual(['gpsd', 'nmea', 'onewire', 'exec', 'mqtt', 'module']);
   });
 });
