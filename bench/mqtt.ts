@@ -84,6 +84,16 @@ async function startBroker(dir: string): Promise<{ proc: ChildProcess; url: stri
   return { proc, url: `mqtt://127.0.0.1:${port}` };
 }
 
+/** Whether a warm-up message is in the buffer. */
+function warmedUp(db: string): boolean {
+  const d = openDatabase(db);
+  try {
+    return d.prepare("SELECT 1 FROM readings WHERE resource_id = 'WARMUP' LIMIT 1").get() !== undefined;
+  } finally {
+    d.close();
+  }
+}
+
 /** Distinct message numbers (odometer) the buffer holds for the trailers. */
 function storedNumbers(db: string): number {
   const d = openDatabase(db);
@@ -126,8 +136,14 @@ record_without_load = true
       publisher.once('connect', () => resolve());
       publisher.once('error', reject);
     });
-    // The daemon's subscription is in place once its session exists: give it a moment.
-    await sleep(1000);
+    // The window starts once the daemon's subscription is in place: a warm-up message a
+    // quarter second until one is in the buffer (a message before it would be lost to no fault of the agent's).
+    const warm = performance.now();
+    while (!warmedUp(files.db)) {
+      if (performance.now() - warm > 30_000) throw new Error('the daemon did not take a warm-up message within 30 s');
+      await publisher.publishAsync('depot/WARMUP/reefer', JSON.stringify({ temperature: 1 }), { qos: 1 });
+      await sleep(250);
+    }
     const total = MQTT_RATE * MQTT_SECONDS;
     const acks: Array<Promise<unknown>> = [];
     let peak = memoryOf(daemon.child.pid!)!;

@@ -95,8 +95,8 @@ function absolutise(config: Config, baseDir: string): Config {
 }
 
 /** An MQTT source's client id when the config gives none: the device's, stable across restarts. */
-export function mqttClientId(deviceId: string, nth?: number): string {
-  return `telematics-agent-${deviceId}${nth === undefined ? '' : `-${nth}`}`;
+export function mqttClientId(deviceId: string, name?: string): string {
+  return `telematics-agent-${deviceId}${name === undefined ? '' : `-${name}`}`;
 }
 
 /**
@@ -131,12 +131,10 @@ export function loadConfig(file: string): LoadedConfig {
     warnings.push('codes.known: replaced by codes.events (event codes) and codes.reasons (reason codes); its codes are accepted as both for now, move them to the right list');
   }
   const deviceId = config.device_id ?? defaultDeviceId();
-  // A persistent session is found again by its client id: one per device (and per MQTT
-  // source, when there are several), the same after every restart.
+  // A persistent session is found again by its client id: the device's (with the source's
+  // name when there are several MQTT sources: the schema asks for one), after every restart.
   const mqtt = config.sources.filter((s) => s.type === 'mqtt');
-  mqtt.forEach((s, i) => {
-    s.client_id ??= mqttClientId(deviceId, mqtt.length > 1 ? i + 1 : undefined);
-  });
+  for (const s of mqtt) s.client_id ??= mqttClientId(deviceId, mqtt.length > 1 ? s.name : undefined);
   return { file, config, deviceId, warnings };
 }
 

@@ -269,6 +269,17 @@ export const configSchema = z
       .array(sourceSchema)
       .superRefine((a, ctx) => {
         if (a.length === 0) ctx.addIssue({ code: 'custom', message: 'expected at least one [[sources]] table: an agent without a source collects nothing' });
+        // A persistent session is found again by its client id: with one MQTT source it is the
+        // device's; with several, each needs a name of its own that does not move when the
+        // list is edited (a position would hand one source's session to another).
+        const mqtt = a.flatMap((s, i) => (s.type === 'mqtt' ? [{ s, i }] : []));
+        if (mqtt.length > 1) {
+          for (const { s, i } of mqtt) {
+            if (s.client_id === undefined && s.name === undefined) {
+              ctx.addIssue({ code: 'custom', path: [i, 'client_id'], message: 'several MQTT sources: give each a client_id (or a name), the broker keeps each session under it' });
+            }
+          }
+        }
       })
       .prefault([]),
     /** Which reading times are believed (see src/sources/time-guard.ts). Not applied to the simulator. */

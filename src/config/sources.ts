@@ -189,13 +189,22 @@ export const mqttSourceSchema = z
     }),
     /** Topic filters to subscribe to; `+` and `#` wildcards allowed. */
     topics: z.array(topicFilter).min(1, 'expected at least one topic, e.g. ["fleet/+/telemetry"]'),
-    /** The session's name at the broker; default: telematics-agent-<device_id>. Keep it stable with clean = false. */
+    /**
+     * The session's name at the broker; default: telematics-agent-<device_id> (plus -<name>
+     * when there are several MQTT sources). Keep it stable with clean = false: a new one starts
+     * a new session, and the old one's messages stay queued at the broker.
+     */
     client_id: z.string().min(1).max(128).optional(),
     username: z.string().min(1).optional(),
     /** A file holding the password (its first line); never the password itself in the config. */
     password_file: z.string().min(1).optional(),
-    /** PEM CA certificates trusted for mqtts:// and wss:// besides the public ones. */
+    /** PEM CA certificates trusted for mqtts:// and wss://, besides the public ones. */
     ca_file: z.string().min(1).optional(),
+    /**
+     * 5: the broker is told max_message_bytes and never sends a larger message (with 4,
+     * MQTT 3.1.1, a larger one is read whole before it is dropped).
+     */
+    protocol_version: z.union([z.literal(4), z.literal(5)]).default(5),
     /** 1: the broker keeps a message until the agent has it (with clean = false, also while the agent is down). */
     qos: z.union([z.literal(0), z.literal(1)]).default(1),
     /**

@@ -13,6 +13,7 @@
  * messages published while the agent is down or reconnecting are handed over when it is back.
  */
 import { readFileSync } from 'node:fs';
+import { rootCertificates } from 'node:tls';
 import { connect, type IClientOptions, type MqttClient } from 'mqtt';
 import { Backoff } from '../backoff.js';
 import type { MqttSourceConfig } from '../config/schema.js';
@@ -36,8 +37,8 @@ export interface MqttMapping {
 }
 
 export interface DecodedMessage {
-  /** Readings in good form, each with where it came from (for admission's log line). */
-  readings: Array<{ reading: Reading; where: string }>;
+  /** Readings in good form, each with where it came from (for admission's log line), and whether the message gave its time. */
+  readings: Array<{ reading: Reading; where: string; timed: boolean }>;
   /** One per refused message or reading, with its reason. */
   problems: Array<{ reason: MqttRejectReason; text: string }>;
 }
@@ -45,6 +46,17 @@ export interface DecodedMessage {
 /** Epoch numbers below this are seconds (1e11 s is the year 5138; 1e11 ms is 1973). */
 const SECONDS_BELOW = 1e11;
 const ISO_WITH_ZONE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})$/i;
+
+/**
+ * A payload's value in words for a problem line: never JSON.stringify, which throws on a value
+ * nested a few thousand deep (a 10 KB message) and would take the daemon down with it.
+ */
+function describeValue(v: unknown): string {
+  if (typeof v === 'string') return preview(v, 30);
+  if (typeof v === 'number' || typeof v === 'boolean') return String(v);
+  if (v === null) return 'null';
+  return Array.isArray(v) ? 'an array' : typeof v === 'object' ? 'an object' : typeof v;
+}
 
 /** A payload's value at a field's name: own properties only, a dotted name walks into objects. */
 function valueAt(obj: Json, name: string): unknown {
@@ -80,7 +92,7 @@ export class MqttDecoder {
       const where = Array.isArray(json) ? `topic ${topic} [${i}]` : `topic ${topic}`;
       const r = this.reading(topic, item, nowMs);
       if (typeof r === 'string') out.problems.push({ reason: 'invalid', text: `${where}: ${r}` });
-      else out.readings.push({ reading: r, where });
+      else out.readings.push({ reading: r, where, timed: valueAt(item as Json, this.m.fields.time ?? 'time') != null });
     });
     return out;
   }
@@ -98,7 +110,7 @@ export class MqttDecoder {
       const v = get(field);
       if (v === undefined) return undefined;
       if (typeof v === 'number') return Number.isFinite(v) ? v : `${name(field)}: expected a finite number`;
-      return `${name(field)}: expected a number, got ${preview(JSON.stringify(v) ?? String(v), 30)}`;
+      return `${name(field)}: expected a number, got ${describeValue(v)}`;
     };
 
     let resourceId: string;
@@ -110,7 +122,7 @@ export class MqttDecoder {
       const v = get('resourceId');
       if (typeof v === 'number' && Number.isSafeInteger(v)) resourceId = String(v);
       else if (typeof v === 'string') resourceId = v;
-      else return v === undefined ? `${name('resourceId')}: missing (or set resource_from_topic)` : `${name('resourceId')}: expected a string`;
+      else return v === undefined ? `${name('resourceId')}: missing (or set resource_from_topic)` : `${name('resourceId')}: expected a string, got ${describeValue(v)}`;
     }
     if (resourceId.length === 0 || resourceId.length > 64) return `${this.m.resourceFromTopic !== undefined ? 'resource id from the topic' : name('resourceId')}: expected 1 to 64 characters`;
 
@@ -119,7 +131,7 @@ export class MqttDecoder {
     if (time === undefined) timeMs = nowMs;
     else if (typeof time === 'number' && Number.isFinite(time) && time > 0) timeMs = Math.round(time < SECONDS_BELOW ? time * 1000 : time);
     else if (typeof time === 'string' && ISO_WITH_ZONE.test(time) && Number.isFinite(Date.parse(time))) timeMs = Date.parse(time);
-    else return `${name('time')}: expected an ISO 8601 time with Z or an offset, or epoch seconds or milliseconds, got ${preview(JSON.stringify(time) ?? String(time), 40)}`;
+    else return `${name('time')}: expected an ISO 8601 time with Z or an offset, or epoch seconds or milliseconds, got ${describeValue(time)}`;
 
     const values: Record<string, number | undefined> = {};
     for (const field of ['latitude', 'longitude', 'speed', 'heading', 'odometer', 'temperature']) {
@@ -128,7 +140,7 @@ export class MqttDecoder {
       values[field] = v;
     }
     const unit = get('temperatureUnit') ?? this.m.temperatureUnit;
-    if (unit !== 'C' && unit !== 'F') return `${name('temperatureUnit')}: expected "C" or "F"`;
+    if (unit !== 'C' && unit !== 'F') return `${name('temperatureUnit')}: expected "C" or "F", got ${describeValue(unit)}`;
     const t = values.temperature;
     return {
       resourceId,
@@ -161,6 +173,26 @@ function describe(err: Error & { code?: string | number }): string {
   return err.message;
 }
 
+/**
+ * Whether a topic is one a filter subscribes to (`+` one level, `#` the rest, none of them
+ * matching a first level that starts with `$`).
+ */
+export function topicMatches(filter: string, topic: string): boolean {
+  const f = filter.split('/');
+  const t = topic.split('/');
+  if (topic.startsWith('$') && (f[0] === '+' || f[0] === '#')) return false;
+  for (let i = 0; i < f.length; i++) {
+    if (f[i] === '#') return true;
+    if (i >= t.length || (f[i] !== '+' && f[i] !== t[i])) return false;
+  }
+  return f.length === t.length;
+}
+
+/** A session at the broker outlives a disconnect this long (MQTT 5; 3.1.1 keeps it for ever). */
+const SESSION_EXPIRY_S = 7 * 24 * 3600;
+/** Bytes a PUBLISH adds to its payload at most: fixed header, topic, packet id, properties. */
+const PUBLISH_OVERHEAD = 65_536 + 1024;
+
 export class MqttSource implements Source {
   readonly type = 'mqtt';
   readonly name: string;
@@ -168,6 +200,8 @@ export class MqttSource implements Source {
   private readonly backoff: Backoff;
   private readonly attempts: AttemptLog;
   private readonly broker: string;
+  /** A connection that lasted this long was a real one: the backoff starts over after it. */
+  private readonly stableMs: number;
   private client: MqttClient | undefined;
   private active = false;
   private connected = false;
@@ -175,7 +209,7 @@ export class MqttSource implements Source {
   private lastError: string | undefined;
   private lastMessageMs: number | undefined;
   private connectedAtMs = 0;
-  readonly counters = { messages: 0, tooLarge: 0, notJson: 0, invalid: 0, connects: 0, connectFailures: 0 };
+  readonly counters = { messages: 0, tooLarge: 0, notJson: 0, invalid: 0, otherTopic: 0, retainedWithoutTime: 0, connects: 0, connectFailures: 0 };
 
   constructor(
     private readonly cfg: MqttSourceConfig,
@@ -185,6 +219,7 @@ export class MqttSource implements Source {
     this.name = cfg.name ?? `mqtt:${new URL(cfg.url).host}`;
     this.decoder = new MqttDecoder({ fields: cfg.fields, resourceFromTopic: cfg.resource_from_topic, temperatureUnit: cfg.temperature_unit, maxMessageBytes: cfg.max_message_bytes });
     this.backoff = new Backoff({ initialMs: cfg.reconnect_initial_s * 1000, maxMs: cfg.reconnect_max_s * 1000, jitter: false });
+    this.stableMs = Math.max(10_000, cfg.reconnect_max_s * 1000);
     this.attempts = new AttemptLog(ctx.log, `MQTT broker at ${this.broker}`);
   }
 
@@ -200,17 +235,27 @@ export class MqttSource implements Source {
   }
 
   async stop(): Promise<void> {
+    // First: a message that arrives from here on is neither taken nor acknowledged, so the
+    // broker keeps it for the next start (taken and acknowledged late, it came twice).
     this.active = false;
     clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
     const client = this.client;
     this.client = undefined;
+    const wasConnected = this.connected;
     this.connected = false;
     if (!client) return;
-    // A DISCONNECT, so a persistent session stays at the broker and keeps what comes meanwhile;
-    // a broker that does not answer is not waited for.
     await new Promise<void>((resolve) => {
-      const t = timer(() => client.end(true, {}, () => resolve()), 2000);
+      // Not connected yet, or a broker that does not answer the DISCONNECT: the socket is
+      // closed at once (a connect under way would otherwise hold the process for its timeout).
+      const force = () => {
+        client.end(true, {}, () => undefined);
+        client.stream?.destroy();
+        resolve();
+      };
+      if (!wasConnected) return force();
+      const t = timer(force, 2000);
+      // A DISCONNECT, so a persistent session stays at the broker and keeps what comes meanwhile.
       client.end(false, {}, () => {
         clearTimeout(t);
         resolve();
@@ -244,18 +289,25 @@ export class MqttSource implements Source {
     }
     const client = connect(this.cfg.url, options);
     this.client = client;
+    const current = () => client === this.client && this.active;
+    // MQTT.js acknowledges a QoS 1 message once this calls back: not for a client being
+    // replaced or stopped, so the broker keeps the message.
+    client.handleMessage = (_packet, callback) => {
+      if (current()) callback();
+    };
     client.on('connect', (connack) => {
-      if (client !== this.client) return;
+      if (!current()) return;
       this.connected = true;
       this.connectedAtMs = Date.now();
       this.counters.connects += 1;
       this.attempts.succeeded(this.backoff.failures);
-      this.backoff.reset();
       this.lastError = undefined;
       this.ctx.log.debug({ broker: this.broker, clientId: this.clientId, sessionPresent: connack.sessionPresent }, 'connected to the MQTT broker');
-      // Every time, not only the first: a broker that lost the session (restarted without
-      // persistence, or clean = true) has lost the subscriptions with it.
-      client.subscribe(this.cfg.topics, { qos: this.cfg.qos }, (err, granted) => {
+      // Every time, not only for a new session: the broker may have lost it, and the config may
+      // name a topic the session does not have yet. With MQTT 5 a subscription the session
+      // has does not send the retained messages again (rh 1); with 3.1.1 it does, and those
+      // without a time of their own are left out (onMessage).
+      client.subscribe(this.cfg.topics, { qos: this.cfg.qos, ...(this.cfg.protocol_version === 5 ? { rh: 1 } : {}) }, (err, granted) => {
         if (err) {
           this.ctx.log.error({ broker: this.broker, err: err.message }, 'subscribing failed');
           return;
@@ -264,14 +316,23 @@ export class MqttSource implements Source {
         if (refused.length > 0) this.ctx.log.error({ broker: this.broker, topics: refused }, 'the broker refused the subscription to these topics (its ACL?)');
       });
     });
-    client.on('message', (topic, payload) => this.onMessage(topic, payload));
+    client.on('message', (topic, payload, packet) => {
+      if (current()) this.onMessage(topic, payload, packet.retain);
+    });
     client.on('error', (err) => {
       if (client === this.client) this.lastError = describe(err);
     });
     client.on('close', () => {
-      if (client !== this.client || !this.active) return;
-      if (this.connected) this.ctx.log.warn({ broker: this.broker }, 'connection to the MQTT broker closed; reconnecting');
-      else this.counters.connectFailures += 1;
+      if (!current()) return;
+      if (this.connected) {
+        this.ctx.log.warn({ broker: this.broker }, 'connection to the MQTT broker closed; reconnecting');
+        // Only a connection that lasted starts the backoff over: a broker that takes us and
+        // throws us out at once (another agent with the same client id, an ACL) is retried
+        // ever more slowly, not every second.
+        if (Date.now() - this.connectedAtMs >= this.stableMs) this.backoff.reset();
+      } else {
+        this.counters.connectFailures += 1;
+      }
       this.connected = false;
       this.retry();
     });
@@ -284,20 +345,26 @@ export class MqttSource implements Source {
       clientId: this.clientId,
       clean: c.clean,
       keepalive: c.keepalive_s,
-      protocolVersion: 4,
+      protocolVersion: c.protocol_version,
       // Reconnecting is done here, with a backoff; MQTT.js would retry every second forever.
       reconnectPeriod: 0,
       reconnectOnConnackError: true,
       resubscribe: false,
       connectTimeout: 30_000,
     };
+    if (c.protocol_version === 5) {
+      // MQTT 5 ends a session at the disconnect unless told otherwise; and the broker does
+      // not send a message the agent would only drop (max_message_bytes, and the topic).
+      options.properties = { maximumPacketSize: c.max_message_bytes + PUBLISH_OVERHEAD, ...(c.clean ? {} : { sessionExpiryInterval: SESSION_EXPIRY_S }) };
+    }
     if (c.username) options.username = c.username;
     if (c.password_file) {
       const password = readLine(c.password_file, 'password_file');
       addSecret(password);
       options.password = password;
     }
-    if (c.ca_file) options.ca = readLine(c.ca_file, 'ca_file', false);
+    // Added to the public CAs, not instead of them (Node's `ca` replaces them).
+    if (c.ca_file) options.ca = [...rootCertificates, readLine(c.ca_file, 'ca_file', false)];
     return options;
   }
 
@@ -321,15 +388,35 @@ export class MqttSource implements Source {
     }, wait);
   }
 
-  private onMessage(topic: string, payload: Buffer): void {
+  private onMessage(topic: string, payload: Buffer, retained: boolean): void {
     this.counters.messages += 1;
     this.lastMessageMs = Date.now();
-    const decoded = this.decoder.decode(topic, payload, Date.now());
-    for (const p of decoded.problems) {
-      this.counters[p.reason] += 1;
-      this.ctx.reject(p.text);
+    // A topic the config no longer names: the persistent session still had its subscription.
+    if (!this.cfg.topics.some((f) => topicMatches(f, topic))) {
+      this.counters.otherTopic += 1;
+      if (this.counters.otherTopic === 1) this.ctx.log.warn({ topic, topics: this.cfg.topics }, 'message on a topic not in `topics` (a subscription the session kept from an earlier config); ignored');
+      return;
     }
-    for (const { reading, where } of decoded.readings) this.ctx.emit(reading, where);
+    try {
+      const decoded = this.decoder.decode(topic, payload, Date.now());
+      for (const p of decoded.problems) {
+        this.counters[p.reason] += 1;
+        this.ctx.reject(p.text);
+      }
+      for (const { reading, where, timed } of decoded.readings) {
+        // A retained message is the last one published, sent again at each new subscription:
+        // stamped with the arrival time, an old temperature would pass for a new one.
+        if (retained && !timed) {
+          this.counters.retainedWithoutTime += 1;
+          continue;
+        }
+        this.ctx.emit(reading, where);
+      }
+    } catch (err) {
+      // Nothing a payload holds may take the daemon down (nor come back after each restart).
+      this.counters.invalid += 1;
+      this.ctx.reject(`topic ${topic}: could not be read (${(err as Error).message})`);
+    }
   }
 }
 

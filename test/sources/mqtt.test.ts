@@ -1,11 +1,12 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect as mqttConnect, type MqttClient } from 'mqtt';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { configSchema, type MqttSourceConfig, mqttSourceSchema } from '../../src/config/schema.js';
 import { parseConfigText } from '../../src/config/load.js';
-import { MqttDecoder, MqttSource } from '../../src/sources/mqtt.js';
+import { MqttDecoder, MqttSource, topicMatches } from '../../src/sources/mqtt.js';
 import { makePki } from '../pki.js';
 import { waitFor } from '../helpers.js';
 import { Broker, NO_MOSQUITTO } from './mosquitto.js';
@@ -20,7 +21,7 @@ describe('MQTT payloads', () => {
     const one = decoder().decode('t', msg({ resourceId: 'TRAILER-7', time: '2026-11-24T11:59:00Z', latitude: 41.8, longitude: -87.6, speed: 12.5, heading: 90, odometer: 1000, temperature: -18.2 }), NOW);
     expect(one.problems).toEqual([]);
     expect(one.readings).toEqual([
-      { where: 'topic t', reading: { resourceId: 'TRAILER-7', timeMs: Date.parse('2026-11-24T11:59:00Z'), lat: 41.8, lon: -87.6, speed: 12.5, heading: 90, odometer: 1000, temperatureC: -18.2 } },
+      { where: 'topic t', timed: true, reading: { resourceId: 'TRAILER-7', timeMs: Date.parse('2026-11-24T11:59:00Z'), lat: 41.8, lon: -87.6, speed: 12.5, heading: 90, odometer: 1000, temperatureC: -18.2 } },
     ]);
     const many = decoder().decode(
       't',
@@ -62,9 +63,9 @@ describe('MQTT payloads', () => {
     const mixed = d.decode('t', msg([{ resourceId: 'A', latitude: '41.8', longitude: 1 }, { resourceId: 'B', temperature: 1 }, 7, { resourceId: 'C', time: 'yesterday', temperature: 1 }]), NOW);
     expect(mixed.readings.map((r) => r.reading.resourceId)).toEqual(['B']);
     expect(mixed.problems).toEqual([
-      { reason: 'invalid', text: 'topic t [0]: latitude: expected a number, got "\\"41.8\\""' },
+      { reason: 'invalid', text: 'topic t [0]: latitude: expected a number, got "41.8"' },
       { reason: 'invalid', text: 'topic t [2]: expected a JSON object (a reading), got number' },
-      { reason: 'invalid', text: 'topic t [3]: time: expected an ISO 8601 time with Z or an offset, or epoch seconds or milliseconds, got "\\"yesterday\\""' },
+      { reason: 'invalid', text: 'topic t [3]: time: expected an ISO 8601 time with Z or an offset, or epoch seconds or milliseconds, got "yesterday"' },
     ]);
     expect(d.decode('t', msg([]), NOW).problems).toEqual([{ reason: 'invalid', text: 'topic t: an empty array, no reading' }]);
   });
@@ -80,7 +81,13 @@ describe('MQTT payloads', () => {
     const deep = `${'['.repeat(5000)}${']'.repeat(5000)}`;
     expect(() => decoder().decode('t', msg(deep), NOW)).not.toThrow();
     expect(decoder().decode('t', msg('{"resourceId": "A", "latitude": 1e400, "longitude": 1}'), NOW).problems[0].text).toBe('topic t: latitude: expected a finite number');
-    expect(decoder().decode('t', msg({ resourceId: ['A'], temperature: 1 }), NOW).problems[0].text).toBe('topic t: resourceId: expected a string');
+    expect(decoder().decode('t', msg({ resourceId: ['A'], temperature: 1 }), NOW).problems[0].text).toBe('topic t: resourceId: expected a string, got an array');
+    // Nested deep inside a field: described by its type, never serialised (which throws).
+    const nested = `${'['.repeat(20_000)}${']'.repeat(20_000)}`;
+    expect(decoder().decode('t', msg(`{"resourceId": "A", "latitude": ${nested}, "longitude": 1}`), NOW).problems[0].text).toBe('topic t: latitude: expected a number, got an array');
+    expect(decoder().decode('t', msg(`{"resourceId": "A", "temperature": 1, "time": {"a": ${nested}}}`), NOW).problems[0].text).toBe(
+      'topic t: time: expected an ISO 8601 time with Z or an offset, or epoch seconds or milliseconds, got an object',
+    );
     expect(decoder().decode('t', msg({ resourceId: 'A'.repeat(65), temperature: 1 }), NOW).problems[0].text).toBe('topic t: resourceId: expected 1 to 64 characters');
   });
 });
@@ -107,21 +114,36 @@ describe('MQTT source config', () => {
     expect(problems({ password_file: '/p' })).toEqual(['sources.0.username: expected a user name with password_file']);
   });
 
-  it('gives each MQTT source a client id of its own that survives restarts, and takes files relative to the config', async () => {
+  it('gives each MQTT source a client id of its own that survives restarts and edits, and takes files relative to the config', async () => {
     const { loadConfig } = await import('../../src/config/load.js');
     const dir = mkdtempSync(join(tmpdir(), 'ta-mqtt-cfg-'));
     try {
       const file = join(dir, 'agent.toml');
-      const src = (n: number) => `[[sources]]\ntype = "mqtt"\nurl = "mqtt://b"\ntopics = ["t${n}"]\nusername = "u"\npassword_file = "pw"\n`;
-      writeFileSync(file, `device_id = "depot-7"\n[api]\nbase_url = "http://x"\nscac = "ABCD"\n${src(1)}${src(2)}`);
-      const { config } = loadConfig(file);
-      const mqtt = config.sources as MqttSourceConfig[];
-      expect(mqtt.map((s) => s.client_id)).toEqual(['telematics-agent-depot-7-1', 'telematics-agent-depot-7-2']);
-      expect(mqtt[0].password_file).toBe(join(dir, 'pw'));
-      expect(parseConfigText(`[api]\nbase_url = "http://x"\nscac = "ABCD"\n${src(1)}client_id = "mine"\n`, file).sources[0]).toMatchObject({ client_id: 'mine' });
+      const head = 'device_id = "depot-7"\n[api]\nbase_url = "http://x"\nscac = "ABCD"\n';
+      const src = (topic: string, extra = '') => `[[sources]]\ntype = "mqtt"\nurl = "mqtt://b"\ntopics = ["${topic}"]\nusername = "u"\npassword_file = "pw"\n${extra}`;
+      writeFileSync(file, `${head}${src('t1')}`);
+      const one = loadConfig(file).config.sources as MqttSourceConfig[];
+      expect(one[0]).toMatchObject({ client_id: 'telematics-agent-depot-7', password_file: join(dir, 'pw') });
+      // Several: by name, so adding or moving one does not hand its session to another.
+      writeFileSync(file, `${head}${src('t2', 'name = "dock"\n')}${src('t1', 'name = "yard"\n')}`);
+      expect((loadConfig(file).config.sources as MqttSourceConfig[]).map((s) => s.client_id)).toEqual(['telematics-agent-depot-7-dock', 'telematics-agent-depot-7-yard']);
+      writeFileSync(file, `${head}${src('t1')}${src('t2', 'client_id = "mine"\n')}`);
+      expect(() => loadConfig(file)).toThrow('sources[0].client_id: several MQTT sources: give each a client_id (or a name), the broker keeps each session under it');
+      expect(parseConfigText(`${head}${src('t1', 'client_id = "mine"\n')}`, file).sources[0]).toMatchObject({ client_id: 'mine' });
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+  it('matches topics as the broker does', () => {
+    expect(topicMatches('fleet/+/telemetry', 'fleet/T1/telemetry')).toBe(true);
+    expect(topicMatches('fleet/+/telemetry', 'fleet/T1/other')).toBe(false);
+    expect(topicMatches('fleet/+/telemetry', 'fleet/T1/telemetry/x')).toBe(false);
+    expect(topicMatches('fleet/#', 'fleet')).toBe(true);
+    expect(topicMatches('fleet/#', 'fleet/a/b/c')).toBe(true);
+    expect(topicMatches('#', '$SYS/broker/uptime')).toBe(false);
+    expect(topicMatches('+/x', '$SYS/x')).toBe(false);
+    expect(topicMatches('a/b', 'a/b')).toBe(true);
   });
 });
 
@@ -226,9 +248,11 @@ describe.skipIf(NO_MOSQUITTO)('MQTT source against a real broker (mosquitto)', (
       }
       await new Promise((r) => setTimeout(r, 2));
     }
-    await waitFor(() => seqs(first.rec).size + seqs(second!.rec).size >= 100, 10_000, 'all 100 messages between the two runs');
-    const all = [...seqs(first.rec), ...seqs(second!.rec)].sort((x, y) => x! - y!);
-    expect(all).toEqual(Array.from({ length: 100 }, (_, i) => i + 1));
+    const all = () => new Set([...seqs(first.rec), ...seqs(second!.rec)]);
+    await waitFor(() => all().size >= 100, 10_000, 'all 100 messages between the two runs');
+    expect([...all()].sort((x, y) => x! - y!)).toEqual(Array.from({ length: 100 }, (_, i) => i + 1));
+    // And none twice: what came while the first was stopping was not acknowledged, so it went to the second only.
+    expect([...seqs(first.rec)].filter((n) => seqs(second!.rec).has(n))).toEqual([]);
     // The messages published while it was stopped came to the second run.
     expect([...seqs(second!.rec)]).toEqual(expect.arrayContaining([31, 50, 70]));
   });
@@ -281,9 +305,9 @@ describe.skipIf(NO_MOSQUITTO)('MQTT source against a real broker (mosquitto)', (
     await waitFor(() => rec.readings.length === 1, 10_000, 'a reading over TLS');
   });
 
-  it('keeps reading after hostile payloads', async () => {
+  it('keeps reading after hostile payloads (MQTT 3.1.1: too large is dropped here)', async () => {
     const b = await broker();
-    const { s, rec } = source(b.url, { max_message_bytes: 1024 });
+    const { s, rec } = source(b.url, { max_message_bytes: 20_000, protocol_version: 4 });
     await s.start();
     await waitFor(() => s.health().healthy, 10_000, 'connected');
     const p = await publisher(b.url);
@@ -292,14 +316,96 @@ describe.skipIf(NO_MOSQUITTO)('MQTT source against a real broker (mosquitto)', (
     await p.publishAsync(t, Buffer.from([0, 1, 2, 0xff]), { qos: 1 });
     await p.publishAsync(t, '{"__proto__": {"polluted": 1}, "temperature": "hot"}', { qos: 1 });
     await p.publishAsync(t, `${'['.repeat(400)}${']'.repeat(400)}`, { qos: 1 });
+    // Nested deep inside a field, under max_message_bytes: this one took the daemon down.
+    await p.publishAsync(t, `{"latitude": ${'['.repeat(5000)}${']'.repeat(5000)}, "longitude": 1}`, { qos: 1 });
     await p.publishAsync(t, JSON.stringify({ temperature: 999 }), { qos: 1 });
     await publishSeq(p, 'TRAILER-5', 7);
-    await waitFor(() => rec.readings.length === 1 && rec.rejects.length === 5, 10_000, 'one reading after five bad messages');
+    await waitFor(() => rec.readings.length === 1 && rec.rejects.length === 6, 10_000, 'one reading after six bad messages');
     expect(rec.readings[0]).toMatchObject({ resourceId: 'TRAILER-5', odometer: 7 });
-    expect(s.health().counters).toMatchObject({ messages: 6, tooLarge: 1, notJson: 1, invalid: 2 });
+    expect(s.health().counters).toMatchObject({ messages: 7, tooLarge: 1, notJson: 1, invalid: 3 });
     // The range check is admission's, as for every source.
     expect(rec.rejects).toContain('topic fleet/TRAILER-5/telemetry: temperature: out of range (999)');
+    expect(rec.rejects).toContain('topic fleet/TRAILER-5/telemetry: latitude: expected a number, got an array');
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
     expect(s.health().healthy).toBe(true);
+  });
+
+  it('with MQTT 5 the broker never sends a message over max_message_bytes: it is not even read', async () => {
+    const b = await broker();
+    const { s, rec } = source(b.url, { max_message_bytes: 1024 });
+    await s.start();
+    await waitFor(() => s.health().healthy, 10_000, 'connected');
+    const p = await publisher(b.url);
+    await p.publishAsync('fleet/TRAILER-5/telemetry', Buffer.alloc(200_000, 0x41), { qos: 1 });
+    await publishSeq(p, 'TRAILER-5', 1);
+    await waitFor(() => rec.readings.length === 1, 10_000, 'the small message');
+    expect(s.health().counters).toMatchObject({ messages: 1, tooLarge: 0 });
+  });
+
+  it('ignores topics a kept session still has but the config no longer names', async () => {
+    const b = await broker();
+    const before = source(b.url, { topics: ['fleet/+/telemetry', 'yard/+/telemetry'] });
+    await before.s.start();
+    await waitFor(() => before.s.health().healthy, 10_000, 'connected');
+    await before.s.stop();
+    const { s, rec } = source(b.url);
+    await s.start();
+    await waitFor(() => s.health().healthy, 10_000, 'connected again, the same session');
+    const p = await publisher(b.url);
+    await p.publishAsync('yard/OTHER-1/telemetry', JSON.stringify({ temperature: 1 }), { qos: 1 });
+    await publishSeq(p, 'TRAILER-8', 1);
+    await waitFor(() => rec.readings.length === 1, 10_000, 'the message on a configured topic');
+    await new Promise((r) => setTimeout(r, 200));
+    expect(rec.readings.map((r) => r.resourceId)).toEqual(['TRAILER-8']);
+    expect(s.health().counters.otherTopic).toBe(1);
+  });
+
+  it('leaves out retained messages without a time of their own: an old value would pass for a new one', async () => {
+    const b = await broker();
+    const p = await publisher(b.url);
+    // Retained: the last value published, sent again to every new subscription.
+    await p.publishAsync('fleet/TRAILER-6/telemetry', JSON.stringify({ temperature: 5 }), { qos: 1, retain: true });
+    await p.publishAsync('fleet/TRAILER-7/telemetry', JSON.stringify({ temperature: 6, time: new Date().toISOString() }), { qos: 1, retain: true });
+    const { s, rec } = source(b.url, { client_id: 'new-session' });
+    await s.start();
+    await waitFor(() => s.health().counters.retainedWithoutTime === 1 && rec.readings.length === 1, 10_000, 'the two retained messages');
+    await publishSeq(p, 'TRAILER-8', 1);
+    await waitFor(() => rec.readings.length === 2, 10_000, 'the live message');
+    expect(rec.readings.map((r) => r.resourceId)).toEqual(['TRAILER-7', 'TRAILER-8']);
+  });
+
+  it('stops at once while a connection attempt hangs', async () => {
+    const sockets: Socket[] = [];
+    // Reads what comes (the CONNECT) and never answers.
+    const silent = createServer((sock) => {
+      sockets.push(sock);
+      sock.resume();
+    });
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', () => r()));
+    try {
+      const { s } = source(`mqtt://127.0.0.1:${(silent.address() as AddressInfo).port}`);
+      await s.start();
+      await waitFor(() => sockets.length === 1, 5000, 'the connection');
+      const closed = new Promise<void>((r) => sockets[0].once('close', () => r()));
+      const t0 = performance.now();
+      await s.stop();
+      expect(performance.now() - t0).toBeLessThan(1000);
+      await closed;
+    } finally {
+      for (const sock of sockets) sock.destroy();
+      await new Promise((r) => silent.close(r));
+    }
+  });
+
+  it('does not knock every second when the broker throws it out at once (another agent with its client id)', async () => {
+    const b = await broker();
+    const twins = [source(b.url, { client_id: 'twin', reconnect_initial_s: 0.2, reconnect_max_s: 2 }), source(b.url, { client_id: 'twin', reconnect_initial_s: 0.2, reconnect_max_s: 2 })];
+    for (const t of twins) await t.s.start();
+    await new Promise((r) => setTimeout(r, 5000));
+    // Each takes the session from the other. With the backoff started over at each connect,
+    // that was a connect every 0.2 s each (some 40 in 5 s); growing, at most about 10.
+    const connects = twins.reduce((n, t) => n + t.s.health().counters.connects, 0);
+    expect(connects).toBeGreaterThanOrEqual(2);
+    expect(connects).toBeLessThanOrEqual(12);
   });
 });
