@@ -205,6 +205,10 @@ export class MqttSource implements Source {
   private client: MqttClient | undefined;
   private active = false;
   private connected = false;
+  /** The broker acknowledged the subscriptions of the current connection. */
+  private subscribed = false;
+  /** Why the subscriptions of the current connection failed, if they did. */
+  private subscribeError: string | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
   private lastError: string | undefined;
   private lastMessageMs: number | undefined;
@@ -244,6 +248,7 @@ export class MqttSource implements Source {
     this.client = undefined;
     const wasConnected = this.connected;
     this.connected = false;
+    this.subscribed = false;
     if (!client) return;
     await new Promise<void>((resolve) => {
       // Not connected yet, or a broker that does not answer the DISCONNECT: the socket is
@@ -269,11 +274,13 @@ export class MqttSource implements Source {
     const silent = silentFor > this.cfg.no_data_timeout_s && this.cfg.no_data_timeout_s > 0;
     let detail: string;
     if (!this.active) detail = 'stopped';
-    else if (this.connected) detail = `connected to ${this.broker} as ${this.clientId}, subscribed to ${this.cfg.topics.join(', ')}${silent ? `; no message for ${Math.round(silentFor)} s` : ''}`;
-    else if (this.backoff.failures > 0) detail = `not connected to ${this.broker}: ${this.lastError ?? 'connection closed'} (${this.backoff.failures} attempts; retrying)`;
+    else if (this.connected) {
+      const topics = this.cfg.topics.join(', ');
+      detail = `connected to ${this.broker} as ${this.clientId}, ${this.subscribed ? `subscribed to ${topics}` : (this.subscribeError ?? `subscribing to ${topics}`)}${silent ? `; no message for ${Math.round(silentFor)} s` : ''}`;
+    } else if (this.backoff.failures > 0) detail = `not connected to ${this.broker}: ${this.lastError ?? 'connection closed'} (${this.backoff.failures} attempts; retrying)`;
     else detail = `connecting to ${this.broker}`;
     if (tooLarge + notJson + invalid > 0) detail += `; refused: ${notJson} not JSON, ${tooLarge} too large, ${invalid} invalid`;
-    return sourceHealth(this.ctx, { healthy: this.active && this.connected && !silent, detail }, { ...this.counters });
+    return sourceHealth(this.ctx, { healthy: this.active && this.connected && this.subscribed && !silent, detail }, { ...this.counters });
   }
 
   private open(): void {
@@ -298,6 +305,8 @@ export class MqttSource implements Source {
     client.on('connect', (connack) => {
       if (!current()) return;
       this.connected = true;
+      this.subscribed = false;
+      this.subscribeError = undefined;
       this.connectedAtMs = Date.now();
       this.counters.connects += 1;
       this.attempts.succeeded(this.backoff.failures);
@@ -308,12 +317,19 @@ export class MqttSource implements Source {
       // has does not send the retained messages again (rh 1); with 3.1.1 it does, and those
       // without a time of their own are left out (onMessage).
       client.subscribe(this.cfg.topics, { qos: this.cfg.qos, ...(this.cfg.protocol_version === 5 ? { rh: 1 } : {}) }, (err, granted) => {
+        if (!current()) return;
         if (err) {
+          this.subscribeError = `subscribing failed: ${err.message}`;
           this.ctx.log.error({ broker: this.broker, err: err.message }, 'subscribing failed');
           return;
         }
         const refused = (granted ?? []).filter((g) => g.qos === 128).map((g) => g.topic);
-        if (refused.length > 0) this.ctx.log.error({ broker: this.broker, topics: refused }, 'the broker refused the subscription to these topics (its ACL?)');
+        if (refused.length > 0) {
+          this.subscribeError = `the broker refused the subscription to ${refused.join(', ')}`;
+          this.ctx.log.error({ broker: this.broker, topics: refused }, 'the broker refused the subscription to these topics (its ACL?)');
+          return;
+        }
+        this.subscribed = true;
       });
     });
     client.on('message', (topic, payload, packet) => {
@@ -334,6 +350,7 @@ export class MqttSource implements Source {
         this.counters.connectFailures += 1;
       }
       this.connected = false;
+      this.subscribed = false;
       this.retry();
     });
   }

@@ -1,5 +1,5 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type AddressInfo, type Socket } from 'node:net';
+import { type AddressInfo, createServer, type Socket, connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect as mqttConnect, type MqttClient } from 'mqtt';
@@ -303,6 +303,40 @@ describe.skipIf(NO_MOSQUITTO)('MQTT source against a real broker (mosquitto)', (
     const p = await publisher(b.url, { ca: readFileSync(pki.caFile) });
     await publishSeq(p, 'TRAILER-4', 1);
     await waitFor(() => rec.readings.length === 1, 10_000, 'a reading over TLS');
+  });
+
+  it('speaks MQTT over WebSocket (ws://)', async () => {
+    const b = await broker();
+    // Debian's mosquitto has no WebSocket listener: a bridge from WebSocket to its TCP port,
+    // with the ws package MQTT.js itself uses for ws://.
+    const { WebSocketServer, createWebSocketStream } = await import('ws');
+    const wss = new WebSocketServer({ host: '127.0.0.1', port: 0 });
+    await new Promise<void>((r) => wss.once('listening', () => r()));
+    wss.on('connection', (socket) => {
+      const ws = createWebSocketStream(socket);
+      const tcp = tcpConnect(b.port, '127.0.0.1');
+      ws.pipe(tcp).pipe(ws);
+      const end = () => {
+        ws.destroy();
+        tcp.destroy();
+      };
+      ws.on('error', end).on('close', end);
+      tcp.on('error', end).on('close', end);
+    });
+    try {
+      const url = `ws://127.0.0.1:${(wss.address() as AddressInfo).port}/mqtt`;
+      const { s, rec } = source(url);
+      await s.start();
+      await waitFor(() => s.health().healthy, 10_000, 'connected over WebSocket');
+      expect(s.health().detail).toBe(`connected to ${url} as agent-under-test, subscribed to fleet/+/telemetry`);
+      const p = await publisher(b.url);
+      await publishSeq(p, 'TRAILER-9', 1);
+      await waitFor(() => rec.readings.length === 1, 10_000, 'a reading over WebSocket');
+      await s.stop();
+    } finally {
+      for (const c of wss.clients) c.terminate();
+      await new Promise((r) => wss.close(r));
+    }
   });
 
   it('keeps reading after hostile payloads (MQTT 3.1.1: too large is dropped here)', async () => {
