@@ -144,6 +144,14 @@ export class Agent {
       schedule: TraceSchedule.fromConfig(config.schedule, deviceId),
     });
 
+    // Nothing admitted waits to be committed yet: loads ended while no daemon ran are closed
+    // now, not with the first commit (a truck that stays silent may not make one for long).
+    try {
+      this.store.closeEndedLoads(Date.now());
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message }, 'could not close the loads ended meanwhile; the next commit of readings does');
+      this.checkFatal(err);
+    }
     this.running = new RunningSources(this.ingest, this.clock, this.log, this.opts.sources);
     await this.running.build(config);
     this.ingest.start();

@@ -134,7 +134,7 @@ export async function runDemo(opts: DemoOptions): Promise<boolean> {
   // The load is assigned before the agent starts, so the first reading already belongs to it.
   const { Store } = await import('./buffer/store.js');
   const pre = Store.open(config.buffer.path);
-  pre.startLoad({ loadNumber: LOAD, resourceId: RESOURCE, resourceType: 'Truck', stops, nowMs: Date.now() });
+  pre.startLoad({ loadNumber: LOAD, resourceId: RESOURCE, resourceType: 'Truck', stops, nowMs: startMs });
   recordMilestone(pre, config, { loadNumber: LOAD, code: 'AB', stop: 2, timeMs: Date.parse(stops[1].appointment!.start!) });
   pre.close();
 

@@ -66,10 +66,14 @@ describe('loads and milestones from the command line', () => {
     expect(start.stdout).toBe('load L-100 started on TRAILER-7 (Trailer) with 2 stop(s)\n');
     const list = await runCli(['load', 'list', '--json', '--config', cfg]);
     expect(JSON.parse(list.stdout)).toMatchObject([{ loadNumber: 'L-100', resourceId: 'TRAILER-7', resourceType: 'Trailer', nextStop: 1, endedMs: null }]);
+    // A second load on the same trailer (less than truckload): both active, each on its own.
     const again = await runCli(['load', 'start', 'L-101', '--resource', 'TRAILER-7', '--config', cfg]);
-    expect(again.code).toBe(65);
-    expect(again.stderr).toBe('error: resource TRAILER-7 already has active load L-100; end it first\n');
+    expect(again.stderr).toBe('');
+    expect(again.stdout).toBe('load L-101 started on TRAILER-7 (Truck) with 0 stop(s)\n');
     expect((await runCli(['load', 'end', 'L-100', '--config', cfg])).stdout).toBe('load L-100 ended\n');
+    const left = JSON.parse((await runCli(['load', 'list', '--json', '--config', cfg])).stdout) as Array<{ loadNumber: string }>;
+    expect(left.map((l) => l.loadNumber)).toEqual(['L-101']);
+    expect((await runCli(['load', 'end', 'L-101', '--config', cfg])).stdout).toBe('load L-101 ended\n');
     expect((await runCli(['load', 'list', '--config', cfg])).stdout).toBe('no active loads\n');
   });
 

@@ -18,6 +18,9 @@ let sender: Sender;
 let client: ApiClient;
 let config: Config;
 
+/** When the loads start: their windows hold the readings, which are stamped from then on. */
+const T0 = Date.UTC(2026, 5, 1, 12);
+
 async function setup(baseUrl?: string) {
   const { url } = await sandbox.start();
   config = configSchema.parse({
@@ -30,12 +33,11 @@ async function setup(baseUrl?: string) {
   store = Store.open(config.buffer.path);
   client = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });
   sender = new Sender({ store, client, config, deviceId: 'dev', log: silent });
-  store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [{ sequence: 1, type: 'pickup' }], nowMs: Date.now() });
+  store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [{ sequence: 1, type: 'pickup' }], nowMs: T0 });
 }
 
 function addReadings(n: number) {
-  const t0 = Date.UTC(2026, 5, 1, 12);
-  store.insertReadings(Array.from({ length: n }, (_, i) => ({ resourceId: 'T1', timeMs: t0 + i * 1000, lat: 41.8, lon: -87.6 + i * 1e-4, temperatureC: 3 })));
+  store.insertReadings(Array.from({ length: n }, (_, i) => ({ resourceId: 'T1', timeMs: T0 + i * 1000, lat: 41.8, lon: -87.6 + i * 1e-4, temperatureC: 3 })));
 }
 
 beforeEach(() => {
@@ -91,14 +93,13 @@ describe('sender against the sandbox', () => {
   it('drains a depot backlog one chunk per load in turn, oldest first, then deletes what was delivered', async () => {
     await setup();
     config.delivery.max_traces_per_request = 10;
-    store.startLoad({ loadNumber: 'L2', resourceId: 'T2', resourceType: 'Truck', stops: [], nowMs: Date.now() });
-    const t0 = Date.UTC(2026, 5, 1, 12);
+    store.startLoad({ loadNumber: 'L2', resourceId: 'T2', resourceType: 'Truck', stops: [], nowMs: T0 });
     // 25 readings of each truck, interleaved (L1's first reading is the oldest). Each backlog
     // is longer than a chunk, so each load's newest position goes first.
     for (let i = 0; i < 25; i++) {
       store.insertReadings([
-        { resourceId: 'T1', timeMs: t0 + i * 1000, lat: 41.8, lon: -87.6 },
-        { resourceId: 'T2', timeMs: t0 + i * 1000, lat: 40.1, lon: -88.2 },
+        { resourceId: 'T1', timeMs: T0 + i * 1000, lat: 41.8, lon: -87.6 },
+        { resourceId: 'T2', timeMs: T0 + i * 1000, lat: 40.1, lon: -88.2 },
       ]);
     }
     sender.start();
@@ -115,11 +116,10 @@ describe('sender against the sandbox', () => {
     await setup();
     config.delivery.max_traces_per_request = 10;
     const trucks = ['T1', 'T2', 'T3'];
-    for (const [i, t] of trucks.slice(1).entries()) store.startLoad({ loadNumber: `L${i + 2}`, resourceId: t, resourceType: 'Truck', stops: [], nowMs: Date.now() });
-    const t0 = Date.UTC(2026, 5, 1, 12);
+    for (const [i, t] of trucks.slice(1).entries()) store.startLoad({ loadNumber: `L${i + 2}`, resourceId: t, resourceType: 'Truck', stops: [], nowMs: T0 });
     let n = 0;
     const add = () => {
-      store.insertReadings(trucks.map((t) => ({ resourceId: t, timeMs: t0 + n * 1000, lat: 41.8, lon: -87.6 })));
+      store.insertReadings(trucks.map((t) => ({ resourceId: t, timeMs: T0 + n * 1000, lat: 41.8, lon: -87.6 })));
       n += 1;
     };
     for (let i = 0; i < 30; i++) add();

@@ -12,6 +12,7 @@ import { Store } from '../src/buffer/store.js';
 import { defaultDeviceId, loadConfig } from '../src/config/load.js';
 import { createLogger } from '../src/log.js';
 import { MilestoneDetector } from '../src/milestones/detector.js';
+import type { Stop } from '../src/milestones/stops.js';
 import { Sandbox } from '../src/sandbox/server.js';
 import type { Reading } from '../src/sources/types.js';
 import { agentConfig, ROOT, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
@@ -31,10 +32,17 @@ afterEach(() => tmp.cleanup());
 
 const cli = (args: string[], env: NodeJS.ProcessEnv = { TZ: 'UTC' }) => runCli([...args, '--config', cfg], { env });
 
-async function startLoad(loadNumber = 'L1', stops: unknown[] = [{ sequence: 1, type: 'pickup', latitude: CHICAGO.lat, longitude: CHICAGO.lon }]) {
-  const file = writeFile(tmp.dir, `stops-${loadNumber}.json`, JSON.stringify(stops));
-  const r = await cli(['load', 'start', loadNumber, '--resource', 'T1', '--stops', file]);
-  expect(r.code, r.stderr).toBe(0);
+/**
+ * A load on T1, started before the fixes these tests feed (`T0`): a load's window begins at
+ * its start, by reading time, and a fix from before it is not the load's.
+ */
+async function startLoad(loadNumber = 'L1', stops: Stop[] = [{ sequence: 1, type: 'pickup', latitude: CHICAGO.lat, longitude: CHICAGO.lon }]) {
+  const store = Store.open(buffer);
+  try {
+    store.startLoad({ loadNumber, resourceId: 'T1', resourceType: 'Truck', stops, nowMs: T0 - 60_000 });
+  } finally {
+    store.close();
+  }
 }
 
 /** Every row of the tables a refused command must leave alone. */
@@ -295,7 +303,7 @@ describe('load numbers are checked where they are typed (item 7)', () => {
 
   it('a load the buffer holds already (started before the pattern was checked) still has its arrivals detected', async () => {
     const store = Store.open(buffer);
-    store.startLoad({ loadNumber: 'PO#1', resourceId: 'T1', resourceType: 'Truck', stops: [{ sequence: 1, type: 'pickup', latitude: CHICAGO.lat, longitude: CHICAGO.lon }], nowMs: Date.now() });
+    store.startLoad({ loadNumber: 'PO#1', resourceId: 'T1', resourceType: 'Truck', stops: [{ sequence: 1, type: 'pickup', latitude: CHICAGO.lat, longitude: CHICAGO.lon }], nowMs: T0 - 60_000 });
     store.close();
     detect([arriveAndLeave().arrive]);
     expect(milestones().map((m) => [m.loadNumber, m.code, m.origin])).toEqual([['PO#1', 'X3', 'detected']]);

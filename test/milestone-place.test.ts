@@ -11,6 +11,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Store } from '../src/buffer/store.js';
+import type { Stop } from '../src/milestones/stops.js';
 import { Sandbox } from '../src/sandbox/server.js';
 import { agentConfig, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
 
@@ -180,6 +181,15 @@ describe('the place rule, first match wins (CLI against a buffer file)', () => {
       store.close();
     }
   };
+  /** L1 on T1, started an hour ago: the fixes fixAt gives (minutes old) are in its window. */
+  const startLoadBefore = (stops: Stop[] = []) => {
+    const store = Store.open(join(tmp.dir, 'buffer.db'));
+    try {
+      store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops, nowMs: Date.now() - 3_600_000 });
+    } finally {
+      store.close();
+    }
+  };
   const fixAt = (at: { lat: number; lon: number }, ageS: number) => {
     const store = Store.open(join(tmp.dir, 'buffer.db'));
     try {
@@ -196,12 +206,11 @@ describe('the place rule, first match wins (CLI against a buffer file)', () => {
 
   it('command line, then the stop (its coordinates, else its city), then the last fix', async () => {
     // Stop 1 in Hermosillo with coordinates; stop 2 named only (Chicago, from the gazetteer); stop 3 neither.
-    const stops = stopsFile([
+    startLoadBefore([
       { sequence: 1, type: 'pickup', latitude: HERMOSILLO.lat, longitude: HERMOSILLO.lon },
       { sequence: 2, type: 'delivery', city: 'Chicago', state: 'IL' },
       { sequence: 3, type: 'other' },
     ]);
-    expect((await runCli(['load', 'start', 'L1', '--resource', 'T1', '--stops', stops, '--config', cfg])).code).toBe(0);
     fixAt(QUERETARO, 60);
 
     // --lat/--lon beat the stop and the fix.
@@ -236,7 +245,7 @@ describe('the place rule, first match wins (CLI against a buffer file)', () => {
 
   it('a last fix older than milestones.max_fix_age_s is not used, and the warning says how old it is', async () => {
     writeFile(tmp.dir, 'agent.toml', `${readFileSync(cfg, 'utf8')}\n[milestones]\nmax_fix_age_s = 600\n`);
-    expect((await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg])).code).toBe(0);
+    startLoadBefore();
     fixAt(QUERETARO, 700);
     const old = await record(['--code', 'X6']);
     expect(old.stderr).toMatch(

@@ -4,7 +4,7 @@
  */
 import type { DB } from './db.js';
 import type { BufferContext } from './store.js';
-import { MAX_ANSWER_CHARS, ReadingState, type DeadLetter, type MilestoneRow } from './types.js';
+import { MAX_ANSWER_CHARS, MarkState, ReadingState, type DeadLetter, type MilestoneRow } from './types.js';
 
 interface RawDeadLetter {
   id: number;
@@ -37,11 +37,16 @@ export class DeadLetters {
     );
   }
 
-  /** The service refused the trace point built from this reading: park the reading. */
+  /**
+   * The service refused the trace point built from this reading for this load: park it for
+   * the load (other loads holding the reading still send it), and hold the reading for the
+   * dead letter.
+   */
   parkReading(readingId: number, loadNumber: string, status: number | null, response: string, body: unknown, nowMs: number, headers?: Record<string, string>): void {
     this.ctx.withReserve(() =>
       this.db.transaction(() => {
-        this.db.prepare(`UPDATE readings SET state = ${ReadingState.PARKED} WHERE id = ?`).run(readingId);
+        this.db.prepare(`UPDATE readings SET state = ${ReadingState.HELD} WHERE id = ? AND state = ${ReadingState.WAITING}`).run(readingId);
+        this.db.prepare(`INSERT INTO load_marks (load_number, reading_id, state) VALUES (?, ?, ${MarkState.PARKED}) ON CONFLICT DO UPDATE SET state = excluded.state`).run(loadNumber, readingId);
         this.db
           .prepare('INSERT INTO dead_letters (kind, load_number, record_id, status, response, headers, body, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
           .run('trace', loadNumber, readingId, status, response.slice(0, MAX_ANSWER_CHARS), headers ? JSON.stringify(headers) : null, JSON.stringify(body), nowMs);
@@ -65,7 +70,8 @@ export class DeadLetters {
 
   /**
    * Put dead letters back in the queue after the operator fixed the cause. Milestones return
-   * to their place (oldest first); readings are sent again as their own trace points.
+   * to their place (oldest first); readings are sent again as their own trace points, for
+   * the load whose request was refused.
    * Returns how many were put back.
    */
   retryDeadLetters(ids: number[] | 'all'): number {
@@ -79,7 +85,15 @@ export class DeadLetters {
         ) as RawDeadLetter[];
         for (const r of rows) {
           if (r.kind === 'milestone') this.db.prepare('UPDATE milestones SET parked_ms = NULL, last_error = NULL WHERE id = ?').run(r.record_id);
-          else this.db.prepare(`UPDATE readings SET state = ${ReadingState.RETRY} WHERE id = ?`).run(r.record_id);
+          else {
+            this.db
+              .prepare(
+                `INSERT INTO load_marks (load_number, reading_id, state) SELECT ?, id, ${MarkState.RETRY} FROM readings WHERE id = ?
+                   ON CONFLICT DO UPDATE SET state = excluded.state`,
+              )
+              .run(r.load_number, r.record_id);
+            this.db.prepare(`UPDATE readings SET state = ${ReadingState.HELD} WHERE id = ? AND state = ${ReadingState.WAITING}`).run(r.record_id);
+          }
           this.db.prepare('DELETE FROM dead_letters WHERE id = ?').run(r.id);
         }
         return rows.length;

@@ -301,7 +301,7 @@ export class Ingest {
     // Writes still waiting for a commit of readings (none came): in one of their own.
     if (this.alongside.size > 0) {
       try {
-        this.store.insertReadings([], false, undefined, [...this.alongside.values()]);
+        this.store.insertReadings([], false, undefined, [...this.alongside.values()], this.queue.length === 0 ? this.now() : undefined);
         this.alongside.clear();
       } catch (err) {
         this.log.warn({ err: (err as Error).message }, 'could not write what waited for a commit of readings');
@@ -340,6 +340,9 @@ export class Ingest {
           this.opts.keepWithoutLoad,
           sources,
           alongside.map(([, write]) => write),
+          // The whole queue: every reading admitted until now is in the buffer with this
+          // commit, so the loads ended before now can be closed (see Readings.insertReadings).
+          all ? this.now() : undefined,
         );
         for (const [owner, write] of alongside) if (this.alongside.get(owner) === write) this.alongside.delete(owner);
       } catch (err) {

@@ -1,6 +1,9 @@
 /**
- * Loads: a load number on a resource (tractor, trailer) from `load start` to `load end`, its
- * stops, and where its delivery stands (the acknowledgement cursor, the sampling point).
+ * Loads: a load number on a resource (tractor, trailer) and a window, from `load start` to
+ * `load end`, its stops, and where its delivery stands (the acknowledgement cursor, the
+ * sampling point, the next stop). A resource may carry several loads at once (less than
+ * truckload, consolidated multi-stop routes): each takes every reading of the resource in
+ * its own window (see migrations.ts, 6 -> 7).
  * Starting and ending a load are committed durably (synchronous = FULL), like a milestone:
  * `load start` beside a running daemon, then a power cut, lost the load with synchronous
  * NORMAL (test/power-cut.test.ts), and every reading of the resource after it was dropped
@@ -9,6 +12,7 @@
 import { DataError } from '../errors.js';
 import type { Stop } from '../milestones/stops.js';
 import type { DB } from './db.js';
+import { HIGHEST_READING_ID } from './migrations.js';
 import type { BufferContext } from './store.js';
 import type { LoadRow } from './types.js';
 
@@ -27,6 +31,9 @@ interface RawLoad {
   last_sample_ms: number | null;
   acked_id: number;
   correlation_id: string | null;
+  window_from_ms: number;
+  window_until_ms: number | null;
+  end_id: number | null;
 }
 
 const toLoad = (r: RawLoad): LoadRow => ({
@@ -36,6 +43,9 @@ const toLoad = (r: RawLoad): LoadRow => ({
   stops: JSON.parse(r.stops) as Stop[],
   startedMs: r.started_ms,
   endedMs: r.ended_ms,
+  windowFromMs: r.window_from_ms,
+  windowUntilMs: r.window_until_ms,
+  endId: r.end_id,
   nextStop: r.next_stop,
   lastSampleMs: r.last_sample_ms,
   ackedId: r.acked_id,
@@ -49,28 +59,43 @@ export class Loads {
     this.db = ctx.db;
   }
 
+  /**
+   * Start a load on a resource, whatever other loads it carries. Its window opens at `nowMs`
+   * by reading time, and only readings committed from now on can join it: its cursor starts
+   * at the highest id so far, so the backlog of the resource's other loads is never walked
+   * for it, and a reading from before `nowMs` committed later (it waited in the daemon's
+   * memory) is left out by its time.
+   */
   startLoad(load: { loadNumber: string; resourceId: string; resourceType: string; stops: Stop[]; nowMs: number }): LoadRow {
     return this.ctx.durably(() => {
       const existing = this.getLoad(load.loadNumber);
       if (existing) {
         throw new LoadError(existing.endedMs === null ? `load ${load.loadNumber} is already active on ${existing.resourceId}` : `load ${load.loadNumber} existed before and has ended; use a new load number`);
       }
-      const busy = this.activeLoadOf(load.resourceId);
-      if (busy) throw new LoadError(`resource ${load.resourceId} already has active load ${busy.loadNumber}; end it first`);
       const first = load.stops[0]?.sequence ?? null;
       this.db
-        .prepare('INSERT INTO loads (load_number, resource_id, resource_type, stops, started_ms, next_stop) VALUES (?, ?, ?, ?, ?, ?)')
-        .run(load.loadNumber, load.resourceId, load.resourceType, JSON.stringify(load.stops), load.nowMs, first);
+        .prepare(
+          `INSERT INTO loads (load_number, resource_id, resource_type, stops, started_ms, window_from_ms, next_stop, acked_id)
+           VALUES (?, ?, ?, ?, ?, ?, ?, (${HIGHEST_READING_ID}))`,
+        )
+        .run(load.loadNumber, load.resourceId, load.resourceType, JSON.stringify(load.stops), load.nowMs, load.nowMs, first);
       return this.getLoad(load.loadNumber)!;
     });
   }
 
+  /**
+   * End a load, and no other: its window ends at `nowMs` by reading time. What it holds is
+   * still delivered, and so are the readings from before `nowMs` the daemon still held in
+   * memory: the daemon closes the load (end_id) with its next commit.
+   */
   endLoad(loadNumber: string, nowMs: number): LoadRow {
-    const load = this.getLoad(loadNumber);
-    if (!load) throw new LoadError(`no load ${loadNumber}`);
-    if (load.endedMs !== null) throw new LoadError(`load ${loadNumber} has already ended`);
-    this.ctx.durably(() => this.db.prepare('UPDATE loads SET ended_ms = ? WHERE load_number = ?').run(nowMs, loadNumber));
-    return { ...load, endedMs: nowMs };
+    return this.ctx.durably(() => {
+      const load = this.getLoad(loadNumber);
+      if (!load) throw new LoadError(`no load ${loadNumber}`);
+      if (load.endedMs !== null) throw new LoadError(`load ${loadNumber} has already ended`);
+      this.db.prepare('UPDATE loads SET ended_ms = ?, window_until_ms = max(?, window_from_ms) WHERE load_number = ?').run(nowMs, nowMs, loadNumber);
+      return this.getLoad(loadNumber)!;
+    });
   }
 
   getLoad(loadNumber: string): LoadRow | undefined {
@@ -78,9 +103,19 @@ export class Loads {
     return r && toLoad(r);
   }
 
-  activeLoadOf(resourceId: string): LoadRow | undefined {
-    const r = this.db.prepare('SELECT * FROM loads WHERE resource_id = ? AND ended_ms IS NULL').get(resourceId) as RawLoad | undefined;
-    return r && toLoad(r);
+  /** The active loads of a resource (not ended), the oldest first. */
+  activeLoadsOf(resourceId: string): LoadRow[] {
+    return (this.db.prepare('SELECT * FROM loads WHERE resource_id = ? AND ended_ms IS NULL ORDER BY started_ms, load_number').all(resourceId) as RawLoad[]).map(toLoad);
+  }
+
+  /**
+   * The loads a new reading of the resource may still join: active, or ended and not yet
+   * closed (what the daemon held from before the end is not committed yet). The oldest first.
+   */
+  openLoadsOf(resourceId: string): LoadRow[] {
+    return (
+      this.db.prepare('SELECT * FROM loads l WHERE l.resource_id = ? AND (l.end_id IS NULL OR l.acked_id < l.end_id) AND l.end_id IS NULL ORDER BY l.started_ms, l.load_number').all(resourceId) as RawLoad[]
+    ).map(toLoad);
   }
 
   listLoads(includeEnded = false): LoadRow[] {

@@ -209,7 +209,88 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
         ) GROUP BY resource_id;
     `);
   },
+  // 6 -> 7: several loads on one resource (LTL, consolidated multi-stop routes). A reading
+  // belongs to its resource and is stored once; a load is a resource and a window, and takes
+  // every reading of the resource inside it. The window is by reading time (window_from_ms to
+  // window_until_ms) and by id: above the cursor (acked_id, the highest id when the load
+  // started), and, once the load has ended and the daemon committed what it held from before
+  // the end, no higher than end_id. A row goes once every load whose window holds it has its
+  // cursor past it.
+  // - Loads of this buffer keep exactly their readings: a resource had one active load at a
+  //   time and a reading took the load active when it was committed, so a load's readings are
+  //   the resource's readings between its first and its last id. The cursor moves up to its
+  //   first reading, end_id is its last, and the time window widens to hold the readings a
+  //   commit took just before `load start` or just after `load end`.
+  // - Readings of no load (privacy.record_without_load) get state 3 (unassigned): no window
+  //   holds them, and they stay until a limit drops them, as before.
+  // - What a dead letter holds is per load now (load_marks): a point one load's request had
+  //   refused may still be due to another load. The reading itself is held (state 1) while a
+  //   dead letter or a retry of any load needs it.
+  // - load_number of a reading is no longer written (left in place: dropping it would rewrite
+  //   every row on the card); readings_by_load gives way to readings_by_resource.
+  (db) => {
+    db.exec(`
+      ALTER TABLE loads ADD COLUMN window_from_ms INTEGER NOT NULL DEFAULT 0;
+      ALTER TABLE loads ADD COLUMN window_until_ms INTEGER;
+      ALTER TABLE loads ADD COLUMN end_id INTEGER;
+      CREATE TEMP TABLE own_readings AS
+        SELECT load_number, min(id) AS lo, max(id) AS hi, min(time_ms) AS t0, max(time_ms) AS t1
+          FROM readings WHERE load_number IS NOT NULL GROUP BY load_number;
+      UPDATE loads SET
+        acked_id = max(acked_id, coalesce((SELECT lo - 1 FROM own_readings o WHERE o.load_number = loads.load_number), (${HIGHEST_READING_ID}))),
+        window_from_ms = min(started_ms, coalesce((SELECT t0 FROM own_readings o WHERE o.load_number = loads.load_number), started_ms)),
+        window_until_ms = CASE WHEN ended_ms IS NULL THEN NULL
+          ELSE max(ended_ms, coalesce((SELECT t1 + 1 FROM own_readings o WHERE o.load_number = loads.load_number), ended_ms)) END,
+        end_id = CASE WHEN ended_ms IS NULL THEN NULL
+          ELSE coalesce((SELECT hi FROM own_readings o WHERE o.load_number = loads.load_number), (${HIGHEST_READING_ID})) END;
+      DROP TABLE own_readings;
+
+      CREATE TABLE load_marks (
+        load_number TEXT    NOT NULL,
+        reading_id  INTEGER NOT NULL,
+        state       INTEGER NOT NULL,
+        PRIMARY KEY (load_number, reading_id)
+      ) WITHOUT ROWID;
+      CREATE INDEX load_marks_by_reading ON load_marks (reading_id);
+      INSERT INTO load_marks (load_number, reading_id, state)
+        SELECT load_number, id, state FROM readings WHERE state IN (1, 2) AND load_number IS NOT NULL;
+      UPDATE readings SET state = 1 WHERE state = 2;
+      UPDATE readings SET state = 3 WHERE load_number IS NULL AND state = 0;
+
+      DROP INDEX loads_one_active_per_resource;
+      CREATE INDEX loads_undone ON loads (resource_id) WHERE end_id IS NULL OR acked_id < end_id;
+      DROP INDEX readings_by_load;
+      CREATE INDEX readings_by_resource ON readings (resource_id, id);
+    `);
+    // Ended loads with nothing left to send are done: their cursor goes to their last id.
+    db.exec(`
+      UPDATE loads AS l SET acked_id = l.end_id
+       WHERE l.end_id IS NOT NULL AND l.acked_id < l.end_id AND NOT EXISTS (
+         SELECT 1 FROM readings r WHERE r.resource_id = l.resource_id AND r.id > l.acked_id AND r.id <= l.end_id
+            AND r.time_ms >= l.window_from_ms AND r.time_ms < l.window_until_ms
+            AND NOT EXISTS (SELECT 1 FROM load_marks m WHERE m.load_number = l.load_number AND m.reading_id = r.id));
+    `);
+  },
 ];
+
+/** Far beyond any reading id or time: the open end of a window. */
+export const FAR = 9_007_199_254_740_991;
+
+/**
+ * A reading `r` in the window of load `l`: its resource, its time, above the cursor, and no
+ * later than the load's last id once the load is closed (`l.end_id`).
+ */
+export const IN_WINDOW = `r.resource_id = l.resource_id AND r.id <= coalesce(l.end_id, ${FAR}) AND r.time_ms >= l.window_from_ms AND r.time_ms < coalesce(l.window_until_ms, ${FAR})`;
+
+/** A reading `r` load `l` still has to send: in its window, above its cursor, not sent ahead or parked for it. */
+export const DUE = `${IN_WINDOW} AND r.id > l.acked_id AND NOT EXISTS (SELECT 1 FROM load_marks m WHERE m.load_number = l.load_number AND m.reading_id = r.id)`;
+
+/** A load `l` that may still have something to send: open, or closed with its cursor short of its last id (the partial index loads_undone). */
+export const UNDONE = '(l.end_id IS NULL OR l.acked_id < l.end_id)';
+
+/** Closed loads with nothing due: done, their cursor at their last id (out of loads_undone). */
+export const SETTLE_LOADS = `UPDATE loads AS l SET acked_id = l.end_id
+  WHERE l.end_id IS NOT NULL AND l.acked_id < l.end_id AND NOT EXISTS (SELECT 1 FROM readings r WHERE ${DUE})`;
 
 /** The highest reading id the buffer ever held, purged or not (0 before the first). */
 export const HIGHEST_READING_ID = `SELECT max(coalesce((SELECT max(id) FROM readings), 0), coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'readings'), 0))`;

@@ -1,21 +1,23 @@
 /**
- * Readings: committed in batches, streamed a load at a time, acknowledged by cursor and
- * purged later, and the last fix of every resource.
+ * Readings: committed in batches, stored once for their resource, streamed a load at a time
+ * (each load takes the readings in its window), acknowledged by cursor per load and purged
+ * later, and the last fix of every resource.
  *
- * Rule: nothing is deleted that the service did not acknowledge. Readings leave only via
- * `ackReadings` (after a 2xx), or by a limit (counted).
+ * Rule: nothing is deleted that the service did not acknowledge. Readings leave only by the
+ * purge, once every load whose window holds them has acknowledged them, or by a limit
+ * (counted).
  *
- * Acknowledging moves a cursor (`loads.acked_id`); every query for waiting readings skips
- * what is at or below it, and `purgeAcked` deletes those rows later, many chunks at a time.
- * The cursor is one small write per chunk; deleting each chunk's rows at once rewrote about
- * a page per reading when many loads' readings share the pages.
+ * Acknowledging moves a load's cursor (`loads.acked_id`); every query for what a load still
+ * has to send skips what is at or below it, and `purgeAcked` deletes rows later, many chunks
+ * at a time. The cursor is one small write per chunk; deleting each chunk's rows at once
+ * rewrote about a page per reading when many loads' readings share the pages.
  */
 import type { Statement } from 'better-sqlite3';
 import type { Reading } from '../sources/types.js';
 import type { DB } from './db.js';
-import { NEXT_READING_ID } from './migrations.js';
+import { DUE, FAR, NEXT_READING_ID, SETTLE_LOADS, UNDONE } from './migrations.js';
 import type { BufferContext } from './store.js';
-import { ReadingState, type LastFix, type StoredReading } from './types.js';
+import { MarkState, ReadingState, type LastFix, type StoredReading } from './types.js';
 
 /** Room a committed reading takes, row and index, for the free-space check (measured about 90 B; rounded up). */
 export const READING_BYTES = 128;
@@ -26,24 +28,39 @@ const PAGE_ROWS = 256;
 /** id, time_ms, lat, lon, speed, heading, odometer, temp_c */
 type RawReading = [number, number, number | null, number | null, number | null, number | null, number | null, number | null];
 
-/** A row of `readings` not yet acknowledged (unassigned rows never are). */
-export const NOT_ACKED = 'id > coalesce((SELECT l.acked_id FROM loads l WHERE l.load_number = readings.load_number), 0)';
-
-/** Waiting readings of a load: not parked, not retried, and above its acknowledgement cursor. */
-export const WAITING = `r.state = ${ReadingState.WAITING} AND r.id > l.acked_id`;
-
-/** The id of a load's oldest waiting reading (NULL when none waits), for a query over `loads l`. */
-export const FIRST_WAITING = `(SELECT min(r.id) FROM readings r WHERE r.load_number = l.load_number AND ${WAITING})`;
+/** The window of a load, as its chunk query takes it. */
+interface RawWindow {
+  resource_id: string;
+  acked_id: number;
+  end_id: number | null;
+  window_from_ms: number;
+  window_until_ms: number | null;
+}
 
 /**
- * Rows whose dead letters were retried. The `state <> 0` lets SQLite use the partial index
- * readings_parked: with `state = 2` alone it walked the whole table in id order (170 ms for a
- * million readings, on every delivery cycle of a drain).
+ * A row `r` some load still has to send: a load whose window holds it has its cursor below
+ * it, and did not send it ahead. Through loads_undone: only the open loads and the closed
+ * ones not yet done are looked at, however many loads the resource carried before.
  */
-export const IN_RETRY = `state = ${ReadingState.RETRY} AND state <> ${ReadingState.WAITING}`;
+export const AWAITED = `EXISTS (SELECT 1 FROM loads l WHERE l.resource_id = r.resource_id AND ${UNDONE} AND ${DUE})`;
 
-/** The columns of a StoredReading, from `readings r`. */
-const READING_COLS = 'r.id, r.resource_id, r.load_number, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c';
+/** The id of a load's oldest reading still due (NULL when none), for a query over `loads l`. */
+export const FIRST_DUE = `(SELECT r.id FROM readings r WHERE ${DUE} ORDER BY r.id LIMIT 1)`;
+
+/**
+ * The chunk query: a page of a load's readings (resource, ids after the cursor up to the
+ * load's last, times in its window), one range of readings_by_resource with the times checked
+ * on the rows it reads (test/loads.test.ts checks the plan). The resource is the same on
+ * every row: not read (a string a row).
+ */
+export const CHUNK_QUERY = `SELECT id, time_ms, lat, lon, speed, heading, odometer, temp_c FROM readings
+  WHERE resource_id = ? AND id > ? AND id <= ? AND time_ms >= ? AND time_ms < ? ORDER BY id LIMIT ${PAGE_ROWS}`;
+
+/** The purge of a range of ids: rows no load has left to send (held and unassigned rows stay). */
+export const PURGE_RANGE = `DELETE FROM readings AS r WHERE r.id > ? AND r.id <= ? AND r.state = ${ReadingState.WAITING} AND NOT ${AWAITED}`;
+
+/** The columns of a StoredReading but the load, from `readings r`. */
+const READING_COLS = 'r.id, r.resource_id, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c';
 
 interface RawFix {
   resource_id: string;
@@ -60,10 +77,14 @@ export class Readings {
   private readonly db: DB;
   private readonly insertRow: Statement;
   private readonly nextId: Statement;
-  private readonly activeLoadNumber: Statement;
-  private readonly resourceOfLoad: Statement;
-  private readonly readingsOfLoad: Statement;
+  private readonly openWindows: Statement;
+  private readonly closeEnded: Statement;
+  private readonly settleLoads: Statement;
+  private readonly windowOf: Statement;
+  private readonly marksAbove: Statement;
+  private readonly readingsInWindow: Statement;
   private readonly ackStmt: Statement;
+  private readonly settleLoad: Statement;
   private readonly purgeRange: Statement;
   /** No acknowledged row is left at or below this id (0 after opening: a crash may have left some anywhere). */
   private purgeFloor = 0;
@@ -74,29 +95,26 @@ export class Readings {
     const db = ctx.db;
     this.db = db;
     this.nextId = db.prepare(NEXT_READING_ID).pluck();
-    this.insertRow = db.prepare('INSERT INTO readings (id, resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)');
-    this.activeLoadNumber = db.prepare('SELECT load_number FROM loads WHERE resource_id = ? AND ended_ms IS NULL').pluck();
-    this.resourceOfLoad = db.prepare('SELECT resource_id FROM loads WHERE load_number = ?').pluck();
+    this.insertRow = db.prepare('INSERT INTO readings (id, resource_id, time_ms, lat, lon, speed, heading, odometer, temp_c, source, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)');
+    // The windows a new reading of the resource may fall in: its open loads (ended or not).
+    this.openWindows = db.prepare(`SELECT l.window_from_ms, l.window_until_ms FROM loads l WHERE l.resource_id = ? AND ${UNDONE} AND l.end_id IS NULL`).raw();
+    this.closeEnded = db.prepare(`UPDATE loads SET end_id = (${NEXT_READING_ID}) - 1 WHERE end_id IS NULL AND ended_ms IS NOT NULL AND ended_ms <= ?`);
+    this.settleLoads = db.prepare(SETTLE_LOADS);
+    this.windowOf = db.prepare('SELECT resource_id, acked_id, end_id, window_from_ms, window_until_ms FROM loads WHERE load_number = ?');
+    this.marksAbove = db.prepare('SELECT reading_id FROM load_marks WHERE load_number = ? AND reading_id > ?').pluck();
     // Arrays, not objects: better-sqlite3 builds a row object in C++ at about twice the cost.
-    // The resource and load are the same on every row of a load: not read (two strings a row).
-    this.readingsOfLoad = db
-      .prepare(
-        `SELECT r.id, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c
-           FROM loads l JOIN readings r ON r.load_number = l.load_number
-          WHERE l.load_number = ? AND r.id > ? AND ${WAITING} ORDER BY r.id LIMIT ${PAGE_ROWS}`,
-      )
-      .raw();
+    this.readingsInWindow = db.prepare(CHUNK_QUERY).raw();
     this.ackStmt = db.prepare('UPDATE loads SET acked_id = max(acked_id, ?), last_sample_ms = CASE WHEN ? IS NULL THEN last_sample_ms ELSE max(coalesce(last_sample_ms, 0), ?) END WHERE load_number = ?');
-    // In id order (neighbouring rows, neighbouring pages), each row against its own load's cursor.
-    this.purgeRange = db.prepare(
-      `DELETE FROM readings WHERE id > ? AND id <= ? AND state = ${ReadingState.WAITING}
-          AND id <= (SELECT l.acked_id FROM loads l WHERE l.load_number = readings.load_number)`,
-    );
+    this.settleLoad = db.prepare(`${SETTLE_LOADS} AND l.load_number = ?`);
+    // In id order (neighbouring rows, neighbouring pages), each row against the cursors of the
+    // loads whose windows hold it.
+    this.purgeRange = db.prepare(PURGE_RANGE);
   }
 
   /**
-   * Commit a batch of validated readings in one transaction. Returns how many were kept:
-   * unless `keepWithoutLoad`, readings of resources with no active load are not stored.
+   * Commit a batch of validated readings in one transaction. Returns how many were kept: a
+   * reading is kept when an open load of its resource has its time in its window, or else
+   * (as unassigned) when `keepWithoutLoad`.
    */
   insertReadings(
     batch: ReadonlyArray<Reading & { source?: string }>,
@@ -109,39 +127,43 @@ export class Readings {
      * writes undone and the readings still commit.
      */
     alongside?: ReadonlyArray<() => void>,
+    /**
+     * Every reading admitted before this time (epoch ms) is committed with this batch or
+     * before it (the daemon's ingest, when the batch empties its queue): loads ended before
+     * then are closed at the highest id, so their queries and the purge stop there.
+     */
+    committedBefore?: number,
   ): number {
     let kept = 0;
-    // IMMEDIATE: the write lock is taken before the load is read, so a load the CLI starts or
-    // ends concurrently is seen either wholly before or wholly after this batch.
+    // IMMEDIATE: the write lock is taken before the loads are read, so a load the CLI starts
+    // or ends concurrently is seen either wholly before or wholly after this batch.
     this.db
       .transaction(() => {
-        // The active load is looked up in the batch's own transaction, once per resource, so a
+        // The windows are looked up in the batch's own transaction, once per resource, so a
         // load started by the CLI a moment ago applies to the very next batch.
-        const loads = new Map<string, string | null>();
+        const windows = new Map<string, Array<[number, number | null]>>();
         let id = this.nextId.get() as number;
         for (let i = 0; i < batch.length; i++) {
           const r = batch[i];
-          let load = loads.get(r.resourceId);
-          if (load === undefined) {
-            load = (this.activeLoadNumber.get(r.resourceId) as string | undefined) ?? null;
-            loads.set(r.resourceId, load);
+          let open = windows.get(r.resourceId);
+          if (open === undefined) {
+            open = this.openWindows.all(r.resourceId) as Array<[number, number | null]>;
+            windows.set(r.resourceId, open);
           }
-          if (load === null && !keepWithoutLoad) continue;
-          this.insertRow.run(
-            id++,
-            r.resourceId,
-            load,
-            Math.round(r.timeMs),
-            r.lat ?? null,
-            r.lon ?? null,
-            r.speed ?? null,
-            r.heading ?? null,
-            r.odometer ?? null,
-            r.temperatureC ?? null,
-            sources?.[i] ?? r.source ?? null,
-          );
+          const timeMs = Math.round(r.timeMs);
+          let state: number = ReadingState.UNASSIGNED;
+          for (const [from, until] of open) {
+            if (timeMs >= from && (until === null || timeMs < until)) {
+              state = ReadingState.WAITING;
+              break;
+            }
+          }
+          if (state === ReadingState.UNASSIGNED && !keepWithoutLoad) continue;
+          this.insertRow.run(id++, r.resourceId, timeMs, r.lat ?? null, r.lon ?? null, r.speed ?? null, r.heading ?? null, r.odometer ?? null, r.temperatureC ?? null, sources?.[i] ?? r.source ?? null, state);
           kept += 1;
         }
+        // No row changes (and no page is written) unless a load ended since the last commit.
+        if (committedBefore !== undefined && this.closeEnded.run(committedBefore).changes > 0) this.settleLoads.run();
         for (const write of alongside ?? []) {
           try {
             // A savepoint: what it wrote goes if it throws.
@@ -158,17 +180,39 @@ export class Readings {
   }
 
   /**
-   * Waiting readings of a load after `afterId`, oldest first, streamed a page at a time (never
-   * the whole backlog in memory). No statement stays open between pages, so the caller may
-   * write to the buffer while it holds the iterator.
+   * Close the loads ended before `committedBefore` (see insertReadings): the daemon at start,
+   * when nothing it admitted is waiting to be committed.
+   */
+  closeEndedLoads(committedBefore: number): void {
+    this.ctx.withReserve(() =>
+      this.db
+        .transaction(() => {
+          if (this.closeEnded.run(committedBefore).changes > 0) this.settleLoads.run();
+        })
+        .immediate(),
+    );
+  }
+
+  /**
+   * Readings a load still has to send after `afterId`, oldest first, streamed a page at a
+   * time (never the whole backlog in memory): the readings of its resource in its window,
+   * above its cursor, less those sent ahead or parked for it. No statement stays open between
+   * pages, so the caller may write to the buffer while it holds the iterator.
    */
   *iterateReadings(loadNumber: string, afterId = 0): IterableIterator<StoredReading> {
-    const resourceId = this.resourceOfLoad.get(loadNumber) as string | undefined;
-    if (resourceId === undefined) return;
-    let after = afterId;
+    const w = this.windowOf.get(loadNumber) as RawWindow | undefined;
+    if (w === undefined) return;
+    let after = Math.max(afterId, w.acked_id);
+    const upTo = w.end_id ?? FAR;
+    const until = w.window_until_ms ?? FAR;
+    // Few (the newest position sent ahead after an outage, a split request's delivered part):
+    // skipped here, not by a lookup per row in the query.
+    const marked = new Set(this.marksAbove.all(loadNumber, after) as number[]);
+    const resourceId = w.resource_id;
     for (;;) {
-      const rows = this.readingsOfLoad.all(loadNumber, after) as RawReading[];
+      const rows = this.readingsInWindow.all(resourceId, after, upTo, w.window_from_ms, until) as RawReading[];
       for (const r of rows) {
+        if (marked.size > 0 && marked.has(r[0])) continue;
         yield { id: r[0], resource_id: resourceId, load_number: loadNumber, time_ms: r[1], lat: r[2], lon: r[3], speed: r[4], heading: r[5], odometer: r[6], temp_c: r[7] };
       }
       if (rows.length < PAGE_ROWS) return;
@@ -178,19 +222,66 @@ export class Readings {
 
   /**
    * The service took the readings of this load up to `upToId`: move the load's cursor past
-   * them and remember the sampling point, in one small write. The rows go at the next purge.
+   * them and remember the sampling point, in one small write. The rows go at the next purge
+   * (once every other load holding them has them too). A closed load with nothing left is
+   * done: its cursor goes to its last id.
    */
   ackReadings(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId?: string): void {
     this.ctx.withReserve(() => {
       this.ackStmt.run(upToId, lastSampleMs, lastSampleMs, loadNumber);
+      this.settleLoad.run(loadNumber);
       if (correlationId !== undefined) this.db.prepare('UPDATE loads SET correlation_id = ? WHERE load_number = ?').run(correlationId, loadNumber);
     });
   }
 
   /**
-   * Delete acknowledged rows (at or below their load's cursor; parked, retried and unassigned
-   * rows stay), walking the ids in order so each page is rewritten about once for all the
-   * rows it held. `budget` bounds how many ids one call covers (in transactions of at most
+   * These readings of the load were delivered on their own, ahead of its cursor (the newest
+   * position after an outage, the part of a split request that got through before a
+   * failure): the load does not send them again. Other loads holding them still do.
+   */
+  markSent(loadNumber: string, ids: number[]): void {
+    if (ids.length === 0) return;
+    const mark = this.db.prepare(`INSERT INTO load_marks (load_number, reading_id, state) VALUES (?, ?, ${MarkState.SENT}) ON CONFLICT DO NOTHING`);
+    this.ctx.withReserve(() =>
+      this.db.transaction(() => {
+        for (const id of ids) mark.run(loadNumber, id);
+      })(),
+    );
+  }
+
+  /**
+   * Readings a retry of this load's dead letters sent (or found nothing to send from): the
+   * retry is over. A reading no other dead letter or retry holds is waiting again, and goes
+   * at once if every load that holds it is past it (the purge may have passed it already).
+   */
+  retryDone(loadNumber: string, ids: number[]): void {
+    if (ids.length === 0) return;
+    const cursor = this.db.prepare('SELECT acked_id FROM loads WHERE load_number = ?').pluck();
+    const unmark = this.db.prepare('DELETE FROM load_marks WHERE load_number = ? AND reading_id = ?');
+    const sent = this.db.prepare(`UPDATE load_marks SET state = ${MarkState.SENT} WHERE load_number = ? AND reading_id = ?`);
+    const release = this.db.prepare(
+      `UPDATE readings SET state = ${ReadingState.WAITING} WHERE id = ? AND state = ${ReadingState.HELD}
+          AND NOT EXISTS (SELECT 1 FROM load_marks WHERE reading_id = readings.id AND state <> ${MarkState.SENT})`,
+    );
+    const purge = this.db.prepare(`DELETE FROM readings AS r WHERE r.id = ? AND r.state = ${ReadingState.WAITING} AND NOT ${AWAITED}`);
+    this.ctx.withReserve(() =>
+      this.db.transaction(() => {
+        const acked = (cursor.get(loadNumber) as number | undefined) ?? Number.POSITIVE_INFINITY;
+        for (const id of ids) {
+          // Above the cursor (parked when it went alone, ahead of the rest): it must not go again.
+          if (id > acked) sent.run(loadNumber, id);
+          else unmark.run(loadNumber, id);
+          release.run(id);
+          purge.run(id);
+        }
+      })(),
+    );
+  }
+
+  /**
+   * Delete acknowledged rows (every load holding them past them; held and unassigned rows
+   * stay), walking the ids in order so each page is rewritten about once for all the rows it
+   * held. `budget` bounds how many ids one call covers (in transactions of at most
    * purgeSliceIds() ids), so the daemon can purge a million rows in slices between other work;
    * without it, the pass runs to the end (the limits call it that way, so delivered rows
    * make room before any reading is dropped). `done` is true when the pass has reached the
@@ -198,11 +289,13 @@ export class Readings {
    */
   purgeAcked(budget = Number.POSITIVE_INFINITY): { deleted: number; done: boolean } {
     if (!this.purgePass) {
-      const top = this.db.prepare('SELECT coalesce(max(acked_id), 0) FROM loads').pluck().get() as number;
+      // Up to the highest cursor, or the highest reading sent ahead of one (the newest
+      // position after an outage, which no cursor may pass for a while).
+      const top = this.db.prepare(`SELECT max(coalesce((SELECT max(acked_id) FROM loads), 0), coalesce((SELECT max(reading_id) FROM load_marks WHERE state = ${MarkState.SENT}), 0))`).pluck().get() as number;
       if (top <= this.purgeFloor) return { deleted: 0, done: true };
-      // Rows below the oldest waiting one cannot be acknowledged later: after this pass, none
-      // of them is left, and the next pass starts there.
-      const waiting = this.db.prepare(`SELECT min(${FIRST_WAITING}) FROM loads l`).pluck().get() as number | null;
+      // Rows below the oldest one any load still has to send cannot be acknowledged later:
+      // after this pass, none of them is left, and the next pass starts there.
+      const waiting = this.db.prepare(`SELECT min(${FIRST_DUE}) FROM loads l WHERE ${UNDONE}`).pluck().get() as number | null;
       // From the oldest row, not from id 0: after a restart the floor is 0, and walking a
       // month of ids that are long gone costs a transaction per slice.
       const oldest = (this.db.prepare('SELECT coalesce(min(id), 1) FROM readings').pluck().get() as number) - 1;
@@ -221,6 +314,16 @@ export class Readings {
     if (pass.at < pass.top) return { deleted, done: false };
     this.purgeFloor = Math.max(this.purgeFloor, pass.floor);
     this.purgePass = null;
+    // Marks of readings a cursor has passed, or that are gone, say nothing any more (those of
+    // dead letters stay).
+    this.ctx.withReserve(() =>
+      this.db
+        .prepare(
+          `DELETE FROM load_marks WHERE state = ${MarkState.SENT}
+              AND (reading_id <= (SELECT l.acked_id FROM loads l WHERE l.load_number = load_marks.load_number) OR NOT EXISTS (SELECT 1 FROM readings WHERE id = reading_id))`,
+        )
+        .run(),
+    );
     return { deleted, done: true };
   }
 
@@ -289,16 +392,22 @@ export class Readings {
     return this.db.prepare('SELECT coalesce(max(id), 0) FROM readings').pluck().get() as number;
   }
 
-  /** Loads that have readings waiting, active or already ended, the one waiting longest first. */
+  /** Loads that have readings to send, active or already ended, the one waiting longest first. */
   loadsWithReadings(): string[] {
-    return this.db.prepare(`SELECT load_number FROM (SELECT l.load_number, ${FIRST_WAITING} AS first FROM loads l) WHERE first IS NOT NULL ORDER BY first`).pluck().all() as string[];
+    return this.db
+      .prepare(`SELECT load_number FROM (SELECT l.load_number, l.started_ms, ${FIRST_DUE} AS first FROM loads l WHERE ${UNDONE}) WHERE first IS NOT NULL ORDER BY first, started_ms, load_number`)
+      .pluck()
+      .all() as string[];
   }
 
-  /** Readings whose dead letters were retried, oldest first. */
+  /** Readings whose dead letters were retried, oldest first, each with the load it is retried for. */
   retryReadings(limit: number): StoredReading[] {
-    return this.db.prepare(`SELECT id, resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c FROM readings WHERE ${IN_RETRY} ORDER BY id LIMIT ?`).all(limit) as StoredReading[];
+    return this.db
+      .prepare(`SELECT ${READING_COLS}, m.load_number FROM load_marks m JOIN readings r ON r.id = m.reading_id WHERE m.state = ${MarkState.RETRY} ORDER BY r.id, m.load_number LIMIT ?`)
+      .all(limit) as StoredReading[];
   }
 
+  /** Delete these readings, whatever loads hold them (tests and tools; delivery never does). */
   deleteReadings(ids: number[]): void {
     if (ids.length === 0) return;
     const del = this.db.prepare('DELETE FROM readings WHERE id = ?');
@@ -309,20 +418,21 @@ export class Readings {
     );
   }
 
-  /** Newest position of a load and the time span of its backlog, for "newest first" after an outage. */
+  /** Newest position a load has to send and the time span of its backlog, for "newest first" after an outage. */
   backlogOf(loadNumber: string): { newest: StoredReading | undefined; oldestMs: number | null } {
-    const newest = this.db
-      .prepare(
-        `SELECT ${READING_COLS} FROM loads l JOIN readings r ON r.load_number = l.load_number
-          WHERE l.load_number = ? AND ${WAITING} AND r.lat IS NOT NULL ORDER BY r.id DESC LIMIT 1`,
-      )
-      .get(loadNumber) as StoredReading | undefined;
-    // The oldest waiting row by id, not min(time_ms): readings are committed in time order,
-    // and this is one index step where min() read every waiting row of the load.
-    const oldest = this.db.prepare(`SELECT r.time_ms FROM loads l JOIN readings r ON r.load_number = l.load_number WHERE l.load_number = ? AND ${WAITING} ORDER BY r.id LIMIT 1`).pluck().get(loadNumber) as
-      | number
+    const newest = this.db.prepare(`SELECT ${READING_COLS}, l.load_number FROM loads l JOIN readings r WHERE l.load_number = ? AND ${DUE} AND r.lat IS NOT NULL ORDER BY r.id DESC LIMIT 1`).get(loadNumber) as
+      | StoredReading
       | undefined;
+    // The oldest row by id, not min(time_ms): readings are committed in time order, and this
+    // is one index step where min() read every row the load has to send.
+    const oldest = this.db.prepare(`SELECT r.time_ms FROM loads l JOIN readings r WHERE l.load_number = ? AND ${DUE} ORDER BY r.id LIMIT 1`).pluck().get(loadNumber) as number | undefined;
     return { newest, oldestMs: oldest ?? null };
+  }
+
+  /** How many readings each load still has to send (`load list`, `status`), by load number. */
+  backlogs(loadNumbers: string[]): Map<string, number> {
+    const count = this.db.prepare(`SELECT count(*) FROM loads l JOIN readings r WHERE l.load_number = ? AND ${DUE}`).pluck();
+    return new Map(loadNumbers.map((n) => [n, count.get(n) as number]));
   }
 
   /** Bytes the buffer's data occupies (pages in use, not the file's high-water mark). */
@@ -334,23 +444,30 @@ export class Readings {
   }
 
   /**
-   * Drop the oldest waiting readings (never milestones, never dead letters, never rows already
-   * delivered: those are the purge's, and must not be counted as lost). Returns how many.
+   * Drop the oldest readings not yet delivered (some load still waits for them, or none ever
+   * will: unassigned); never milestones, never what a dead letter holds, never rows already
+   * delivered: those are the purge's, and must not be counted as lost. Returns how many.
    */
   dropOldestReadings(count: number): number {
-    return this.db.prepare(`DELETE FROM readings WHERE id IN (SELECT id FROM readings WHERE state = ${ReadingState.WAITING} AND ${NOT_ACKED} ORDER BY id LIMIT ?)`).run(count).changes;
+    return this.db
+      .prepare(
+        `DELETE FROM readings WHERE id IN (SELECT r.id FROM readings r
+            WHERE r.state = ${ReadingState.UNASSIGNED} OR (r.state = ${ReadingState.WAITING} AND ${AWAITED}) ORDER BY r.id LIMIT ?)`,
+      )
+      .run(count).changes;
   }
 
   /**
-   * Drop waiting readings older than the cutoff, looking only below the oldest young one:
-   * readings arrive in about time order (the sources' time guard refuses stale ones), so the
-   * old ones are at the front, and this runs every minute without reading a week's backlog.
+   * Drop readings not yet delivered that are older than the cutoff, looking only below the
+   * oldest young one: readings arrive in about time order (the sources' time guard refuses
+   * stale ones), so the old ones are at the front, and this runs every minute without reading
+   * a week's backlog.
    */
   dropReadingsOlderThan(cutoffMs: number): number {
     return this.db
       .prepare(
-        `DELETE FROM readings WHERE state = ${ReadingState.WAITING} AND time_ms < @cutoff AND ${NOT_ACKED}
-            AND id < coalesce((SELECT id FROM readings WHERE state = ${ReadingState.WAITING} AND time_ms >= @cutoff ORDER BY id LIMIT 1), (SELECT max(id) FROM readings) + 1)`,
+        `DELETE FROM readings AS r WHERE r.time_ms < @cutoff AND (r.state = ${ReadingState.UNASSIGNED} OR (r.state = ${ReadingState.WAITING} AND ${AWAITED}))
+            AND r.id < coalesce((SELECT id FROM readings WHERE state IN (${ReadingState.WAITING}, ${ReadingState.UNASSIGNED}) AND time_ms >= @cutoff ORDER BY id LIMIT 1), (SELECT max(id) FROM readings) + 1)`,
       )
       .run({ cutoff: cutoffMs }).changes;
   }

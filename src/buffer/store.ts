@@ -11,8 +11,9 @@ import { DeadLetters } from './dead-letters.js';
 import { DiskRoom, diskPlan, isDiskFull } from './disk.js';
 import { Loads } from './loads.js';
 import { Milestones } from './milestones.js';
-import { IN_RETRY, READING_BYTES, Readings, WAITING } from './readings.js';
+import { AWAITED, READING_BYTES, Readings } from './readings.js';
 import { StateTable } from './state.js';
+import { MarkState, ReadingState } from './types.js';
 
 export * from './types.js';
 export { LoadError } from './loads.js';
@@ -61,6 +62,10 @@ export class Store implements BufferContext {
     this.insertReadings = r.insertReadings.bind(r);
     this.iterateReadings = r.iterateReadings.bind(r);
     this.ackReadings = r.ackReadings.bind(r);
+    this.markSent = r.markSent.bind(r);
+    this.retryDone = r.retryDone.bind(r);
+    this.closeEndedLoads = r.closeEndedLoads.bind(r);
+    this.backlogs = r.backlogs.bind(r);
     this.purgeAcked = r.purgeAcked.bind(r);
     this.lastFix = r.lastFix.bind(r);
     this.lastFixes = r.lastFixes.bind(r);
@@ -77,7 +82,8 @@ export class Store implements BufferContext {
     this.startLoad = l.startLoad.bind(l);
     this.endLoad = l.endLoad.bind(l);
     this.getLoad = l.getLoad.bind(l);
-    this.activeLoadOf = l.activeLoadOf.bind(l);
+    this.activeLoadsOf = l.activeLoadsOf.bind(l);
+    this.openLoadsOf = l.openLoadsOf.bind(l);
     this.listLoads = l.listLoads.bind(l);
     this.setNextStop = l.setNextStop.bind(l);
     this.commitMilestones = m.commitMilestones.bind(m);
@@ -104,6 +110,10 @@ export class Store implements BufferContext {
   insertReadings: Readings['insertReadings'];
   iterateReadings: Readings['iterateReadings'];
   ackReadings: Readings['ackReadings'];
+  markSent: Readings['markSent'];
+  retryDone: Readings['retryDone'];
+  closeEndedLoads: Readings['closeEndedLoads'];
+  backlogs: Readings['backlogs'];
   purgeAcked: Readings['purgeAcked'];
   lastFix: Readings['lastFix'];
   lastFixes: Readings['lastFixes'];
@@ -120,7 +130,8 @@ export class Store implements BufferContext {
   startLoad: Loads['startLoad'];
   endLoad: Loads['endLoad'];
   getLoad: Loads['getLoad'];
-  activeLoadOf: Loads['activeLoadOf'];
+  activeLoadsOf: Loads['activeLoadsOf'];
+  openLoadsOf: Loads['openLoadsOf'];
   listLoads: Loads['listLoads'];
   setNextStop: Loads['setNextStop'];
   commitMilestones: Milestones['commitMilestones'];
@@ -305,6 +316,10 @@ export class Store implements BufferContext {
     if (this.db.open) this.db.close();
   }
 
+  /**
+   * Queue depths. `readings`: stored readings some load still has to send, each counted once
+   * however many loads hold it (a load's own backlog: `backlogs`).
+   */
   counts(): {
     readings: number;
     unassignedReadings: number;
@@ -316,14 +331,13 @@ export class Store implements BufferContext {
   } {
     const r = this.db
       .prepare(
-        `SELECT
-           (SELECT count(*) FROM loads l JOIN readings r ON r.load_number = l.load_number WHERE ${WAITING}) AS readings,
-           (SELECT count(*) FROM readings WHERE load_number IS NULL) AS unassigned,
-           (SELECT min(r.time_ms) FROM loads l JOIN readings r ON r.load_number = l.load_number WHERE ${WAITING}) AS oldest,
+        `SELECT w.readings, w.oldest,
+           (SELECT count(*) FROM readings WHERE state = ${ReadingState.UNASSIGNED} AND state <> ${ReadingState.WAITING}) AS unassigned,
            (SELECT count(*) FROM milestones WHERE sent_ms IS NULL AND parked_ms IS NULL) AS pending,
            (SELECT count(*) FROM milestones WHERE sent_ms IS NOT NULL) AS sent,
            (SELECT count(*) FROM dead_letters) AS dead,
-           (SELECT count(*) FROM readings WHERE ${IN_RETRY}) AS retry`,
+           (SELECT count(*) FROM load_marks WHERE state = ${MarkState.RETRY}) AS retry
+         FROM (SELECT count(*) AS readings, min(r.time_ms) AS oldest FROM readings r WHERE r.state = ${ReadingState.WAITING} AND ${AWAITED}) w`,
       )
       .get() as { readings: number; unassigned: number; oldest: number | null; pending: number; sent: number; dead: number; retry: number };
     return {

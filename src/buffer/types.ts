@@ -4,11 +4,22 @@
 import type { Stop } from '../milestones/stops.js';
 
 /**
- * What a reading waits for: to be sent (WAITING), nothing (PARKED: the service refused its
- * trace point; it sits in the dead-letter table), or to be sent again on its own (RETRY: the
- * operator put its dead letter back).
+ * What a stored reading is: WAITING (the loads whose windows hold it take it in turn, and it
+ * goes once every one has its cursor past it), HELD (a dead letter or a retry of some load
+ * needs it: see load_marks; never purged, never dropped by a limit), or UNASSIGNED (kept
+ * without a load, `privacy.record_without_load`: no window holds it, never sent). Value 2
+ * was "retry requested" before buffer schema 7; such rows are HELD now, the retry in
+ * load_marks.
  */
-export const ReadingState = { WAITING: 0, PARKED: 1, RETRY: 2 } as const;
+export const ReadingState = { WAITING: 0, HELD: 1, UNASSIGNED: 3 } as const;
+
+/**
+ * What a reading is to one load, where it differs from the load's cursor (load_marks):
+ * SENT (delivered ahead of the cursor: the newest position after an outage, part of a split
+ * request before a failure), PARKED (the service refused it for this load: a dead letter),
+ * RETRY (the operator put that dead letter back).
+ */
+export const MarkState = { SENT: 0, PARKED: 1, RETRY: 2 } as const;
 
 /** What a dead letter keeps of an answer: all of it up to this size. */
 export const MAX_ANSWER_CHARS = 65_536;
@@ -18,11 +29,19 @@ export interface LoadRow {
   resourceId: string;
   resourceType: string;
   stops: Stop[];
+  /** When `load start` ran. */
   startedMs: number;
+  /** When `load end` ran. */
   endedMs: number | null;
+  /** The load's window by reading time: readings from this time on... */
+  windowFromMs: number;
+  /** ...and before this one (null: open). */
+  windowUntilMs: number | null;
+  /** Once closed (ended, and every reading from before the end committed): no reading above this id is the load's. */
+  endId: number | null;
   nextStop: number | null;
   lastSampleMs: number | null;
-  /** Readings of this load with an id up to this one are delivered (or sampled away). */
+  /** Readings of this load with an id up to this one are delivered (or sampled away); none below it ever joins. */
   ackedId: number;
   /** The correlation id the service gave the last trace request of this load. */
   correlationId: string | null;
@@ -31,6 +50,7 @@ export interface LoadRow {
 export interface StoredReading {
   id: number;
   resource_id: string;
+  /** The load it was read for (a reading is stored once, for every load whose window holds it). */
   load_number: string | null;
   time_ms: number;
   lat: number | null;

@@ -141,8 +141,9 @@ export class Drain {
       await Promise.race([written, sending]);
       const next = build();
       if ((await sending) === 'failed') {
-        // Part of a split chunk got through before the failure: those points must not go twice.
-        store.deleteReadings(delivered);
+        // Part of a split chunk got through before the failure: those points must not go twice
+        // (to this load: other loads holding them still send them).
+        store.markSent(prepared.load.loadNumber, delivered);
         return 'failed';
       }
       // Every point is at the service or parked: the chunk, and the readings sampling skipped, are done.
@@ -152,7 +153,7 @@ export class Drain {
     return 'empty';
   }
 
-  /** Dead letters the operator put back (`dead-letter retry`): each reading as its own point. */
+  /** Dead letters the operator put back (`dead-letter retry`): each reading as its own point, for the load that parked it. */
   async sendRetriedReadings(): Promise<Step> {
     const { store } = this.ctx.deps;
     const rows = store.retryReadings(this.ctx.status.chunkLimit);
@@ -162,17 +163,23 @@ export class Drain {
     for (const [loadNumber, readings] of byLoad) {
       const load = store.getLoad(loadNumber);
       if (!load) {
-        store.deleteReadings(readings.map((r) => r.id));
+        store.retryDone(
+          loadNumber,
+          readings.map((r) => r.id),
+        );
         continue;
       }
       const chunk = buildTraceChunk({ ...load, lastSampleMs: null }, readings, this.stopResolver(load), { ...this.traceOptions(), samplingMs: 0 }, true);
       if (!chunk?.body) {
-        store.deleteReadings(readings.map((r) => r.id));
+        store.retryDone(
+          loadNumber,
+          readings.map((r) => r.id),
+        );
         continue;
       }
       const delivered: number[] = [];
       const result = await this.poster.deliverTraces(load, chunk.body.traces, chunk.readingIds, delivered);
-      store.deleteReadings(delivered);
+      store.retryDone(loadNumber, delivered);
       if (result === 'failed') return 'failed';
     }
     return 'sent';
@@ -225,7 +232,7 @@ export class Drain {
     if (!chunk?.body) return 'empty';
     const delivered: number[] = [];
     const result = await this.poster.deliverTraces(load, chunk.body.traces, chunk.readingIds, delivered);
-    store.deleteReadings(delivered);
+    store.markSent(loadNumber, delivered);
     if (result === 'delivered') log.info({ load: loadNumber, backlogS: Math.round(spanMs / 1000) }, 'newest position sent ahead of the backlog');
     return result === 'delivered' ? 'sent' : 'failed';
   }

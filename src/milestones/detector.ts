@@ -23,6 +23,11 @@
  * No prediction while the truck is at a stop (loading is not driving) or with less than a
  * minute of fixes.
  *
+ * A resource may carry several loads at once: each of its open loads sees the fixes in its
+ * own window (a load started at 10:00 is not driven by a fix from 09:59) against its own
+ * stops, with its own state, speed and next stop. A stop two loads share (two deliveries at
+ * one dock) gives each load its own arrival and departure.
+ *
  * Each batch's milestones and the stop states that record them are committed in one
  * transaction (`Store.commitMilestones`): a state write that fails takes the milestone with
  * it, so a retry cannot report the same arrival twice. A code already recorded for the stop
@@ -117,8 +122,8 @@ function recentSpeed(fixes: Fix[]): number | undefined {
 }
 
 export class MilestoneDetector {
-  /** Recent fixes per resource, for the speed used in delay prediction. */
-  private readonly recent = new Map<string, Fix[]>();
+  /** Recent fixes per resource and load, for the speed used in delay prediction (those of loads no longer open are let go). */
+  private readonly recent = new Map<string, Map<string, Fix[]>>();
   /**
    * Stop states changed without an event (the fixes counted at a stop), per load: written
    * with the next commit of readings (deferWrite), or with the next event, whichever first.
@@ -183,26 +188,44 @@ export class MilestoneDetector {
     }
     let recorded = 0;
     for (const [resourceId, fixes] of byResource) {
+      let loads: LoadRow[];
       try {
-        const load = this.store.activeLoadOf(resourceId);
-        if (!load || !load.stops.some((s) => s.latitude !== undefined)) continue;
-        fixes.sort((a, b) => a.timeMs - b.timeMs);
-        recorded += this.processLoad(load, resourceId, fixes);
+        loads = this.store.openLoadsOf(resourceId).filter((l) => l.stops.some((s) => s.latitude !== undefined));
       } catch (err) {
         this.log.error({ resource: resourceId, err: (err as Error).message }, 'milestone detection failed for this batch');
+        continue;
+      }
+      const before = this.recent.get(resourceId);
+      const recent = new Map<string, Fix[]>();
+      for (const l of loads) {
+        const kept = before?.get(l.loadNumber);
+        if (kept) recent.set(l.loadNumber, kept);
+      }
+      this.recent.set(resourceId, recent);
+      if (loads.length === 0) continue;
+      fixes.sort((a, b) => a.timeMs - b.timeMs);
+      for (const load of loads) {
+        const mine = fixes.filter((f) => f.timeMs >= load.windowFromMs && (load.windowUntilMs === null || f.timeMs < load.windowUntilMs));
+        if (mine.length === 0) continue;
+        try {
+          recorded += this.processLoad(load, mine, recent);
+        } catch (err) {
+          // One load's failure (its commit) does not keep the others from their milestones.
+          this.log.error({ resource: resourceId, load: load.loadNumber, err: (err as Error).message }, 'milestone detection failed for this batch');
+        }
       }
     }
     if (recorded > 0) this.onMilestone();
   }
 
-  private processLoad(load: LoadRow, resourceId: string, fixes: Fix[]): number {
+  private processLoad(load: LoadRow, fixes: Fix[], recent: Map<string, Fix[]>): number {
     const config = this.config();
     const m = config.milestones;
     const params: FenceParams = { radiusM: m.radius_m, exitRadiusFactor: m.exit_radius_factor, dwellS: m.dwell_s, minFixes: m.min_fixes };
     const states = this.statesOf(load.loadNumber);
     const dirty = new Set<number>();
     const events: Array<{ item: NewMilestone; input: MilestoneInput; log: () => void }> = [];
-    const window = (this.recent.get(resourceId) ?? []).slice();
+    const window = (recent.get(load.loadNumber) ?? []).slice();
     for (const fix of fixes) {
       window.push(fix);
       while (window.length > 1 && fix.timeMs - window[0].timeMs > m.delay.speed_window_s * 1000) window.shift();
@@ -230,7 +253,7 @@ export class MilestoneDetector {
       if (m.delay.enabled) this.checkDelay(load, fix, window, states, dirty, events);
     }
     if (events.length === 0 && dirty.size === 0) {
-      this.recent.set(resourceId, window);
+      recent.set(load.loadNumber, window);
       return 0;
     }
     if (events.length === 0 && this.deferWrite) {
@@ -238,7 +261,7 @@ export class MilestoneDetector {
       const waiting = this.pending.get(load.loadNumber) ?? new Map<number, StopState>();
       for (const seq of dirty) waiting.set(seq, states.get(seq)!);
       this.pending.set(load.loadNumber, waiting);
-      this.recent.set(resourceId, window);
+      recent.set(load.loadNumber, window);
       this.deferPending();
       return 0;
     }
@@ -255,7 +278,7 @@ export class MilestoneDetector {
       },
     );
     // Only once committed: the window, the states that waited, and the log lines.
-    this.recent.set(resourceId, window);
+    recent.set(load.loadNumber, window);
     this.pending.delete(load.loadNumber);
     for (const e of events) {
       const skip = skipped.find((x) => x.item === e.item);
