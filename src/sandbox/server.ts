@@ -37,7 +37,7 @@ export interface SandboxOptions {
   maxBodyBytes?: number;
   /**
    * Keep every accepted body in `milestones` and `traces` (default true). False: only count
-   * (stats, duplicates by Idempotency-Key and by traceId still detected), so a benchmark can
+   * (stats, duplicates by Idempotency-Key and by load and traceId still detected), so a benchmark can
    * send millions of points without the sandbox holding them all.
    */
   keepBodies?: boolean;
@@ -300,8 +300,11 @@ export class Sandbox {
       for (const t of tb.traces) {
         const ref = t.references?.find((r) => r.name === 'traceId')?.value;
         if (!ref) continue;
-        if (this.seenTraceRefs.has(ref)) this.stats.duplicateTracePoints += 1;
-        this.seenTraceRefs.add(ref);
+        // A point of a load: the same position in the requests of two loads on one truck is
+        // one point for each load, not a duplicate.
+        const point = `${tb.loadNumber}\n${ref}`;
+        if (this.seenTraceRefs.has(point)) this.stats.duplicateTracePoints += 1;
+        this.seenTraceRefs.add(point);
       }
     }
     this.stats.accepted += 1;
