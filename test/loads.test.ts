@@ -18,6 +18,8 @@ import { Store } from '../src/buffer/store.js';
 import { configSchema } from '../src/config/schema.js';
 import { Sender } from '../src/delivery/sender.js';
 import { createLogger } from '../src/log.js';
+import { MilestoneDetector } from '../src/milestones/detector.js';
+import { recordMilestone } from '../src/milestones/record.js';
 import { Sandbox } from '../src/sandbox/server.js';
 import type { Reading } from '../src/sources/types.js';
 import { ROOT, TEST_KEY, TEST_SCAC, tempDir, waitFor } from './helpers.js';
@@ -153,6 +155,109 @@ describe('a load is its resource and a window', () => {
     expect(purge).toMatch(/^SEARCH r USING INTEGER PRIMARY KEY \(rowid>\? AND rowid<\?\)/);
     expect(purge).toContain('SEARCH l USING INDEX loads_undone (resource_id=?)');
     expect(purge).not.toMatch(/SCAN (l|loads)\b/);
+  });
+});
+
+describe('each load its traces and its milestones', () => {
+  const DOCK = { lat: 41.8781, lon: -87.6298 }; // Chicago: a pick-up both loads share
+  const GARY = { lat: 41.5934, lon: -87.3464 };
+  const INDY = { lat: 39.7684, lon: -86.1581 };
+  const stop = (sequence: number, type: 'pickup' | 'delivery', p: { lat: number; lon: number }) => ({ sequence, type, latitude: p.lat, longitude: p.lon, radiusM: 300 });
+  const config = configSchema.parse({
+    api: { scac: TEST_SCAC },
+    sampling: { interval_s: 0 },
+    milestones: { dwell_s: 60, min_fixes: 2, delay: { enabled: false } },
+    sources: [{ type: 'simulator', resource_id: 'TRUCK-1' }],
+  });
+  /** A fix a minute from `fromMin` (minutes after 10:00) to `toMin`, at `p`. */
+  const fixes = (fromMin: number, toMin: number, p: { lat: number; lon: number }): Reading[] =>
+    Array.from({ length: toMin - fromMin + 1 }, (_, i) => ({ resourceId: 'TRUCK-1', timeMs: TEN + (fromMin + i) * MIN, lat: p.lat + i * 1e-6, lon: p.lon }));
+
+  it('detection runs per load against its own stops: a shared stop gives each load its milestone, a load sees only its window', () => {
+    store.startLoad({ loadNumber: 'A', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [stop(1, 'pickup', DOCK), stop(2, 'delivery', GARY)], nowMs: TEN - 10 * MIN });
+    store.startLoad({ loadNumber: 'B', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [stop(1, 'pickup', DOCK), stop(2, 'delivery', INDY)], nowMs: TEN - 10 * MIN });
+    const detector = new MilestoneDetector(
+      store,
+      () => config,
+      silent,
+      () => {},
+    );
+    const feed = (batch: Reading[]) => {
+      store.insertReadings(batch);
+      detector.process(batch);
+    };
+    feed(fixes(0, 5, DOCK)); // both at the dock
+    // C starts while the truck is at the dock: its own arrival, from its first fix.
+    store.startLoad({ loadNumber: 'C', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [stop(1, 'pickup', DOCK)], nowMs: TEN + 5.5 * MIN });
+    feed(fixes(6, 9, DOCK));
+    feed(fixes(10, 12, GARY)); // leaves the dock: A, B and C depart; A arrives at Gary
+    const of = (load: string) => store.listMilestones(load).map((m) => [m.code, m.stop, (m.body.time as { dateTime: string }).dateTime.slice(11, 16)]);
+    expect(of('A')).toEqual([
+      ['X3', 1, '10:00'],
+      ['AF', 1, '10:09'],
+      ['X1', 2, '10:10'],
+    ]);
+    expect(of('B')).toEqual([
+      ['X3', 1, '10:00'],
+      ['AF', 1, '10:09'],
+    ]);
+    expect(of('C')).toEqual([
+      ['X3', 1, '10:06'],
+      ['AF', 1, '10:09'],
+    ]);
+    expect(store.listMilestones().every((m) => m.body.loadNumber === m.loadNumber)).toBe(true);
+    expect([store.getLoad('A')?.nextStop, store.getLoad('B')?.nextStop]).toEqual([2, 2]);
+  });
+
+  it("each load's trace requests carry its points only, its loadNumber, its next stop and its own key", async () => {
+    store.startLoad({ loadNumber: 'A', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [stop(1, 'pickup', DOCK), stop(2, 'delivery', GARY)], nowMs: TEN });
+    store.insertReadings(fixes(0, 9, DOCK));
+    store.startLoad({ loadNumber: 'B', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [stop(1, 'pickup', GARY), stop(2, 'delivery', INDY)], nowMs: TEN + 10 * MIN });
+    store.insertReadings(fixes(10, 19, GARY));
+    store.endLoad('A', TEN + 15 * MIN);
+    store.insertReadings(fixes(20, 24, INDY), false, undefined, undefined, TEN + 25 * MIN);
+    // A left its pick-up at 10:05, B its own at 10:18: each load's later points name its next stop.
+    recordMilestone(store, config, { loadNumber: 'A', code: 'AF', stop: 1, timeMs: TEN + 5 * MIN, lat: DOCK.lat, lon: DOCK.lon }, TEN + 30 * MIN);
+    recordMilestone(store, config, { loadNumber: 'B', code: 'AF', stop: 1, timeMs: TEN + 18 * MIN, lat: GARY.lat, lon: GARY.lon }, TEN + 30 * MIN);
+
+    const sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
+    const { url } = await sandbox.start();
+    const cfg = configSchema.parse({
+      api: { base_url: url, scac: TEST_SCAC, timeout_s: 2 },
+      buffer: { path },
+      sampling: { interval_s: 0 },
+      delivery: { poll_interval_ms: 50, max_traces_per_request: 4 },
+      sources: [{ type: 'simulator', resource_id: 'TRUCK-1' }],
+    });
+    const client = new ApiClient({ baseUrl: url, milestonePath: cfg.api.milestone_path, tracePath: cfg.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });
+    const sender = new Sender({ store, client, config: cfg, deviceId: 'dev', log: silent });
+    try {
+      sender.start();
+      sender.requestTracePush();
+      await waitFor(() => store.counts().readings === 0 && sandbox.milestones.length === 2, 10_000, 'both loads delivered');
+      await sender.idle();
+      const requests = (load: string) => sandbox.traces.filter((t) => t.body.loadNumber === load);
+      const points = (load: string) =>
+        requests(load)
+          .flatMap((t) => t.body.traces.map((p) => [(Date.parse(p.time.dateTime) - TEN) / MIN, p.stopsequenceNumber ?? null, p.resourceId] as const))
+          .sort((a, b) => a[0] - b[0]);
+      // A backlog longer than a chunk: each load's newest position first, alone.
+      const minutes = (load: string) => requests(load)[0].body.traces.map((p) => (Date.parse(p.time.dateTime) - TEN) / MIN);
+      expect([minutes('A'), minutes('B')]).toEqual([[14], [24]]);
+      expect(points('A')).toEqual(Array.from({ length: 15 }, (_, m) => [m, m < 5 ? 1 : 2, 'TRUCK-1']));
+      expect(points('B')).toEqual(Array.from({ length: 15 }, (_, i) => [10 + i, 10 + i < 18 ? 1 : 2, 'TRUCK-1']));
+      // Requests with the same readings, for two loads: two keys, and no duplicate point.
+      const keys = sandbox.traces.map((t) => t.idempotencyKey);
+      expect(new Set(keys).size).toBe(keys.length);
+      expect(sandbox.stats.duplicateTracePoints).toBe(0);
+      expect(sandbox.traces.every((t) => t.body.traces.length <= 4)).toBe(true);
+      // Stored once: 25 readings for 30 points; all gone once both loads had them.
+      expect(rows()).toBe(0);
+    } finally {
+      await sender.stop();
+      await client.close();
+      await sandbox.stop();
+    }
   });
 });
 
