@@ -152,9 +152,65 @@ describe('loads and milestones from the command line', () => {
     expect(r.code).toBe(3);
     const s = JSON.parse(r.stdout);
     expect(s.daemon).toMatchObject({ running: false, note: 'the daemon has never run with this buffer' });
-    expect(s.activeLoads).toMatchObject([{ loadNumber: 'L1', resourceId: 'T1' }]);
+    expect(s.activeLoads).toMatchObject([{ loadNumber: 'L1', resourceId: 'T1', backlog: 0 }]);
     expect(s.queue).toMatchObject({ readings: 0, pendingMilestones: 0 });
     const text = await runCli(['status', '--config', cfg]);
-    expect(text.stdout).toContain('active loads: L1 on T1 (Truck)');
+    expect(text.stdout).toContain('active loads: T1: L1 (Truck, 0 readings to send)');
+  });
+
+  it('several loads on one truck: each started beside the others, listed per resource with its backlog, ended alone', async () => {
+    const cli = (...args: string[]) => runCli([...args, '--config', cfg]);
+    const feed = (n: number) => {
+      const store = Store.open(join(tmp.dir, 'buffer.db'));
+      try {
+        const t = Date.now();
+        store.insertReadings(Array.from({ length: n }, (_, i) => ({ resourceId: 'TRUCK-1', timeMs: t + i, lat: 41.8, lon: -87.6 })));
+      } finally {
+        store.close();
+      }
+    };
+    expect((await cli('load', 'start', 'L-A', '--resource', 'TRUCK-1')).stdout).toBe('load L-A started on TRUCK-1 (Truck) with 0 stop(s)\n');
+    feed(3);
+    const b = await cli('load', 'start', 'L-B', '--resource', 'TRUCK-1');
+    expect(b).toMatchObject({ code: 0, stderr: '', stdout: 'load L-B started on TRUCK-1 (Truck) with 0 stop(s)\n' });
+    expect((await cli('load', 'start', 'L-C', '--resource', 'TRAILER-7', '--resource-type', 'Trailer')).code).toBe(0);
+    feed(2);
+
+    // Every active load, by resource, with what it still has to send: A has all five, B the two since it started.
+    const list = await cli('load', 'list');
+    expect(
+      list.stdout.split('\n').map((l) =>
+        l
+          .split('\t')
+          .slice(0, 2)
+          .concat(l.split('\t')[5] ?? []),
+      ),
+    ).toEqual([['L-C', 'TRAILER-7', '0 reading(s) to send'], ['L-A', 'TRUCK-1', '5 reading(s) to send'], ['L-B', 'TRUCK-1', '2 reading(s) to send'], ['']]);
+    const json = JSON.parse((await cli('load', 'list', '--json')).stdout) as Array<{ loadNumber: string; backlog: number; endedMs: number | null }>;
+    expect(json.map((l) => [l.loadNumber, l.backlog])).toEqual([
+      ['L-C', 0],
+      ['L-A', 5],
+      ['L-B', 2],
+    ]);
+    const status = await cli('status');
+    expect(status.stdout).toMatch(/\nactive loads: TRAILER-7: L-C \(Trailer, 0 readings to send\)\n {14}TRUCK-1: L-A \(Truck, 5 readings to send\), L-B \(Truck, 2 readings to send\)\n/);
+    expect(status.stdout).toMatch(/\nqueue: {8}5 readings/);
+    const statusJson = JSON.parse((await cli('status', '--json')).stdout) as { activeLoads: Array<{ loadNumber: string; resourceId: string; backlog: number }> };
+    expect(statusJson.activeLoads.map((l) => [l.resourceId, l.loadNumber, l.backlog])).toEqual([
+      ['TRAILER-7', 'L-C', 0],
+      ['TRUCK-1', 'L-A', 5],
+      ['TRUCK-1', 'L-B', 2],
+    ]);
+
+    // Ending A leaves B (and what it has to send) as it was; A's readings still wait for A.
+    expect((await cli('load', 'end', 'L-A')).stdout).toBe('load L-A ended\n');
+    feed(1);
+    const after = JSON.parse((await cli('load', 'list', '--all', '--json')).stdout) as Array<{ loadNumber: string; backlog: number; endedMs: number | null }>;
+    expect(after.map((l) => [l.loadNumber, l.backlog, l.endedMs === null])).toEqual([
+      ['L-C', 0, true],
+      ['L-A', 5, false],
+      ['L-B', 3, true],
+    ]);
+    expect((await cli('status')).stdout).toMatch(/\n {14}TRUCK-1: L-B \(Truck, 3 readings to send\)\n/);
   });
 });

@@ -23,7 +23,8 @@ export interface StatusReport {
   dropped: Record<string, number>;
   delivery: DaemonState['sender'] | null;
   nextTracePushMs: number | null;
-  activeLoads: Array<{ loadNumber: string; resourceId: string; resourceType: string; nextStop: number | null; startedMs: number }>;
+  /** Every active load, by resource (a resource may carry several), with the readings it still has to send. */
+  activeLoads: Array<{ loadNumber: string; resourceId: string; resourceType: string; nextStop: number | null; startedMs: number; backlog: number }>;
   sources: DaemonState['sources'];
   /** The last fix of each resource (what a milestone without a position of its own uses), newest first. */
   lastFixes: Array<LastFix & { ageS: number }>;
@@ -65,19 +66,27 @@ export function buildStatus(store: Store, info: { deviceId: string; configFile: 
     dropped: dropCounters(store.counters(), running ? (state?.ingest.droppedUncounted ?? 0) : 0),
     delivery: state?.sender ?? null,
     nextTracePushMs: running ? (state?.nextTracePushMs ?? null) : null,
-    activeLoads: store.listLoads(false).map((l) => ({
-      loadNumber: l.loadNumber,
-      resourceId: l.resourceId,
-      resourceType: l.resourceType,
-      nextStop: l.nextStop,
-      startedMs: l.startedMs,
-    })),
+    activeLoads: activeLoads(store),
     sources: state?.sources ?? [],
     lastFixes: store.lastFixes().map((f) => ({ ...f, ageS: Math.round((nowMs - f.timeMs) / 1000) })),
     commits: running ? (state?.ingest.trouble ?? null) : null,
     disk: state?.disk ?? null,
     clockJump: state?.clockJump ?? null,
   };
+}
+
+/** The active loads grouped by resource (resources in order, each one's loads oldest first), with their backlogs. */
+function activeLoads(store: Store): StatusReport['activeLoads'] {
+  const loads = store.listLoads(false).sort((a, b) => (a.resourceId < b.resourceId ? -1 : a.resourceId > b.resourceId ? 1 : a.startedMs - b.startedMs));
+  const backlogs = store.backlogs(loads.map((l) => l.loadNumber));
+  return loads.map((l) => ({
+    loadNumber: l.loadNumber,
+    resourceId: l.resourceId,
+    resourceType: l.resourceType,
+    nextStop: l.nextStop,
+    startedMs: l.startedMs,
+    backlog: backlogs.get(l.loadNumber) ?? 0,
+  }));
 }
 
 function ago(ms: number | null | undefined, nowMs: number): string {
@@ -100,7 +109,8 @@ export function formatDuration(s: number): string {
 
 export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
   const lines: string[] = [];
-  const row = (k: string, v: string) => lines.push(`${`${k}:`.padEnd(14)}${v}`);
+  // A row without a key continues the one above it: no colon of its own.
+  const row = (k: string, v: string) => lines.push(`${(k ? `${k}:` : '').padEnd(14)}${v}`);
   row('device', r.deviceId);
   row('config', r.configFile);
   row('buffer', r.buffer);
@@ -134,8 +144,12 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
   }
   if (d) row('sent', `${d.sent.milestones} milestones, ${d.sent.traceRequests} trace requests (${d.sent.tracePoints} points) since start`);
   if (r.activeLoads.length === 0) row('active loads', 'none (readings are not kept without a load)');
-  for (const [i, l] of r.activeLoads.entries()) {
-    row(i === 0 ? 'active loads' : '', `${l.loadNumber} on ${l.resourceId} (${l.resourceType})${l.nextStop ? `, next stop ${l.nextStop}` : ''}`);
+  // One row per resource: every load it carries, each with what it still has to send.
+  const byResource = new Map<string, StatusReport['activeLoads']>();
+  for (const l of r.activeLoads) byResource.set(l.resourceId, [...(byResource.get(l.resourceId) ?? []), l]);
+  for (const [i, [resource, loads]] of [...byResource].entries()) {
+    const each = loads.map((l) => `${l.loadNumber} (${l.resourceType}${l.nextStop ? `, next stop ${l.nextStop}` : ''}, ${l.backlog} reading${l.backlog === 1 ? '' : 's'} to send)`);
+    row(i === 0 ? 'active loads' : '', `${resource}: ${each.join(', ')}`);
   }
   if (r.lastFixes.length === 0) row('last fix', 'none yet');
   for (const [i, f] of r.lastFixes.entries()) {

@@ -1,5 +1,6 @@
 /**
- * `load start|end|list`: which load a resource carries; readings are kept only while it has one.
+ * `load start|end|list`: which loads a resource carries (one or several at once: less than
+ * truckload, consolidated routes); readings are kept only while it has one.
  */
 import type { Command } from 'commander';
 import { CliError } from '../../errors.js';
@@ -10,10 +11,10 @@ import { configOption, load, out, withStore } from '../common.js';
 import { EXIT } from '../exit.js';
 
 export function addLoadCommand(program: Command): void {
-  const loadCmd = program.command('load').description('assign loads to resources (readings are kept only while a load is active)');
+  const loadCmd = program.command('load').description('assign loads to resources, several at once if need be (readings are kept only while a load is active)');
   loadCmd
     .command('start')
-    .description('start a load on a resource (tractor, trailer)')
+    .description('start a load on a resource (tractor, trailer), beside any other load it carries; its window opens now: readings from now on')
     .argument('<loadNumber>', 'the load number the service knows; must match api.load_number_pattern (default ^[A-Za-z0-9-]{1,35}$)')
     .requiredOption('-r, --resource <id>', 'resourceId the readings are tagged with')
     .option('-t, --resource-type <type>', `resourceType sent with traces: ${RESOURCE_TYPES.join(', ')}`, 'Truck')
@@ -30,7 +31,7 @@ export function addLoadCommand(program: Command): void {
     });
   loadCmd
     .command('end')
-    .description('end a load; its buffered readings are still delivered')
+    .description('end a load, and no other on its resource; its readings up to now are still delivered')
     .argument('<loadNumber>')
     .addOption(configOption())
     .action((loadNumber: string, opts: { config?: string }) => {
@@ -40,18 +41,23 @@ export function addLoadCommand(program: Command): void {
     });
   loadCmd
     .command('list')
-    .description('list active loads (--all: ended ones too)')
+    .description('list active loads by resource, each with the readings it still has to send (--all: ended ones too)')
     .option('-a, --all', 'include ended loads')
     .option('--json', 'machine-readable output')
     .addOption(configOption())
     .action((opts: { all?: boolean; json?: boolean; config?: string }) => {
       const loaded = load(opts.config);
-      const loads = withStore(loaded, (store) => store.listLoads(opts.all ?? false));
+      const loads = withStore(loaded, (store) => {
+        // By resource, each one's loads oldest first: what a truck carries reads together.
+        const rows = store.listLoads(opts.all ?? false).sort((a, b) => (a.resourceId < b.resourceId ? -1 : a.resourceId > b.resourceId ? 1 : a.startedMs - b.startedMs));
+        const backlogs = store.backlogs(rows.map((l) => l.loadNumber));
+        return rows.map((l) => ({ ...l, backlog: backlogs.get(l.loadNumber) ?? 0 }));
+      });
       if (opts.json) return out(JSON.stringify(loads, null, 2));
       if (loads.length === 0) return out(opts.all ? 'no loads' : 'no active loads');
       for (const l of loads) {
         const state = l.endedMs === null ? 'active' : `ended ${new Date(l.endedMs).toISOString()}`;
-        out(`${l.loadNumber}\t${l.resourceId}\t${l.resourceType}\t${l.stops.length} stop(s)\tnext stop ${l.nextStop ?? '-'}\t${state}`);
+        out(`${l.loadNumber}\t${l.resourceId}\t${l.resourceType}\t${l.stops.length} stop(s)\tnext stop ${l.nextStop ?? '-'}\t${l.backlog} reading(s) to send\t${state}`);
       }
     });
 }
