@@ -1,9 +1,12 @@
 /**
  * `telematics-agent demo`: the sandbox and the agent in one process. A simulated reefer
  * truck loads in Chicago, drives to Indianapolis and unloads, at a few hundred times real
- * speed; milestones are recorded as it reaches and leaves the stops, traces go out on a
- * fast schedule, and the sandbox fails a few requests on purpose to show the retry.
- * It ends with a summary that checks nothing was lost.
+ * speed. It carries two loads: the first from Chicago, the second picked up on the way, in
+ * Lafayette, while the first stays on; both are delivered at the same Indianapolis dock.
+ * Milestones are recorded for each load as the truck reaches and leaves its stops, each
+ * load's traces go out on a fast schedule with the points of its own window, and the sandbox
+ * fails a few requests on purpose to show the retry. It ends with a summary that checks
+ * nothing was lost.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -29,7 +32,11 @@ export interface DemoOptions {
 }
 
 const LOAD = 'DEMO-LOAD-1';
+/** Picked up on the way, while LOAD stays on the truck; delivered at the same dock. */
+const LOAD2 = 'DEMO-LOAD-2';
 const RESOURCE = 'TRUCK-DEMO';
+/** Where LOAD2 is picked up: Lafayette, IN, about halfway. */
+const MIDWAY = 10;
 
 export async function runDemo(opts: DemoOptions): Promise<boolean> {
   const write = opts.write ?? ((s: string) => process.stdout.write(`${s}\n`));
@@ -49,6 +56,7 @@ export async function runDemo(opts: DemoOptions): Promise<boolean> {
       time_scale: opts.timeScale,
       stops: [
         { at_point: 0, dwell_s: 1800 },
+        { at_point: MIDWAY, dwell_s: 900 },
         { at_point: last, dwell_s: 1800 },
       ],
       temperature: { set_point_c: 2, door_open_at_s: 0, door_open_duration_s: 0 },
@@ -75,7 +83,7 @@ export async function runDemo(opts: DemoOptions): Promise<boolean> {
       if (e.kind === 'milestone') {
         const b = e.body as MilestoneBody;
         write(
-          `  milestone 200  ${b.eventCode.padEnd(3)} stop ${b.stopsequenceNumber ?? '-'}  ${b.eventCity ?? '?'}, ${b.eventState ?? '?'}  ${b.time.dateTime} ${b.time.timeZoneCode} (${b.time.timeZoneOffset})`,
+          `  milestone 200  ${b.loadNumber}  ${b.eventCode.padEnd(3)} stop ${b.stopsequenceNumber ?? '-'}  ${b.eventCity ?? '?'}, ${b.eventState ?? '?'}  ${b.time.dateTime} ${b.time.timeZoneCode} (${b.time.timeZoneOffset})`,
         );
       } else if (e.kind === 'trace') {
         const b = e.body as TraceBody;
@@ -83,7 +91,7 @@ export async function runDemo(opts: DemoOptions): Promise<boolean> {
         const lastT = b.traces[b.traces.length - 1];
         const temp = lastT.temperature ? `${lastT.temperature.value.toFixed(1)} ${lastT.temperature.unitOfMeasure}` : '-';
         write(
-          `  trace     200  ${String(b.traces.length).padStart(3)} points  ${first.time.dateTime.slice(11, 16)}-${lastT.time.dateTime.slice(11, 16)} ${lastT.time.timeZoneCode}  near ${b.eventCity ?? '?'}, ${b.eventState ?? '?'}  reefer ${temp}`,
+          `  trace     200  ${b.loadNumber}  ${String(b.traces.length).padStart(3)} points  ${first.time.dateTime.slice(11, 16)}-${lastT.time.dateTime.slice(11, 16)} ${lastT.time.timeZoneCode}  next stop ${lastT.stopsequenceNumber ?? '-'}  near ${b.eventCity ?? '?'}, ${b.eventState ?? '?'}  reefer ${temp}`,
         );
       }
       // A short outage a few requests in: the next two requests fail, nothing is lost.
@@ -116,6 +124,7 @@ export async function runDemo(opts: DemoOptions): Promise<boolean> {
   write(`  sandbox  ${url} (SCAC ${scac})`);
   write(`  buffer   ${config.buffer.path}`);
   write(`  route    Chicago, IL -> Indianapolis, IN, ${Math.round(durationS / 60)} simulated minutes at ${opts.timeScale}x (about ${Math.round(durationS / opts.timeScale)} s)`);
+  write(`  loads    ${LOAD} from Chicago, and ${LOAD2} picked up in Lafayette, IN on the way: one truck, two loads, both to Indianapolis`);
   write('');
 
   const stops: Stop[] = [
@@ -139,14 +148,31 @@ export async function runDemo(opts: DemoOptions): Promise<boolean> {
   pre.close();
 
   await agent.start();
-  // AB was recorded by hand (an appointment); X3, AF, X1 and D1 are detected from positions.
-  const expected = ['AB', 'X3', 'AF', 'X1', 'D1'];
+  // AB was recorded by hand (an appointment); X3, AF, X1 and D1 are detected from positions,
+  // for each load at its own stops (the Indianapolis dock is both loads' delivery).
+  const expected: Record<string, string[]> = { [LOAD]: ['AB', 'X3', 'AF', 'X1', 'D1'], [LOAD2]: ['X3', 'AF', 'X1', 'D1'] };
   let finished = false;
   sim!.onEvent((e) => {
+    if (e.type === 'arrive' && e.pointIndex === MIDWAY) {
+      // The second shipment is loaded on the truck that carries the first: its window opens
+      // now (by the truck's clock), and its traces hold only what comes from here.
+      agent.store.startLoad({
+        loadNumber: LOAD2,
+        resourceId: RESOURCE,
+        resourceType: 'Truck',
+        stops: [
+          { sequence: 1, type: 'pickup', latitude: route[MIDWAY].lat, longitude: route[MIDWAY].lon, city: 'Lafayette', state: 'IN', radiusM: 300 },
+          // The same dock as the first load's delivery (without its appointment).
+          { sequence: 2, type: 'delivery', latitude: route[last].lat, longitude: route[last].lon, city: 'Indianapolis', state: 'IN', radiusM: 300 },
+        ],
+        nowMs: e.timeMs,
+      });
+      write(`  load           ${LOAD2} started on ${RESOURCE} in Lafayette, IN; ${LOAD} stays on`);
+    }
     if (e.type === 'end') {
-      // The load is over: what is buffered still goes out, including the tail sampling skipped.
+      // The loads are over: what is buffered still goes out, including the tail sampling skipped.
       agent.ingest.flush();
-      agent.store.endLoad(LOAD, Date.now());
+      for (const l of [LOAD, LOAD2]) agent.store.endLoad(l, Date.now());
       finished = true;
     }
   });
@@ -170,14 +196,22 @@ export async function runDemo(opts: DemoOptions): Promise<boolean> {
   await agent.stop();
   await sandbox.stop();
 
-  const codes = sandbox.milestones.map((m) => m.body.eventCode);
-  const orderOk = JSON.stringify(codes) === JSON.stringify(expected);
+  const codes = (load: string) => sandbox.milestones.filter((m) => m.body.loadNumber === load).map((m) => m.body.eventCode);
+  const orderOk = Object.entries(expected).every(([load, want]) => JSON.stringify(codes(load)) === JSON.stringify(want));
   const ok = drained && orderOk && sandbox.stats.invalid === 0 && sandbox.stats.unauthorized === 0;
   write('');
   write('summary');
-  write(`  readings committed      ${committed}`);
+  write(`  readings committed      ${committed} (each stored once, for every load whose window holds it)`);
   write(`  trace requests          ${sandbox.traces.length} accepted, ${sandbox.stats.tracePoints} points (sampled every ${config.sampling.interval_s} s)`);
-  write(`  milestones              ${codes.join(' ')}${orderOk ? ' (in order)' : ` (expected ${expected.join(' ')})`}`);
+  for (const load of [LOAD, LOAD2]) {
+    const mine = sandbox.traces.filter((t) => t.body.loadNumber === load);
+    write(`  ${`  ${load}`.padEnd(24)}${mine.length} requests, ${mine.reduce((n, t) => n + t.body.traces.length, 0)} points`);
+  }
+  for (const [load, want] of Object.entries(expected)) {
+    const got = codes(load);
+    const inOrder = JSON.stringify(got) === JSON.stringify(want);
+    write(`  milestones ${load}  ${got.join(' ')}${inOrder ? ' (in order)' : ` (expected ${want.join(' ')})`}`);
+  }
   write(`  faults injected         ${sandbox.stats.faults.failed} x 503, all retried`);
   write(`  rejected by sandbox     ${sandbox.stats.invalid} invalid, ${sandbox.stats.unauthorized} unauthorized`);
   write(`  duplicates              ${sandbox.stats.duplicateRequests} requests, ${sandbox.stats.duplicateTracePoints} trace points`);
