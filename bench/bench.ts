@@ -4,11 +4,13 @@
  *
  *   node dist-bench/bench/bench.js [--quick] [--json] [--dir DIR] [--cpu-prof DIR]
  *
- * 1. Ingest (ingest.ts): Ingest.admit + flush (validation, batches, the active-load subquery)
+ * 1. Ingest (ingest.ts): Ingest.admit + flush (validation, batches, the loads' windows)
  *    vs a raw better-sqlite3 prepared insert loop in one transaction.
  * 2. Drain (drain.ts): a backlog delivered to the sandbox on loopback by the real Agent (in a
  *    child process, drain-worker.ts) vs a plain undici client posting the same bodies; 7 days
- *    of one truck at 1 Hz; the same over a 150 ms link vs one request per reading (modelled).
+ *    of one truck at 1 Hz; the same over a 150 ms link vs one request per reading (modelled);
+ *    3 loads on each of 50 trucks vs one load per truck: buffer bytes per reading and trace
+ *    points delivered per second.
  * 3. Memory (memory.ts; drain.ts, daemon.ts, cgroup.ts): RSS, anonymous and file-backed, of
  *    the agent's process idle, during the drain (sampled peak), after; small vs large backlog;
  *    `run` at 1 Hz, and its cgroup's figure (what `systemctl status` shows).
@@ -31,7 +33,7 @@ import { PURGE_SLICE } from '../src/delivery/sender.js';
 import { Sandbox } from '../src/sandbox/server.js';
 import { COLLECT_AFTER_START_MS } from '../src/v8-tuning.js';
 import { BENCH_KEY, BENCH_SCAC, CHUNK } from './common.js';
-import { backlogFile, drainRun, postRun } from './drain.js';
+import { backlogFile, bufferBytes, drainRun, postRun, type DrainResult } from './drain.js';
 import { benchMqtt, MQTT_RATE, MQTT_SECONDS, MQTT_TRAILERS, mqttFigures, mqttRows } from './mqtt.js';
 import { benchDaemons } from './daemon.js';
 import { CYCLE_S, benchFlash, FLASH_TARGET_BYTES } from './flash.js';
@@ -120,6 +122,20 @@ async function main(): Promise<void> {
     // 30 s retry only adds time when a request fails (none are modelled: a lower bound).
     const peerModelS = (peerPerRequestMs * SIZES.cellular) / 1000;
 
+    const shared = SIZES.shared;
+    const sharedReadings = shared.loads * shared.perLoad;
+    progress(`   ${shared.loadsPerTruck} loads on each of ${shared.loads} trucks over ${fmt(sharedReadings)} readings, vs one load per truck: buffer bytes and drain`);
+    const oneLoadDb = backlogFile(dir, 'one-load.db', { loads: shared.loads, perLoad: shared.perLoad });
+    const sharedDb = backlogFile(dir, 'shared.db', shared);
+    // Pages in use, as the agent counts them: every reading is stored once, however many loads hold it.
+    const oneLoadBytes = bufferBytes(oneLoadDb) / sharedReadings;
+    const sharedBytes = bufferBytes(sharedDb) / sharedReadings;
+    const oneLoad = await drainRun(sandbox, oneLoadDb, sharedReadings);
+    rmSync(oneLoadDb, { force: true });
+    const sharedDrain = await drainRun(sandbox, sharedDb, sharedReadings, 0, SIZES.settleMs, sharedReadings * shared.loadsPerTruck);
+    rmSync(sharedDb, { force: true });
+    const pointsPerS = (d: DrainResult) => d.points / (d.ms / 1000);
+
     // From here on the bench's own event loop is free (no more synchronous set-up), so the
     // outages' reset listener and the sandbox that returns answer at once.
     progress(`8. outages of ${OUTAGES_S.map((o) => `${o} s`).join(', ')}: \`run\` daemons whose service resets every connection, side by side with 4-7 (the run lasts at least as long as the longest)`);
@@ -188,6 +204,24 @@ async function main(): Promise<void> {
         ratio: `${fmt(peerModelS / (cellular.ms / 1000))}x faster`,
         target: 'faster than peer',
         pass: cellular.ms / 1000 < peerModelS,
+      },
+      {
+        id: '2e',
+        measure: `buffer bytes per reading, ${label(sharedReadings)} readings, ${shared.loadsPerTruck} loads on each of ${shared.loads} trucks (pages in use)`,
+        value: `${fmt(sharedBytes)} B`,
+        reference: `${fmt(oneLoadBytes)} B one load per truck`,
+        ratio: pct(sharedBytes / oneLoadBytes),
+        target: '<= 110%',
+        pass: sharedBytes <= 1.1 * oneLoadBytes,
+      },
+      {
+        id: '2f',
+        measure: `drain of the same, trace points delivered/s (${fmt(sharedDrain.points)} points for ${fmt(sharedReadings)} readings)`,
+        value: `${fmt(pointsPerS(sharedDrain))} (${round(sharedDrain.ms / 1000)} s)`,
+        reference: `${fmt(pointsPerS(oneLoad))} one load per truck (${round(oneLoad.ms / 1000)} s)`,
+        ratio: pct(pointsPerS(sharedDrain) / pointsPerS(oneLoad)),
+        target: '>= 80%',
+        pass: pointsPerS(sharedDrain) >= 0.8 * pointsPerS(oneLoad),
       },
       {
         id: '2d',
@@ -267,6 +301,14 @@ async function main(): Promise<void> {
       peerPerRequestMs,
       peerModelS,
       cellularSpeedup: peerModelS / (cellular.ms / 1000),
+      sharedReadings,
+      sharedLoadsPerTruck: shared.loadsPerTruck,
+      sharedBytesPerReading: sharedBytes,
+      oneLoadBytesPerReading: oneLoadBytes,
+      sharedBytesRatio: sharedBytes / oneLoadBytes,
+      sharedPointsPerS: pointsPerS(sharedDrain),
+      oneLoadPointsPerS: pointsPerS(oneLoad),
+      sharedThroughputRatio: pointsPerS(sharedDrain) / pointsPerS(oneLoad),
       ...memoryFigures(mem),
       idleWindowS: daemon.windowS,
       idleCpuSeconds: daemon.schedS,
@@ -313,12 +355,14 @@ async function main(): Promise<void> {
         '',
         table(rows),
         '',
-        `ingest: best of ${SIZES.rounds} alternating rounds each, fresh file each; raw = one prepared INSERT per reading in one transaction, load number known.`,
+        `ingest: best of ${SIZES.rounds} alternating rounds each, fresh file each; raw = one prepared INSERT per reading in one transaction, whether a load holds it known.`,
         `drain: until the service has every reading; the Agent in a child process (sampling 0, ${CHUNK} per request, drain_interval_ms 0; the newest point of each load goes first, alone);`,
         `  deleting the delivered rows afterwards is timed apart (2d); memory and flash figures include it.`,
         `  ceiling = plain undici client, same process layout, posting the agent's bodies (${CHUNK} points; every body of the backlog once, as the drain sends them) one after another:`,
         `  ${fmt(requests)} requests before the drain (${fmt(rateOf(ceilingBefore))}/s) and ${fmt(requests)} after it (${fmt(rateOf(ceilingAfter))}/s); the reference is both together.`,
         `  ${fmt(drain.requests)} requests; the sandbox validated every body and counted ${fmt(large)} points, no duplicates.`,
+        `several loads (2e, 2f): ${shared.loads} trucks x ${fmt(shared.perLoad)} readings written once, each truck carrying ${shared.loadsPerTruck} loads whose windows hold all of its readings, vs the same backlog with one load per truck;`,
+        `  every load gets every point of its window (${fmt(sharedDrain.points)} points), so the drain is compared per point delivered; ${fmt(sharedDrain.requests)} requests (one load per truck: ${fmt(oneLoad.requests)}).`,
         `peer model: ${fmt(SIZES.cellular)} readings x ${round(peerPerRequestMs)} ms per single-reading request (measured, ${peer.requests} requests over the ${LATENCY_MS} ms link),`,
         `  sequential, no failures; each failure would add the fixed ${PEER_RETRY_S} s retry (1% failed = +${fmt((SIZES.cellular * 0.01 * PEER_RETRY_S) / 3600)} h).`,
         `memory: VmRSS = RssAnon (anon) + RssFile + RssShmem (file) from /proc/PID/status; the agent sends a milestone first (undici compiles its HTTP parser on the first request).`,

@@ -38,27 +38,35 @@ export function syntheticReading(truck: number, i: number, timeMs: number): Read
 }
 
 export interface Backlog {
+  /** Trucks, each with its readings (and one load, unless loadsPerTruck says more). */
   loads: number;
+  /** Readings of each truck. */
   perLoad: number;
+  /** Loads each truck carries, every one over its whole backlog (less than truckload): 1 by default. */
+  loadsPerTruck?: number;
 }
 
+/** The load numbers of truck `i`: loadOf(i), then loadOf(i)-2, loadOf(i)-3... */
+export const loadsOf = (i: number, perTruck = 1) => Array.from({ length: perTruck }, (_, k) => (k === 0 ? loadOf(i) : `${loadOf(i)}-${k + 1}`));
+
 /**
- * Write a backlog of `loads` x `perLoad` readings (each load on its own truck, 1 Hz, ending
- * now) into a fresh buffer file with the agent's schema, as if the truck had been offline.
- * Straight SQL in one transaction: this is set-up, not what is measured.
+ * Write a backlog of `loads` x `perLoad` readings (each truck 1 Hz, ending now) into a fresh
+ * buffer file with the agent's schema, as if the trucks had been offline; each truck carries
+ * `loadsPerTruck` loads whose windows hold all of its readings (stored once). Straight SQL in
+ * one transaction: this is set-up, not what is measured.
  */
 export function writeBacklog(path: string, b: Backlog, nowMs = Date.now()): void {
   const db = openDatabase(path);
-  const insertLoad = db.prepare("INSERT INTO loads (load_number, resource_id, resource_type, stops, started_ms) VALUES (?, ?, 'Truck', '[]', ?)");
-  const insert = db.prepare('INSERT INTO readings (resource_id, load_number, time_ms, lat, lon, speed, heading, odometer, temp_c, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)');
+  const insertLoad = db.prepare("INSERT INTO loads (load_number, resource_id, resource_type, stops, started_ms, window_from_ms) VALUES (?, ?, 'Truck', '[]', ?, ?)");
+  const insert = db.prepare('INSERT INTO readings (resource_id, time_ms, lat, lon, speed, heading, odometer, temp_c, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)');
   const startMs = nowMs - b.perLoad * 1000;
   db.transaction(() => {
-    for (let l = 0; l < b.loads; l++) insertLoad.run(loadOf(l), resourceOf(l), startMs - 1000);
+    for (let l = 0; l < b.loads; l++) for (const n of loadsOf(l, b.loadsPerTruck)) insertLoad.run(n, resourceOf(l), startMs - 1000, startMs - 1000);
     // Interleaved as a depot gateway would write them: one reading of every truck per second.
     for (let i = 0; i < b.perLoad; i++) {
       for (let l = 0; l < b.loads; l++) {
         const r = syntheticReading(l, i, startMs + i * 1000);
-        insert.run(r.resourceId, loadOf(l), r.timeMs, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temperatureC, 'bench');
+        insert.run(r.resourceId, r.timeMs, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temperatureC, 'bench');
       }
     }
   })();

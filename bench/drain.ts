@@ -16,6 +16,8 @@ import { Worker, killChildren } from './processes.js';
 
 export interface DrainResult {
   readings: number;
+  /** Trace points delivered: the readings, once for every load whose window holds them. */
+  points: number;
   ms: number;
   /** Deleting the delivered rows after the push, in slices, off the delivery path. */
   purgeMs: number;
@@ -36,8 +38,12 @@ export interface DrainResult {
   writeBytes: number;
 }
 
-/** `idleSettleMs`: how long after start the idle RSS is taken (the large run's figure 3a). */
-export async function drainRun(sandbox: Sandbox, dbPath: string, readings: number, latencyMs = 0, idleSettleMs = SIZES.settleMs): Promise<DrainResult> {
+/**
+ * `idleSettleMs`: how long after start the idle RSS is taken (the large run's figure 3a);
+ * `points`: the trace points the service must get (more than the readings when a truck
+ * carries several loads).
+ */
+export async function drainRun(sandbox: Sandbox, dbPath: string, readings: number, latencyMs = 0, idleSettleMs = SIZES.settleMs, points = readings): Promise<DrainResult> {
   sandbox.reset();
   if (latencyMs) sandbox.setFaults({ latencyMs });
   pendingMilestone(sandbox.url, dbPath);
@@ -79,13 +85,14 @@ export async function drainRun(sandbox: Sandbox, dbPath: string, readings: numbe
     await w.exit();
     const s = sandbox.stats;
     if (d.left > 0) throw new Error(`drain left ${d.left} readings in the buffer`);
-    if (s.tracePoints !== readings || s.duplicateTracePoints !== 0 || s.invalid !== 0 || s.accepted !== d.requests + 1) {
+    if (s.tracePoints !== points || s.duplicateTracePoints !== 0 || s.invalid !== 0 || s.accepted !== d.requests + 1) {
       throw new Error(
-        `sandbox got ${s.tracePoints} trace points (${s.duplicateTracePoints} duplicates, ${s.invalid} invalid requests, ${s.accepted} accepted for ${d.requests} trace requests and a milestone) for ${readings} readings`,
+        `sandbox got ${s.tracePoints} trace points (${s.duplicateTracePoints} duplicates, ${s.invalid} invalid requests, ${s.accepted} accepted for ${d.requests} trace requests and a milestone) for ${readings} readings (${points} points due)`,
       );
     }
     return {
       readings,
+      points,
       ms: d.ms,
       purgeMs: d.purgeMs,
       perS: readings / (d.ms / 1000),
@@ -127,6 +134,16 @@ export async function postRun(sandbox: Sandbox, c: WorkerCommand & { cmd: 'ceili
     return r;
   } finally {
     killChildren();
+  }
+}
+
+/** Bytes a buffer file's data occupies (pages in use, not the file's high-water mark), as the agent counts them. */
+export function bufferBytes(dbPath: string): number {
+  const store = Store.open(dbPath, { readonly: true });
+  try {
+    return store.usedBytes();
+  } finally {
+    store.close();
   }
 }
 

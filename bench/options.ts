@@ -26,12 +26,26 @@ export const JSON_OUT = flag('--json');
 export const PROF_DIR = option('--cpu-prof');
 
 export const SIZES = QUICK
-  ? { ingest: 20_000, rounds: 3, large: { loads: 200, perLoad: 100 }, small: { loads: 20, perLoad: 100 }, week: 20_000, cellular: 10_000, peerRequests: 10, idleS: 5, settleMs: 500, idleSettleMs: 3000 }
+  ? {
+      ingest: 20_000,
+      rounds: 3,
+      large: { loads: 200, perLoad: 100 },
+      small: { loads: 20, perLoad: 100 },
+      shared: { loads: 50, perLoad: 200, loadsPerTruck: 3 },
+      week: 20_000,
+      cellular: 10_000,
+      peerRequests: 10,
+      idleS: 5,
+      settleMs: 500,
+      idleSettleMs: 3000,
+    }
   : {
       ingest: 200_000,
       rounds: 3,
       large: { loads: 200, perLoad: 5000 },
       small: { loads: 200, perLoad: 500 },
+      // Row 2e/2f: 3 loads on each of 50 trucks over a 1M-reading backlog, vs one load per truck.
+      shared: { loads: 50, perLoad: 20_000, loadsPerTruck: 3 },
       week: 604_800,
       cellular: 604_800,
       peerRequests: 40,
