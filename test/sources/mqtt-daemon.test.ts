@@ -60,7 +60,9 @@ listen = "127.0.0.1:${healthPort}"
     // A gateway: epoch seconds, its own field names, one topic per trailer; another trailer has no load.
     const gw = mqttConnect(broker.url, { clientId: 'gateway' });
     await new Promise<void>((r) => gw.once('connect', () => r()));
-    const t0 = Math.floor(Date.now() / 1000) - 10;
+    // Stamped from the next whole second: a load holds readings from its start on (the gateway's
+    // clock counts, not when the message arrives), and L-7 started a moment ago.
+    const t0 = Math.ceil(Date.now() / 1000);
     for (let i = 0; i < 5; i++) await gw.publishAsync('depot/TRAILER-7/reefer', JSON.stringify({ ts: t0 + i, temp_c: -18 + i / 10, lat: 41.85 + i / 1000, lon: -87.65 }), { qos: 1 });
     await gw.publishAsync('depot/TRAILER-8/reefer', JSON.stringify({ ts: t0, temp_c: 3, lat: 41, lon: -87 }), { qos: 1 });
     await gw.endAsync();
