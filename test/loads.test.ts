@@ -14,6 +14,7 @@ import { ApiClient } from '../src/api/client.js';
 import { Ingest } from '../src/buffer/ingest.js';
 import { SCHEMA_VERSION } from '../src/buffer/migrations.js';
 import { CHUNK_QUERY, PURGE_RANGE } from '../src/buffer/readings.js';
+import { salvage } from '../src/buffer/salvage.js';
 import { Store } from '../src/buffer/store.js';
 import { configSchema } from '../src/config/schema.js';
 import { Sender } from '../src/delivery/sender.js';
@@ -258,6 +259,29 @@ describe('each load its traces and its milestones', () => {
       await client.close();
       await sandbox.stop();
     }
+  });
+});
+
+describe('salvage of a buffer with several loads on one truck', () => {
+  it('copies each load with its window; each gets what it had not delivered, and nothing it had', () => {
+    start('A', TEN);
+    start('B', TEN + 2 * MIN);
+    store.insertReadings([0, 1, 2, 3, 4, 5].map((m) => at(TEN + m * MIN)));
+    const a = ids('A');
+    store.ackReadings('A', a[2], null); // A delivered 0-2
+    store.parkReading(a[4], 'A', 400, 'refused', { loadNumber: 'A' }, TEN); // 4 refused for A
+    store.markSent('B', [a[5]]); // B's newest went ahead
+    store.close();
+    const old = join(tmp.dir, 'old.db');
+    copyFileSync(path, old);
+    store = Store.open(join(tmp.dir, 'fresh.db'));
+    const report = salvage(old, store);
+    expect(report).toMatchObject({ loads: 2, readings: 4, deadLetters: 1, skippedDelivered: 2, skippedNoLoad: 0 });
+    expect(times('A')).toEqual([3, 5]);
+    expect(times('B')).toEqual([2, 3, 4]);
+    // Four readings some load still has to send, the one parked for A (and due to B) among them.
+    expect(store.counts()).toMatchObject({ readings: 4, deadLetters: 1 });
+    expect(store.listDeadLetters().map((d) => [d.loadNumber, d.kind])).toEqual([['A', 'trace']]);
   });
 });
 

@@ -318,7 +318,8 @@ export class Store implements BufferContext {
 
   /**
    * Queue depths. `readings`: stored readings some load still has to send, each counted once
-   * however many loads hold it (a load's own backlog: `backlogs`).
+   * however many loads hold it (a load's own backlog: `backlogs`), one a dead letter of another
+   * load holds included.
    */
   counts(): {
     readings: number;
@@ -337,7 +338,7 @@ export class Store implements BufferContext {
            (SELECT count(*) FROM milestones WHERE sent_ms IS NOT NULL) AS sent,
            (SELECT count(*) FROM dead_letters) AS dead,
            (SELECT count(*) FROM load_marks WHERE state = ${MarkState.RETRY}) AS retry
-         FROM (SELECT count(*) AS readings, min(r.time_ms) AS oldest FROM readings r WHERE r.state = ${ReadingState.WAITING} AND ${AWAITED}) w`,
+         FROM (SELECT count(*) AS readings, min(r.time_ms) AS oldest FROM readings r WHERE r.state <> ${ReadingState.UNASSIGNED} AND ${AWAITED}) w`,
       )
       .get() as { readings: number; unassigned: number; oldest: number | null; pending: number; sent: number; dead: number; retry: number };
     return {
