@@ -98,8 +98,9 @@ describe('a load is its resource and a window', () => {
   it('goes once every load holding it has delivered it; an ended load that delivered all is done', () => {
     start('A', TEN);
     start('B', TEN + 2 * MIN);
-    for (let m = 1; m <= 4; m++) store.insertReadings([at(TEN + m * MIN)]);
+    for (let m = 1; m <= 3; m++) store.insertReadings([at(TEN + m * MIN)]);
     store.endLoad('A', TEN + 3.5 * MIN);
+    store.insertReadings([at(TEN + 4 * MIN)]);
     store.closeEndedLoads(TEN + 4 * MIN);
     expect(times('A')).toEqual([1, 2, 3]);
     expect(times('B')).toEqual([2, 3, 4]);
@@ -122,6 +123,31 @@ describe('a load is its resource and a window', () => {
     store.purgeAcked();
     expect(rows()).toBe(0);
     expect(store.counts().readings).toBe(0);
+  });
+
+  it('load end never cuts off a reading the load already holds: a source clock ahead, a system clock not yet set', () => {
+    // The source's clock 2 minutes ahead of the system's: its readings are stamped after the
+    // moment `load end` gives, but they were committed while the load was on.
+    start('A', TEN);
+    store.insertReadings([1, 2, 3, 4, 5].map((m) => at(TEN + (m + 2) * MIN)));
+    store.endLoad('A', TEN + 5 * MIN);
+    store.insertReadings([at(TEN + 8 * MIN)]);
+    store.closeEndedLoads(TEN + 9 * MIN);
+    expect(times('A')).toEqual([3, 4, 5, 6, 7]);
+    // The system clock not set when the command runs (a Pi without RTC, offline): 1970.
+    start('B', TEN, 'TRUCK-2');
+    store.insertReadings(Array.from({ length: 100 }, (_, i) => at(TEN + i * 1000, 'TRUCK-2')));
+    store.endLoad('B', 60_000);
+    store.closeEndedLoads(60_001);
+    expect(ids('B')).toHaveLength(100);
+    // Nothing goes before it is delivered.
+    store.purgeAcked();
+    expect(rows()).toBe(105);
+    store.ackReadings('A', ids('A').at(-1)!, null);
+    store.ackReadings('B', ids('B').at(-1)!, null);
+    store.purgeAcked();
+    expect(rows()).toBe(0);
+    expect(store.loadsWithReadings()).toEqual([]);
   });
 
   it('a point one load parked or sent ahead is still due to the other; a retry goes to the load that parked it', () => {
@@ -214,8 +240,9 @@ describe('each load its traces and its milestones', () => {
     store.startLoad({ loadNumber: 'A', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [stop(1, 'pickup', DOCK), stop(2, 'delivery', GARY)], nowMs: TEN });
     store.insertReadings(fixes(0, 9, DOCK));
     store.startLoad({ loadNumber: 'B', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [stop(1, 'pickup', GARY), stop(2, 'delivery', INDY)], nowMs: TEN + 10 * MIN });
-    store.insertReadings(fixes(10, 19, GARY));
+    store.insertReadings(fixes(10, 14, GARY));
     store.endLoad('A', TEN + 15 * MIN);
+    store.insertReadings(fixes(15, 19, GARY));
     store.insertReadings(fixes(20, 24, INDY), false, undefined, undefined, TEN + 25 * MIN);
     // A left its pick-up at 10:05, B its own at 10:18: each load's later points name its next stop.
     recordMilestone(store, config, { loadNumber: 'A', code: 'AF', stop: 1, timeMs: TEN + 5 * MIN, lat: DOCK.lat, lon: DOCK.lon }, TEN + 30 * MIN);

@@ -87,13 +87,24 @@ export class Loads {
    * End a load, and no other: its window ends at `nowMs` by reading time. What it holds is
    * still delivered, and so are the readings from before `nowMs` the daemon still held in
    * memory: the daemon closes the load (end_id) with its next commit.
+   *
+   * Never before a reading it already holds: a source whose clock runs ahead of the system's
+   * (by up to sources_time.max_future_s), or a system clock not yet set when the command runs
+   * (no RTC, no NTP), put committed readings after `nowMs`. Cut off by the window, they were
+   * purged without ever being sent.
    */
   endLoad(loadNumber: string, nowMs: number): LoadRow {
     return this.ctx.durably(() => {
       const load = this.getLoad(loadNumber);
       if (!load) throw new LoadError(`no load ${loadNumber}`);
       if (load.endedMs !== null) throw new LoadError(`load ${loadNumber} has already ended`);
-      this.db.prepare('UPDATE loads SET ended_ms = ?, window_until_ms = max(?, window_from_ms) WHERE load_number = ?').run(nowMs, nowMs, loadNumber);
+      this.db
+        .prepare(
+          `UPDATE loads AS l SET ended_ms = ?, window_until_ms = max(?, l.window_from_ms,
+             coalesce((SELECT max(r.time_ms) + 1 FROM readings r WHERE r.resource_id = l.resource_id AND r.id > l.acked_id AND r.time_ms >= l.window_from_ms), 0))
+           WHERE load_number = ?`,
+        )
+        .run(nowMs, nowMs, loadNumber);
       return this.getLoad(loadNumber)!;
     });
   }
