@@ -125,8 +125,8 @@ async function main(): Promise<void> {
     const shared = SIZES.shared;
     const sharedReadings = shared.loads * shared.perLoad;
     progress(`   ${shared.loadsPerTruck} loads on each of ${shared.loads} trucks over ${fmt(sharedReadings)} readings, vs one load per truck: buffer bytes and drain`);
-    const oneLoadDb = backlogFile(dir, 'one-load.db', { loads: shared.loads, perLoad: shared.perLoad });
-    const sharedDb = backlogFile(dir, 'shared.db', shared);
+    const oneLoadDb = backlogFile(dir, 'one-load.db', { loads: shared.loads, perLoad: shared.perLoad }, true);
+    const sharedDb = backlogFile(dir, 'shared.db', shared, true);
     // Pages in use, as the agent counts them: every reading is stored once, however many loads hold it.
     const oneLoadBytes = bufferBytes(oneLoadDb) / sharedReadings;
     const sharedBytes = bufferBytes(sharedDb) / sharedReadings;
@@ -361,7 +361,7 @@ async function main(): Promise<void> {
         `  ceiling = plain undici client, same process layout, posting the agent's bodies (${CHUNK} points; every body of the backlog once, as the drain sends them) one after another:`,
         `  ${fmt(requests)} requests before the drain (${fmt(rateOf(ceilingBefore))}/s) and ${fmt(requests)} after it (${fmt(rateOf(ceilingAfter))}/s); the reference is both together.`,
         `  ${fmt(drain.requests)} requests; the sandbox validated every body and counted ${fmt(large)} points, no duplicates.`,
-        `several loads (2e, 2f): ${shared.loads} trucks x ${fmt(shared.perLoad)} readings written once, each truck carrying ${shared.loadsPerTruck} loads whose windows hold all of its readings, vs the same backlog with one load per truck;`,
+        `several loads (2e, 2f): ${shared.loads} trucks x ${fmt(shared.perLoad)} readings committed through the agent's own insert path, each truck carrying ${shared.loadsPerTruck} loads whose windows hold all of its readings, vs the same backlog with one load per truck;`,
         `  every load gets every point of its window (${fmt(sharedDrain.points)} points), so the drain is compared per point delivered; ${fmt(sharedDrain.requests)} requests (one load per truck: ${fmt(oneLoad.requests)}).`,
         `peer model: ${fmt(SIZES.cellular)} readings x ${round(peerPerRequestMs)} ms per single-reading request (measured, ${peer.requests} requests over the ${LATENCY_MS} ms link),`,
         `  sequential, no failures; each failure would add the fixed ${PEER_RETRY_S} s retry (1% failed = +${fmt((SIZES.cellular * 0.01 * PEER_RETRY_S) / 3600)} h).`,

@@ -5,6 +5,7 @@
  */
 import { closeSync, fsyncSync, openSync, readdirSync, readFileSync } from 'node:fs';
 import { openDatabase } from '../src/buffer/db.js';
+import { Store } from '../src/buffer/store.js';
 import { packageFile } from '../src/paths.js';
 import type { Reading } from '../src/sources/types.js';
 
@@ -73,6 +74,30 @@ export function writeBacklog(path: string, b: Backlog, nowMs = Date.now()): void
   db.pragma('wal_checkpoint(TRUNCATE)');
   db.close();
   // On the disk before the measurement starts, so its write-back does not compete with it.
+  const fd = openSync(path, 'r+');
+  fsyncSync(fd);
+  closeSync(fd);
+}
+
+/**
+ * The same backlog as writeBacklog, written the way the daemon writes it: the loads started
+ * with the store's own `startLoad`, the readings committed through `insertReadings` in
+ * batches (one second of every truck each). Rows 2e and 2f measure what the agent's own
+ * path stores for several loads on a truck, so a copy per load would show.
+ */
+export function ingestBacklog(path: string, b: Backlog, nowMs = Date.now()): void {
+  const store = Store.open(path);
+  const startMs = nowMs - b.perLoad * 1000;
+  try {
+    for (let l = 0; l < b.loads; l++) for (const n of loadsOf(l, b.loadsPerTruck)) store.startLoad({ loadNumber: n, resourceId: resourceOf(l), resourceType: 'Truck', stops: [], nowMs: startMs - 1000 });
+    for (let i = 0; i < b.perLoad; i++) {
+      const batch = Array.from({ length: b.loads }, (_, l) => ({ ...syntheticReading(l, i, startMs + i * 1000), source: 'bench' }));
+      if (store.insertReadings(batch) !== batch.length) throw new Error(`the buffer kept fewer than ${batch.length} readings of second ${i}`);
+    }
+    store.db.pragma('wal_checkpoint(TRUNCATE)');
+  } finally {
+    store.close();
+  }
   const fd = openSync(path, 'r+');
   fsyncSync(fd);
   closeSync(fd);

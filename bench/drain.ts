@@ -10,7 +10,7 @@ import { Store } from '../src/buffer/store.js';
 import { configSchema } from '../src/config/schema.js';
 import { recordMilestone } from '../src/milestones/record.js';
 import type { Sandbox } from '../src/sandbox/server.js';
-import { drainConfigInput, loadOf, type Memory, memoryOf, sleep, writeBacklog, writeBytesOf, type Backlog, type WorkerCommand } from './common.js';
+import { drainConfigInput, loadOf, type Memory, memoryOf, sleep, ingestBacklog, writeBacklog, writeBytesOf, type Backlog, type WorkerCommand } from './common.js';
 import { SIZES } from './options.js';
 import { Worker, killChildren } from './processes.js';
 
@@ -147,8 +147,10 @@ export function bufferBytes(dbPath: string): number {
   }
 }
 
-export function backlogFile(dir: string, name: string, b: Backlog): string {
+/** A backlog in a fresh buffer file: written with straight SQL, or (`ingested`) through the agent's own insert path. */
+export function backlogFile(dir: string, name: string, b: Backlog, ingested = false): string {
   const p = join(dir, name);
-  writeBacklog(p, b);
+  if (ingested) ingestBacklog(p, b);
+  else writeBacklog(p, b);
   return p;
 }
