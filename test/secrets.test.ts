@@ -92,7 +92,8 @@ describe('a key file other users can read', () => {
       .find((l) => l.includes('readable by every user'));
     expect(line).toBeDefined();
     expect(JSON.parse(line!)).toMatchObject({ level: 40, msg: warning });
-    expect(await d.stop('SIGTERM')).toEqual({ code: 0, signal: null });
+    // Its log with it if it does not stop: it once needed SIGKILL in a full run on a busy machine.
+    expect(await d.stop('SIGTERM'), d.output().slice(-4000)).toEqual({ code: 0, signal: null });
 
     chmodSync(keyFile, 0o600);
     const tight = await runCli(['validate-config', '--config', cfg]);
