@@ -141,7 +141,9 @@ describe('subscription key', () => {
     const inline = loadConfig(writeFile(tmp.dir, 'b.toml', base('subscription_key = "inline-key"\n')));
     expect(inline.warnings).toEqual(['api.subscription_key: the key is inline in the config file; prefer api.subscription_key_file or a systemd credential']);
     expect(resolveSubscriptionKey(inline, { TELEMATICS_AGENT_SUBSCRIPTION_KEY: 'from-env', CREDENTIALS_DIRECTORY: credDir }).key).toBe('from-env');
-    expect(resolveSubscriptionKey(inline, { CREDENTIALS_DIRECTORY: credDir }).key).toBe('from-credential');
+    // Only the credential is marked: systemd copied it at the start, a reload does not renew it.
+    expect(resolveSubscriptionKey(inline, { CREDENTIALS_DIRECTORY: credDir })).toMatchObject({ key: 'from-credential', credential: true });
+    expect(resolveSubscriptionKey(withFile, { CREDENTIALS_DIRECTORY: credDir }).credential).toBeUndefined();
     expect(resolveSubscriptionKey(inline, {}).key).toBe('inline-key');
   });
 

@@ -8,7 +8,8 @@ import { request } from 'node:http';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Agent, changedSettings } from '../src/agent.js';
-import type { LoadedConfig } from '../src/config/load.js';
+import { KEY_NEEDS_RESTART } from '../src/cli/commands/run.js';
+import { CREDENTIAL_NAME, type LoadedConfig } from '../src/config/load.js';
 import { configSchema, restartSettings, type Config } from '../src/config/schema.js';
 import { createLogger } from '../src/log.js';
 import { Sandbox } from '../src/sandbox/server.js';
@@ -230,6 +231,37 @@ describe('reload (SIGHUP)', () => {
         .split('\n')
         .find((l) => l.includes('apply only after a restart'));
       expect(JSON.parse(warn!).msg).toBe('changed settings that apply only after a restart (systemctl restart telematics-agent): device_id');
+      // The key came from a file: nothing is said about systemd's copy of it.
+      expect(d.output()).not.toContain(KEY_NEEDS_RESTART);
+    } finally {
+      await d.stop();
+    }
+  });
+
+  it('says at a reload that a key from the systemd credential is the copy made at the start', async () => {
+    const { url } = await sandbox.start();
+    // The key only as systemd hands it over: no key file in the config.
+    const cfg = agentConfig(tmp.dir, url);
+    const { readFileSync, writeFileSync, mkdirSync } = await import('node:fs');
+    writeFileSync(cfg, readFileSync(cfg, 'utf8').replace(/^subscription_key_file = .*$/m, ''));
+    const creds = join(tmp.dir, 'creds');
+    mkdirSync(creds);
+    writeFile(creds, CREDENTIAL_NAME, `${TEST_KEY}\n`, 0o400);
+    const d = startDaemon(['--config', cfg], { CREDENTIALS_DIRECTORY: creds });
+    try {
+      await waitFor(() => d.output().includes('agent started'), 15_000, 'the daemon to start');
+      d.child.kill('SIGHUP');
+      const line = await waitFor(
+        () =>
+          d
+            .output()
+            .split('\n')
+            .find((l) => l.includes(KEY_NEEDS_RESTART)),
+        10_000,
+        'the note about the key',
+      );
+      expect(JSON.parse(line)).toMatchObject({ level: 30, keyOrigin: `systemd credential (${join(creds, CREDENTIAL_NAME)})` });
+      expect(d.output()).not.toContain(TEST_KEY);
     } finally {
       await d.stop();
     }

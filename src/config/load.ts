@@ -175,6 +175,11 @@ export interface KeyLookup {
   origin: string;
   /** The file it was read from, when it was read from one. */
   file?: string;
+  /**
+   * Read from the systemd credential: systemd copies the key file there when the service
+   * starts and not on a reload, so a new key file takes effect only with a restart.
+   */
+  credential?: true;
 }
 
 /**
@@ -208,7 +213,7 @@ export function resolveSubscriptionKey(loaded: LoadedConfig, env: NodeJS.Process
     } catch {
       exists = false;
     }
-    if (exists) return fromFile(cred, 'systemd credential');
+    if (exists) return { ...fromFile(cred, 'systemd credential'), credential: true };
   }
   if (config.api.subscription_key) return { key: config.api.subscription_key, origin: 'api.subscription_key (inline)' };
   throw new ConfigError(file, [`api.subscription_key_file: no subscription key found (set api.subscription_key_file, $${KEY_ENV}, or the systemd credential "${CREDENTIAL_NAME}")`]);

@@ -25,6 +25,10 @@ export function addRunCommand(program: Command): void {
     });
 }
 
+/** Said at every reload whose key is the systemd credential (see KeyLookup.credential). */
+export const KEY_NEEDS_RESTART =
+  'the key is the copy systemd made of the key file when the service started (LoadCredential=): a new key file takes effect with systemctl restart telematics-agent, not with a reload';
+
 /**
  * Run until SIGTERM/SIGINT; stop gracefully within delivery.shutdown_timeout_s, which the
  * schema keeps below the unit's TimeoutStopSec: past it the agent exits by itself (status 1)
@@ -85,6 +89,8 @@ export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof res
         .reload(next, nextKey)
         .then(({ applied, needsRestart }) => {
           log.info({ config: next.file, keyOrigin: nextKey.origin, applied, needsRestart }, 'configuration reloaded');
+          // The operator who fixed a refused key and reloaded would otherwise wait in vain.
+          if (nextKey.credential) log.info({ keyOrigin: nextKey.origin }, KEY_NEEDS_RESTART);
           if (needsRestart.length) log.warn({ needsRestart }, `changed settings that apply only after a restart (systemctl restart telematics-agent): ${needsRestart.join(', ')}`);
         })
         .catch((e) => log.error({ err: (e as Error).message }, 'reload failed'))
