@@ -696,14 +696,19 @@ export function createSource(ctx, options) {
 }
 `;
 
-/** Test only: a module source that emits `count` readings of one resource, a second apart and ending now, at once. */
+/**
+ * Test only: a module source that emits `count` readings of one resource at once, a
+ * millisecond apart from its start: after the load's start, so every one is the load's (a
+ * load's window begins at \`load start\`), and at most 100 s ahead (sources_time.max_future_s
+ * is 300).
+ */
 const BURST_MODULE = `export function createSource(ctx, options) {
   const n = options.count;
-  const end = Date.now() - 1000;
+  const start = Date.now() + 1000;
   let i = 0;
   let timer;
   const more = () => {
-    for (let k = 0; k < 1000 && i < n; k++, i++) ctx.emit({ resourceId: options.resource_id, timeMs: end - (n - i) * 1000, lat: 41.8 + i * 1e-6, lon: -87.6 });
+    for (let k = 0; k < 1000 && i < n; k++, i++) ctx.emit({ resourceId: options.resource_id, timeMs: start + i, lat: 41.8 + i * 1e-6, lon: -87.6 });
     if (i < n) timer = setTimeout(more, 5);
   };
   return {
