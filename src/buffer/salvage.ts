@@ -237,8 +237,11 @@ export function salvage(file: string, target: Store, opts: { force?: boolean; no
         if (!isCorruption(err)) throw err;
         report.unreadable.stop_state = 'table';
       }
-    })();
+    }).immediate();
 
+    // Every write transaction here is IMMEDIATE: the daemon may be committing to this buffer
+    // meanwhile, and a deferred one that read first could not take the write lock after the
+    // daemon's commit ("database is locked" at once, whatever busy_timeout says).
     // Milestones, each in the same transaction as its dead letter.
     const haveRef = db.prepare('SELECT 1 FROM milestones WHERE ref = ?');
     const copyMilestones = db.transaction((rows: Row[]) => {
@@ -271,11 +274,11 @@ export function salvage(file: string, target: Store, opts: { force?: boolean; no
     for (const m of readable(src, 'milestones', report)) {
       batch.push(m);
       if (batch.length >= 500) {
-        copyMilestones(batch);
+        copyMilestones.immediate(batch);
         batch = [];
       }
     }
-    copyMilestones(batch);
+    copyMilestones.immediate(batch);
 
     // Readings some load had not delivered, in id order, with new ids. Each goes to the loads
     // here whose windows hold it: the copied loads (their windows from the old file) and the
@@ -353,17 +356,17 @@ export function salvage(file: string, target: Store, opts: { force?: boolean; no
     for (const r of readable(src, 'readings', report)) {
       batch.push(r);
       if (batch.length >= 1000) {
-        copyReadings(batch);
+        copyReadings.immediate(batch);
         batch = [];
       }
     }
-    copyReadings(batch);
+    copyReadings.immediate(batch);
     // The copied loads that had ended are closed: no reading committed from now on is theirs.
     db.transaction(() => {
       const close = db.prepare(`UPDATE loads SET end_id = (${HIGHEST_READING_ID}) WHERE load_number = ? AND ended_ms IS NOT NULL AND end_id IS NULL`);
       for (const n of copiedLoads) close.run(n);
       db.prepare(SETTLE_LOADS).run();
-    })();
+    }).immediate();
     db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value').run(
       mark,
       `${new Date(nowMs).toISOString()}: ${report.milestones} milestones, ${report.readings} readings from ${file}`,
