@@ -181,8 +181,9 @@ describe('trace chunks written straight to JSON (what the drain sends)', () => {
         const json = buildTraceJson(resource, rs, stopAt, { ...opts, ...o }, final);
         expect(object, name).toBeDefined();
         const { body, ...rest } = object!;
-        expect({ name, ...json, json: undefined }).toEqual({ name, ...rest, json: undefined });
-        expect(json!.json, name).toBe(body === null ? null : JSON.stringify(body));
+        expect({ name, ...json, bytes: undefined }).toEqual({ name, ...rest, bytes: undefined });
+        expect(json!.bytes?.toString('utf8'), name).toBe(body === null ? undefined : JSON.stringify(body));
+        if (json!.bytes) expect(json!.bytes.length, name).toBe(Buffer.byteLength(JSON.stringify(body)));
         compared += object!.points;
       }
     }
@@ -190,7 +191,7 @@ describe('trace chunks written straight to JSON (what the drain sends)', () => {
     // An ended load whose readings sampling skips: consumed, nothing to send, both ways.
     const tail = readings(3, 10);
     const ended = { ...load, endedMs: 1, lastSampleMs: T0 };
-    expect(buildTraceJson(ended, tail, noStop, opts, true)).toEqual({ ...buildTraceChunk(ended, tail, noStop, opts, true), body: undefined, json: null });
+    expect(buildTraceJson(ended, tail, noStop, opts, true)).toEqual({ ...buildTraceChunk(ended, tail, noStop, opts, true), body: undefined, bytes: null });
     expect(buildTraceJson(load, [], noStop, opts)).toBeUndefined();
   });
 });

@@ -4,6 +4,7 @@
  * state that records it: never one without the other.
  */
 import { randomUUID } from 'node:crypto';
+import type { Statement } from 'better-sqlite3';
 import type { DB } from './db.js';
 import type { Loads } from './loads.js';
 import type { BufferContext } from './store.js';
@@ -70,6 +71,7 @@ const toMilestone = (r: RawMilestone): MilestoneRow => ({
 
 export class Milestones {
   private readonly db: DB;
+  private pendingOne: Statement | undefined;
 
   constructor(
     private readonly ctx: BufferContext,
@@ -147,7 +149,9 @@ export class Milestones {
   }
 
   hasPendingMilestones(): boolean {
-    return this.db.prepare('SELECT 1 FROM milestones WHERE sent_ms IS NULL AND parked_ms IS NULL LIMIT 1').get() !== undefined;
+    // Asked before every request of a drain: prepared once.
+    this.pendingOne ??= this.db.prepare('SELECT 1 FROM milestones WHERE sent_ms IS NULL AND parked_ms IS NULL LIMIT 1');
+    return this.pendingOne.get() !== undefined;
   }
 
   listMilestones(loadNumber?: string): MilestoneRow[] {

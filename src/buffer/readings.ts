@@ -12,12 +12,12 @@
  * at a time. The cursor is one small write per chunk; deleting each chunk's rows at once
  * rewrote about a page per reading when many loads' readings share the pages.
  */
-import type { Statement } from 'better-sqlite3';
+import type { Statement, Transaction } from 'better-sqlite3';
 import type { Reading } from '../sources/types.js';
 import type { DB } from './db.js';
 import { DUE, FAR, NEXT_READING_ID, SETTLE_LOADS, UNDONE } from './migrations.js';
 import type { BufferContext } from './store.js';
-import { MarkState, ReadingState, type LastFix, type StoredReading } from './types.js';
+import { MarkState, ReadingState, type LastFix, type StoredReading, type TraceRow } from './types.js';
 
 /** Room a committed reading takes, row and index, for the free-space check (measured about 90 B; rounded up). */
 export const READING_BYTES = 128;
@@ -53,8 +53,11 @@ export const FIRST_DUE = `(SELECT r.id FROM readings r WHERE ${DUE} ORDER BY r.i
  * on the rows it reads (test/loads.test.ts checks the plan). The resource is the same on
  * every row: not read (a string a row).
  */
-export const CHUNK_QUERY = `SELECT id, time_ms, lat, lon, speed, heading, odometer, temp_c FROM readings
+export const CHUNK_QUERY = `SELECT id, time_ms, lat, lon, odometer, temp_c FROM readings
   WHERE resource_id = ? AND id > ? AND id <= ? AND time_ms >= ? AND time_ms < ? ORDER BY id LIMIT ${PAGE_ROWS}`;
+
+/** The chunk query's range with every column of a StoredReading but the resource and load (iterateReadings). */
+const WINDOW_QUERY = CHUNK_QUERY.replace('lat, lon, odometer', 'lat, lon, speed, heading, odometer');
 
 /** The purge of a range of ids: rows no load has left to send (held and unassigned rows stay). */
 export const PURGE_RANGE = `DELETE FROM readings AS r WHERE r.id > ? AND r.id <= ? AND r.state = ${ReadingState.WAITING} AND NOT ${AWAITED}`;
@@ -83,8 +86,8 @@ export class Readings {
   private readonly windowOf: Statement;
   private readonly marksAbove: Statement;
   private readonly readingsInWindow: Statement;
-  private readonly ackStmt: Statement;
-  private readonly settleLoad: Statement;
+  private readonly traceRowsInWindow: Statement;
+  private readonly ack: Transaction<(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId: string | null) => void>;
   private readonly purgeRange: Statement;
   /** No acknowledged row is left at or below this id (0 after opening: a crash may have left some anywhere). */
   private purgeFloor = 0;
@@ -103,9 +106,18 @@ export class Readings {
     this.windowOf = db.prepare('SELECT resource_id, acked_id, end_id, window_from_ms, window_until_ms FROM loads WHERE load_number = ?');
     this.marksAbove = db.prepare('SELECT reading_id FROM load_marks WHERE load_number = ? AND reading_id > ?').pluck();
     // Arrays, not objects: better-sqlite3 builds a row object in C++ at about twice the cost.
-    this.readingsInWindow = db.prepare(CHUNK_QUERY).raw();
-    this.ackStmt = db.prepare('UPDATE loads SET acked_id = max(acked_id, ?), last_sample_ms = CASE WHEN ? IS NULL THEN last_sample_ms ELSE max(coalesce(last_sample_ms, 0), ?) END WHERE load_number = ?');
-    this.settleLoad = db.prepare(`${SETTLE_LOADS} AND l.load_number = ?`);
+    this.readingsInWindow = db.prepare(WINDOW_QUERY).raw();
+    this.traceRowsInWindow = db.prepare(CHUNK_QUERY).raw();
+    const ackStmt = db.prepare(
+      'UPDATE loads SET acked_id = max(acked_id, ?), last_sample_ms = CASE WHEN ? IS NULL THEN last_sample_ms ELSE max(coalesce(last_sample_ms, 0), ?) END, correlation_id = coalesce(?, correlation_id) WHERE load_number = ?',
+    );
+    const settleLoad = db.prepare(`${SETTLE_LOADS} AND l.load_number = ?`);
+    // One transaction, so one commit (and with synchronous = FULL one fsync) for an
+    // acknowledgement, which is in series with every request of a drain.
+    this.ack = db.transaction((loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId: string | null) => {
+      ackStmt.run(upToId, lastSampleMs, lastSampleMs, correlationId, loadNumber);
+      settleLoad.run(loadNumber);
+    });
     // In id order (neighbouring rows, neighbouring pages), each row against the cursors of the
     // loads whose windows hold it.
     this.purgeRange = db.prepare(PURGE_RANGE);
@@ -200,23 +212,39 @@ export class Readings {
    * pages, so the caller may write to the buffer while it holds the iterator.
    */
   *iterateReadings(loadNumber: string, afterId = 0): IterableIterator<StoredReading> {
+    for (const { rows, resourceId } of this.pagesInWindow(this.readingsInWindow, loadNumber, afterId, FAR)) {
+      for (const r of rows as RawReading[]) {
+        yield { id: r[0], resource_id: resourceId, load_number: loadNumber, time_ms: r[1], lat: r[2], lon: r[3], speed: r[4], heading: r[5], odometer: r[6], temp_c: r[7] };
+      }
+    }
+  }
+
+  /**
+   * The same readings as iterateReadings, up to `maxId`, as the pages of rows SQLite returns:
+   * what a drain builds its chunks from, a million rows with no object or generator step each.
+   */
+  *tracePages(loadNumber: string, afterId = 0, maxId = FAR): Generator<TraceRow[]> {
+    for (const { rows } of this.pagesInWindow(this.traceRowsInWindow, loadNumber, afterId, maxId)) yield rows as TraceRow[];
+  }
+
+  /** Pages of a load's due rows from a window query whose rows begin with the id (CHUNK_QUERY's parameters). */
+  private *pagesInWindow(query: Statement, loadNumber: string, afterId: number, maxId: number): Generator<{ rows: Array<readonly [number, ...unknown[]]>; resourceId: string }> {
     const w = this.windowOf.get(loadNumber) as RawWindow | undefined;
     if (w === undefined) return;
     let after = Math.max(afterId, w.acked_id);
-    const upTo = w.end_id ?? FAR;
+    const upTo = Math.min(w.end_id ?? FAR, maxId);
     const until = w.window_until_ms ?? FAR;
     // Few (the newest position sent ahead after an outage, a split request's delivered part):
     // skipped here, not by a lookup per row in the query.
     const marked = new Set(this.marksAbove.all(loadNumber, after) as number[]);
     const resourceId = w.resource_id;
     for (;;) {
-      const rows = this.readingsInWindow.all(resourceId, after, upTo, w.window_from_ms, until) as RawReading[];
-      for (const r of rows) {
-        if (marked.size > 0 && marked.has(r[0])) continue;
-        yield { id: r[0], resource_id: resourceId, load_number: loadNumber, time_ms: r[1], lat: r[2], lon: r[3], speed: r[4], heading: r[5], odometer: r[6], temp_c: r[7] };
-      }
+      const rows = query.all(resourceId, after, upTo, w.window_from_ms, until) as Array<readonly [number, ...unknown[]]>;
+      if (rows.length === 0) return;
+      const last = rows[rows.length - 1][0];
+      yield { rows: marked.size > 0 ? rows.filter((r) => !marked.has(r[0])) : rows, resourceId };
       if (rows.length < PAGE_ROWS) return;
-      after = rows[rows.length - 1][0];
+      after = last;
     }
   }
 
@@ -227,11 +255,7 @@ export class Readings {
    * done: its cursor goes to its last id.
    */
   ackReadings(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId?: string): void {
-    this.ctx.withReserve(() => {
-      this.ackStmt.run(upToId, lastSampleMs, lastSampleMs, loadNumber);
-      this.settleLoad.run(loadNumber);
-      if (correlationId !== undefined) this.db.prepare('UPDATE loads SET correlation_id = ? WHERE load_number = ?').run(correlationId, loadNumber);
-    });
+    this.ctx.withReserve(() => this.ack.immediate(loadNumber, upToId, lastSampleMs, correlationId ?? null));
   }
 
   /**

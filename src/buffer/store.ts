@@ -61,6 +61,7 @@ export class Store implements BufferContext {
     // The façade: each call is its module's own method.
     this.insertReadings = r.insertReadings.bind(r);
     this.iterateReadings = r.iterateReadings.bind(r);
+    this.tracePages = r.tracePages.bind(r);
     this.ackReadings = r.ackReadings.bind(r);
     this.markSent = r.markSent.bind(r);
     this.retryDone = r.retryDone.bind(r);
@@ -109,6 +110,7 @@ export class Store implements BufferContext {
 
   insertReadings: Readings['insertReadings'];
   iterateReadings: Readings['iterateReadings'];
+  tracePages: Readings['tracePages'];
   ackReadings: Readings['ackReadings'];
   markSent: Readings['markSent'];
   retryDone: Readings['retryDone'];

@@ -61,6 +61,12 @@ export interface StoredReading {
   temp_c: number | null;
 }
 
+/**
+ * A reading as a trace point takes it, a row of the chunk query as SQLite returns it: no
+ * object per row, no resource or load (the same on every row of a chunk).
+ */
+export type TraceRow = readonly [id: number, timeMs: number, lat: number | null, lon: number | null, odometer: number | null, tempC: number | null];
+
 export type MilestoneOrigin = 'detected' | 'manual';
 
 export interface MilestoneRow {

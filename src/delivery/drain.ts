@@ -9,20 +9,12 @@
  * most one request, with the same Idempotency-Key. After an outage, each load's newest
  * position goes first, alone, so the service learns where the truck is now.
  */
-import type { LoadRow, StoredReading } from '../buffer/store.js';
+import type { LoadRow } from '../buffer/store.js';
 import type { DeliveryContext, Step } from './context.js';
 import type { MilestoneSender } from './milestones.js';
 import type { Prepared, TracePoster } from './post-traces.js';
 import type { Purger } from './purge.js';
 import { buildTraceChunk, buildTraceJson, nextStopResolver, type TraceBuildOptions } from './traces.js';
-
-/** The readings up to `lastId`, and none after (newer ones may have been committed since). */
-function* upToId(readings: Iterable<StoredReading>, lastId: number): Generator<StoredReading> {
-  for (const r of readings) {
-    if (r.id > lastId) return;
-    yield r;
-  }
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -78,7 +70,8 @@ export class Drain {
         const { stopAt } = entry;
         const opts = this.traceOptions();
         const final = load.endedMs !== null;
-        const chunk = buildTraceJson(load, upToId(store.iterateReadings(loadNumber, from.afterId), lastId), stopAt, opts, final);
+        // Readings committed after the push began wait for the next push.
+        const chunk = buildTraceJson(load, { pages: store.tracePages(loadNumber, from.afterId, lastId) }, stopAt, opts, final);
         if (!chunk) continue;
         cursors.set(loadNumber, { afterId: chunk.lastId, lastSampleMs: chunk.lastSampleMs });
         // A full chunk may have more behind it: the load takes its turn again after the others.
@@ -89,16 +82,16 @@ export class Drain {
           // Bytes, not trace objects: 500 of them kept alive across a request would outlive V8's
           // young generation and be promoted, which made the drain mostly garbage collection.
           // Encoded here, while the request before is at the service: sent as text, the
-          // request itself flattened and encoded it (Content-Length, undici's Buffer.from)
-          // after the answer before it had come, some 0.3 ms a request.
-          body: chunk.json === null ? null : Buffer.from(chunk.json),
+          // request itself encoded it (Content-Length, undici's Buffer.from) after the answer
+          // before it had come, some 0.3 ms a request.
+          body: chunk.bytes,
           key: chunk.idempotencyKey,
           points: chunk.points,
           readingIds: chunk.readingIds,
           lastId: chunk.lastId,
           lastSampleMs: chunk.lastSampleMs,
           // Exactly the points that were sent (less any a limit dropped meanwhile).
-          rebuild: () => buildTraceChunk(load, upToId(store.iterateReadings(loadNumber, from.afterId), upTo), stopAt, { ...opts, maxPoints: chunk.points, pointIds: new Set(chunk.readingIds) }, true),
+          rebuild: () => buildTraceChunk(load, { pages: store.tracePages(loadNumber, from.afterId, upTo) }, stopAt, { ...opts, maxPoints: chunk.points, pointIds: new Set(chunk.readingIds) }, true),
         };
       }
     };

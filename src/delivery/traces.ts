@@ -7,7 +7,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { TimeObject, Trace, TraceBody } from '../api/schemas.js';
-import type { LoadRow, MilestoneRow, StoredReading } from '../buffer/store.js';
+import type { LoadRow, MilestoneRow, StoredReading, TraceRow } from '../buffer/store.js';
 import { eventTime } from '../geo/timezone.js';
 import { placeAt } from '../geo/places.js';
 
@@ -59,8 +59,29 @@ function toFahrenheit(c: number): number {
   return c * 1.8 + 32;
 }
 
+/**
+ * What a chunk is built from: readings as objects (a retry, a test), or the pages of rows
+ * the buffer's chunk query returns (`store.tracePages`: a drain's million rows).
+ */
+export type TraceReadings = Iterable<StoredReading> | { pages: Iterable<readonly TraceRow[]> };
+
+/** Readings as objects, as pages of trace rows (lazily: a walk stops at its chunk's size). */
+function* pagesOf(readings: Iterable<StoredReading>): Generator<TraceRow[]> {
+  let page: TraceRow[] = [];
+  for (const r of readings) {
+    page.push([r.id, r.time_ms, r.lat, r.lon, r.odometer, r.temp_c]);
+    if (page.length >= 256) {
+      yield page;
+      page = [];
+    }
+  }
+  if (page.length > 0) yield page;
+}
+
+const pagesFrom = (readings: TraceReadings) => ('pages' in readings ? readings.pages : pagesOf(readings));
+
 /** One trace point as the walk found it, for a sink to make an object or JSON text of. */
-type PointSink = (r: StoredReading, lat: number, lon: number, time: TimeObject, stop: number | undefined, tempValue: number | undefined, tempDateTime: string | undefined) => void;
+type PointSink = (r: TraceRow, lat: number, lon: number, time: TimeObject, stop: number | undefined, tempValue: number | undefined, tempDateTime: string | undefined) => void;
 
 interface Walk {
   readingIds: number[];
@@ -79,7 +100,7 @@ interface Walk {
  * walk behind both forms of a chunk (buildTraceChunk, buildTraceJson). Undefined when there is
  * nothing to send; a Walk with no points when an ended load's skipped tail is only consumed.
  */
-function walkChunk(load: LoadRow, readings: Iterable<StoredReading>, stopAt: (timeMs: number) => number | undefined, opts: TraceBuildOptions, final: boolean, sink: PointSink): Walk | undefined {
+function walkChunk(load: LoadRow, readings: TraceReadings, stopAt: (timeMs: number) => number | undefined, opts: TraceBuildOptions, final: boolean, sink: PointSink): Walk | undefined {
   const readingIds: number[] = [];
   let lastSampleMs = load.lastSampleMs;
   let lastPointId = 0;
@@ -90,30 +111,34 @@ function walkChunk(load: LoadRow, readings: Iterable<StoredReading>, stopAt: (ti
   let lastLat = 0;
   let lastLon = 0;
 
-  for (const r of readings) {
-    lastSeenId = r.id;
-    if (r.temp_c !== null) {
-      tempC = r.temp_c;
-      tempMs = r.time_ms;
+  pages: for (const page of pagesFrom(readings)) {
+    for (let i = 0; i < page.length; i++) {
+      const r = page[i];
+      const [id, timeMs, rawLat, rawLon, , rawTemp] = r;
+      lastSeenId = id;
+      if (rawTemp !== null) {
+        tempC = rawTemp;
+        tempMs = timeMs;
+      }
+      if (rawLat === null || rawLon === null) continue;
+      if (opts.pointIds ? !opts.pointIds.has(id) : lastSampleMs !== null && timeMs - lastSampleMs < opts.samplingMs) continue;
+      const time = eventTime(new Date(timeMs), rawLat, rawLon, opts.dateForm);
+      let tempValue: number | undefined;
+      let tempDateTime: string | undefined;
+      if (tempC !== undefined && timeMs - tempMs <= opts.temperatureMaxAgeMs && tempMs - timeMs <= opts.temperatureMaxAgeMs) {
+        tempValue = round(opts.temperatureUnit === 'F' ? toFahrenheit(tempC) : tempC, 2);
+        // A temperature from this very reading has this point's time: no second zone lookup.
+        tempDateTime = tempMs === timeMs ? time.dateTime : eventTime(new Date(tempMs), rawLat, rawLon, opts.dateForm).dateTime;
+      }
+      lastLat = round(rawLat, 6);
+      lastLon = round(rawLon, 6);
+      sink(r, lastLat, lastLon, time, stopAt(timeMs), tempValue, tempDateTime);
+      keyText += keyLine(traceIdOf(opts.deviceId, id), time.dateTime);
+      readingIds.push(id);
+      lastSampleMs = timeMs;
+      lastPointId = id;
+      if (readingIds.length >= opts.maxPoints) break pages;
     }
-    if (r.lat === null || r.lon === null) continue;
-    if (opts.pointIds ? !opts.pointIds.has(r.id) : lastSampleMs !== null && r.time_ms - lastSampleMs < opts.samplingMs) continue;
-    const time = eventTime(new Date(r.time_ms), r.lat, r.lon, opts.dateForm);
-    let tempValue: number | undefined;
-    let tempDateTime: string | undefined;
-    if (tempC !== undefined && r.time_ms - tempMs <= opts.temperatureMaxAgeMs && tempMs - r.time_ms <= opts.temperatureMaxAgeMs) {
-      tempValue = round(opts.temperatureUnit === 'F' ? toFahrenheit(tempC) : tempC, 2);
-      // A temperature from this very reading has this point's time: no second zone lookup.
-      tempDateTime = tempMs === r.time_ms ? time.dateTime : eventTime(new Date(tempMs), r.lat, r.lon, opts.dateForm).dateTime;
-    }
-    lastLat = round(r.lat, 6);
-    lastLon = round(r.lon, 6);
-    sink(r, lastLat, lastLon, time, stopAt(r.time_ms), tempValue, tempDateTime);
-    keyText += keyLine(traceIdOf(opts.deviceId, r.id), time.dateTime);
-    readingIds.push(r.id);
-    lastSampleMs = r.time_ms;
-    lastPointId = r.id;
-    if (readingIds.length >= opts.maxPoints) break;
   }
 
   const points = readingIds.length;
@@ -127,7 +152,7 @@ function walkChunk(load: LoadRow, readings: Iterable<StoredReading>, stopAt: (ti
  * there is nothing to send yet. `final` (the load has ended) lets the tail that sampling
  * skipped be consumed too, so an ended load does not linger.
  */
-export function buildTraceChunk(load: LoadRow, readings: Iterable<StoredReading>, stopAt: (timeMs: number) => number | undefined, opts: TraceBuildOptions, final = false): TraceChunk | undefined {
+export function buildTraceChunk(load: LoadRow, readings: TraceReadings, stopAt: (timeMs: number) => number | undefined, opts: TraceBuildOptions, final = false): TraceChunk | undefined {
   const traces: Trace[] = [];
   const walk = walkChunk(load, readings, stopAt, opts, final, (r, latitude, longitude, time, stop, tempValue, tempDateTime) => {
     const trace: Trace = {
@@ -135,10 +160,10 @@ export function buildTraceChunk(load: LoadRow, readings: Iterable<StoredReading>
       resourceId: load.resourceId,
       resourceType: load.resourceType,
       coordinate: { latitude, longitude },
-      references: [{ name: 'traceId', value: traceIdOf(opts.deviceId, r.id) }],
+      references: [{ name: 'traceId', value: traceIdOf(opts.deviceId, r[0]) }],
     };
     if (stop !== undefined) trace.stopsequenceNumber = stop;
-    if (r.odometer !== null) trace.odometer = round(r.odometer, 1);
+    if (r[4] !== null) trace.odometer = round(r[4], 1);
     if (tempValue !== undefined) trace.temperature = { unitOfMeasure: opts.temperatureUnit, value: tempValue, dateTime: tempDateTime! };
     traces.push(trace);
   });
@@ -148,41 +173,62 @@ export function buildTraceChunk(load: LoadRow, readings: Iterable<StoredReading>
   return { ...rest, body: traceBody(load.loadNumber, traces, opts.extraFields), idempotencyKey: keyFromText('trace', opts.deviceId, load.loadNumber, keyText) };
 }
 
-/** A chunk as the JSON text of its request body, which is what the drain sends. */
+/** A chunk as its request body's bytes, which is what the drain sends. */
 export interface TraceJsonChunk extends Omit<TraceChunk, 'body'> {
-  /** JSON.stringify of buildTraceChunk's body, character for character; null as body is there. */
-  json: string | null;
+  /** JSON.stringify of buildTraceChunk's body in UTF-8, byte for byte; null as body is there. */
+  bytes: Buffer | null;
 }
 
 /** A number as JSON.stringify writes it. */
 const num = (n: number) => (Number.isFinite(n) ? String(n) : 'null');
 
 /**
- * buildTraceChunk's chunk, written straight to JSON text: no trace objects to build, keep
- * across a request and stringify. A drain sends a million points this way; making and
- * serialising the objects took a third of its time and most of its garbage (bench row 2a).
- * test/traces.test.ts checks the text against JSON.stringify of buildTraceChunk's body.
+ * Where a body's points are written as they are made, one short string each, and reused from
+ * chunk to chunk. A body built as one string is some 200 KB: V8 keeps each in its large-object
+ * space, joins its thousands of pieces to encode it (some 0.2 ms a request) and collects it
+ * with full collections only. Grown as needed; at 500 points it stays about 256 KB.
  */
-export function buildTraceJson(load: LoadRow, readings: Iterable<StoredReading>, stopAt: (timeMs: number) => number | undefined, opts: TraceBuildOptions, final = false): TraceJsonChunk | undefined {
+let scratch = Buffer.allocUnsafe(0);
+
+/**
+ * buildTraceChunk's chunk, written straight to the bytes of its JSON text: no trace objects
+ * to build, keep across a request and stringify, and no text of the whole body. A drain
+ * sends a million points this way (bench row 2a). test/traces.test.ts checks the bytes
+ * against JSON.stringify of buildTraceChunk's body.
+ */
+export function buildTraceJson(load: LoadRow, readings: TraceReadings, stopAt: (timeMs: number) => number | undefined, opts: TraceBuildOptions, final = false): TraceJsonChunk | undefined {
   // The parts every point shares, escaped once: `"bench-device-` waits for the reading's id.
   const resource = `,"resourceId":${JSON.stringify(load.resourceId)},"resourceType":${JSON.stringify(load.resourceType)},"coordinate":{"latitude":`;
   const traceId = `},"references":[{"name":"traceId","value":${JSON.stringify(`${opts.deviceId}-`).slice(0, -1)}`;
   const unit = `,"temperature":{"unitOfMeasure":${JSON.stringify(opts.temperatureUnit)},"value":`;
-  let text = '';
+  let length = 0;
   const walk = walkChunk(load, readings, stopAt, opts, final, (r, lat, lon, time, stop, tempValue, tempDateTime) => {
-    text += `${text === '' ? '{' : ',{'}"time":${JSON.stringify(time)}${resource}${num(lat)},"longitude":${num(lon)}${traceId}${r.id}"}]`;
+    let text = `${length === 0 ? '{' : ',{'}"time":${JSON.stringify(time)}${resource}${num(lat)},"longitude":${num(lon)}${traceId}${r[0]}"}]`;
     if (stop !== undefined) text += `,"stopsequenceNumber":${num(stop)}`;
-    if (r.odometer !== null) text += `,"odometer":${num(round(r.odometer, 1))}`;
+    if (r[4] !== null) text += `,"odometer":${num(round(r[4], 1))}`;
     if (tempValue !== undefined) text += `${unit}${num(tempValue)},"dateTime":${JSON.stringify(tempDateTime)}}`;
     text += '}';
+    // At most 3 bytes a UTF-16 unit (a surrogate pair, 2 units, is 4 bytes).
+    if (scratch.length - length < text.length * 3) {
+      const grown = Buffer.allocUnsafe(Math.max(2 * scratch.length, length + text.length * 3, 64 * 1024));
+      scratch.copy(grown, 0, 0, length);
+      scratch = grown;
+    }
+    length += scratch.write(text, length);
   });
   if (!walk) return undefined;
   const { keyText, lastLat, lastLon, ...rest } = walk;
-  if (walk.points === 0) return { ...rest, json: null, idempotencyKey: '' };
+  if (walk.points === 0) return { ...rest, bytes: null, idempotencyKey: '' };
   const envelope = JSON.stringify(bodyEnvelope(load.loadNumber, lastLat, lastLon, opts.extraFields, TRACES_MARK));
   const at = envelope.lastIndexOf(TRACES_MARK_JSON);
-  const json = `${envelope.slice(0, at)}[${text}]${envelope.slice(at + TRACES_MARK_JSON.length)}`;
-  return { ...rest, json, idempotencyKey: keyFromText('trace', opts.deviceId, load.loadNumber, keyText) };
+  const head = `${envelope.slice(0, at)}[`;
+  const tail = `]${envelope.slice(at + TRACES_MARK_JSON.length)}`;
+  const headBytes = Buffer.byteLength(head);
+  const bytes = Buffer.allocUnsafe(headBytes + length + Buffer.byteLength(tail));
+  bytes.write(head, 0);
+  scratch.copy(bytes, headBytes, 0, length);
+  bytes.write(tail, headBytes + length);
+  return { ...rest, bytes, idempotencyKey: keyFromText('trace', opts.deviceId, load.loadNumber, keyText) };
 }
 
 /** Where the traces go in an envelope written by JSON.stringify (no service field holds control characters). */
