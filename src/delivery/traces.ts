@@ -36,7 +36,8 @@ export interface TraceChunk {
   idempotencyKey: string;
 }
 
-const round = (n: number, places: number) => Math.round(n * 10 ** places) / 10 ** places;
+const POWERS_OF_TEN = [1, 10, 100, 1e3, 1e4, 1e5, 1e6];
+const round = (n: number, places: number) => Math.round(n * POWERS_OF_TEN[places]) / POWERS_OF_TEN[places];
 
 /** Which stop is next at a given time, from the departures recorded for the load. */
 export function nextStopResolver(load: LoadRow, milestones: MilestoneRow[], departureCodes: string[]): (timeMs: number) => number | undefined {
@@ -202,11 +203,22 @@ export function buildTraceJson(load: LoadRow, readings: TraceReadings, stopAt: (
   const traceId = `},"references":[{"name":"traceId","value":${JSON.stringify(`${opts.deviceId}-`).slice(0, -1)}`;
   const unit = `,"temperature":{"unitOfMeasure":${JSON.stringify(opts.temperatureUnit)},"value":`;
   let length = 0;
+  // A time's zone fields, written once while they stay the same (the same strings: formatTime
+  // takes them from its cache of the zone's hours). A dateTime is formatted here, digits and
+  // signs only: it needs no escaping.
+  let zoneCode: string | undefined;
+  let zoneOffset: string | undefined;
+  let zoneText = '';
   const walk = walkChunk(load, readings, stopAt, opts, final, (r, lat, lon, time, stop, tempValue, tempDateTime) => {
-    let text = `${length === 0 ? '{' : ',{'}"time":${JSON.stringify(time)}${resource}${num(lat)},"longitude":${num(lon)}${traceId}${r[0]}"}]`;
+    if (time.timeZoneCode !== zoneCode || time.timeZoneOffset !== zoneOffset) {
+      zoneCode = time.timeZoneCode;
+      zoneOffset = time.timeZoneOffset;
+      zoneText = `",${JSON.stringify({ timeZoneCode: zoneCode, timeZoneOffset: zoneOffset }).slice(1)}`;
+    }
+    let text = `${length === 0 ? '{' : ',{'}"time":{"dateTime":"${time.dateTime}${zoneText}${resource}${num(lat)},"longitude":${num(lon)}${traceId}${r[0]}"}]`;
     if (stop !== undefined) text += `,"stopsequenceNumber":${num(stop)}`;
     if (r[4] !== null) text += `,"odometer":${num(round(r[4], 1))}`;
-    if (tempValue !== undefined) text += `${unit}${num(tempValue)},"dateTime":${JSON.stringify(tempDateTime)}}`;
+    if (tempValue !== undefined) text += `${unit}${num(tempValue)},"dateTime":"${tempDateTime}"}`;
     text += '}';
     // At most 3 bytes a UTF-16 unit (a surrogate pair, 2 units, is 4 bytes).
     if (scratch.length - length < text.length * 3) {
