@@ -26,13 +26,13 @@
  * child processes so their RSS and CPU are the agent's alone. This file runs the row groups
  * in order and prints the report.
  */
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { PURGE_SLICE } from '../src/delivery/sender.js';
 import { Sandbox } from '../src/sandbox/server.js';
 import { COLLECT_AFTER_START_MS } from '../src/v8-tuning.js';
-import { BENCH_KEY, BENCH_SCAC, CHUNK } from './common.js';
+import { BENCH_KEY, BENCH_SCAC, CHUNK, copySynced } from './common.js';
 import { backlogFile, bufferBytes, drainRun, postRun, type DrainResult } from './drain.js';
 import { benchMqtt, MQTT_RATE, MQTT_SECONDS, MQTT_TRAILERS, mqttFigures, mqttRows } from './mqtt.js';
 import { benchDaemons } from './daemon.js';
@@ -85,7 +85,7 @@ async function main(): Promise<void> {
     progress(`   ceiling: a plain undici client posting the ${fmt(requests)} bodies of the backlog, pre-built`);
     // The ceiling after the drain posts the same bodies again, from a copy: the drain empties the file.
     const ceilingDb = join(dir, 'ceiling.db');
-    copyFileSync(largeDb, ceilingDb);
+    copySynced(largeDb, ceilingDb);
     const ceilingBefore = await postRun(sandbox, { cmd: 'ceiling', dbPath: largeDb, url: sandbox.url, requests });
     progress(`   the agent draining ${fmt(large)} readings (child process, RSS sampled every 50 ms)`);
     const drain = await drainRun(sandbox, largeDb, large, 0, SIZES.idleSettleMs);
@@ -107,13 +107,13 @@ async function main(): Promise<void> {
     progress(`   7 days of one truck at 1 Hz: ${fmt(SIZES.week)} readings`);
     const weekTemplate = backlogFile(dir, 'week-template.db', { loads: 1, perLoad: SIZES.week });
     const weekDb = join(dir, 'week.db');
-    copyFileSync(weekTemplate, weekDb);
+    copySynced(weekTemplate, weekDb);
     const week = await drainRun(sandbox, weekDb, SIZES.week);
 
     progress(`   the same over a ${LATENCY_MS} ms link: ${fmt(SIZES.cellular)} readings`);
     const cellTemplate = SIZES.cellular === SIZES.week ? weekTemplate : backlogFile(dir, 'cell-template.db', { loads: 1, perLoad: SIZES.cellular });
     const cellDb = join(dir, 'cell.db');
-    copyFileSync(cellTemplate, cellDb);
+    copySynced(cellTemplate, cellDb);
     const cellular = await drainRun(sandbox, cellDb, SIZES.cellular, LATENCY_MS);
     progress(`   peer: ${SIZES.peerRequests} single-reading requests over the same link`);
     const peer = await postRun(sandbox, { cmd: 'peer', dbPath: cellTemplate, url: sandbox.url, requests: SIZES.peerRequests }, LATENCY_MS);

@@ -3,7 +3,7 @@
  * written straight into a buffer file, the settings the drain runs with, and /proc readers.
  * Nothing here is used by the agent itself.
  */
-import { closeSync, fsyncSync, openSync, readdirSync, readFileSync } from 'node:fs';
+import { closeSync, copyFileSync, fsyncSync, openSync, readdirSync, readFileSync } from 'node:fs';
 import { openDatabase } from '../src/buffer/db.js';
 import { Store } from '../src/buffer/store.js';
 import { packageFile } from '../src/paths.js';
@@ -73,10 +73,27 @@ export function writeBacklog(path: string, b: Backlog, nowMs = Date.now()): void
   })();
   db.pragma('wal_checkpoint(TRUNCATE)');
   db.close();
-  // On the disk before the measurement starts, so its write-back does not compete with it.
+  syncFile(path);
+}
+
+/**
+ * Put a file the bench wrote on the disk before a measurement starts. Left to the kernel, a
+ * 100 MB backlog is written back some 30 s later, in the middle of the drain that follows,
+ * and every fsync of the drain waits behind it.
+ */
+export function syncFile(path: string): void {
   const fd = openSync(path, 'r+');
-  fsyncSync(fd);
-  closeSync(fd);
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** A copy of a backlog, on the disk (see syncFile). */
+export function copySynced(from: string, to: string): void {
+  copyFileSync(from, to);
+  syncFile(to);
 }
 
 /**
@@ -98,9 +115,7 @@ export function ingestBacklog(path: string, b: Backlog, nowMs = Date.now()): voi
   } finally {
     store.close();
   }
-  const fd = openSync(path, 'r+');
-  fsyncSync(fd);
-  closeSync(fd);
+  syncFile(path);
 }
 
 /** The config object (snake_case, before parsing) the drain worker runs the Agent with. */
