@@ -41,9 +41,11 @@ import { FULL_DISK_BYTES, benchFullDisk, fullDiskRows, unmount } from './full-di
 import { benchIngest } from './ingest.js';
 import { memoryFigures, memoryRows } from './memory.js';
 import { OUTAGES_S, RECONNECT_MAX_S, benchOutages, outageFigures, outageRows } from './outage.js';
-import { AGENT_NODE_OPTIONS, AGENT_V8_FLAGS, BUFFER_DEFAULTS, HELP, JSON_OUT, LATENCY_MS, MB, PEER_RETRY_S, PROF_DIR, QUICK, SIZES, flag, option } from './options.js';
+import { AGENT_NODE_OPTIONS, AGENT_V8_FLAGS, BUFFER_DEFAULTS, DRAIN_RUNS, HELP, JSON_OUT, LATENCY_MS, MB, PEER_RETRY_S, PROF_DIR, QUICK, SIZES, flag, option } from './options.js';
 import { WORKER, killChildren, progress } from './processes.js';
 import { fmt, machine, mb, pct, round, table, type Row } from './report.js';
+
+type PostResult = Awaited<ReturnType<typeof postRun>>;
 
 if (flag('--help') || flag('-h')) {
   process.stdout.write(HELP);
@@ -94,14 +96,26 @@ async function main(): Promise<void> {
     progress(`3. memory: the agent draining ${fmt(small)} readings (and the ceiling again, so it brackets the drain)`);
     const smallDb = backlogFile(dir, 'small.db', SIZES.small);
     const ceilingAfter = await postRun(sandbox, { cmd: 'ceiling', dbPath: ceilingDb, url: sandbox.url, requests });
-    rmSync(ceilingDb, { force: true });
-    // The ceiling of the run: both brackets together (the machine may be busier before or after).
-    const ceiling = {
-      requests: ceilingBefore.requests + ceilingAfter.requests,
-      points: ceilingBefore.points + ceilingAfter.points,
-      ms: ceilingBefore.ms + ceilingAfter.ms,
-    };
+    // Each drain against the ceilings either side of it (the machine may be busier before or after).
+    const bracket = (before: PostResult, after: PostResult) => ({ requests: before.requests + after.requests, points: before.points + after.points, ms: before.ms + after.ms });
     const rateOf = (r: { points: number; ms: number }) => r.points / (r.ms / 1000);
+    // 2a is the median of DRAIN_RUNS drains of the same backlog, each followed by the ceiling
+    // again: one drain against one pair of ceilings moved by 10 points from run to run on a
+    // 2-CPU machine, the ceiling alone by 8%. The first drain gives the memory figures.
+    const drainRuns = [{ drain, ceiling: bracket(ceilingBefore, ceilingAfter), after: ceilingAfter }];
+    for (let i = 1; i < DRAIN_RUNS; i++) {
+      progress(`   the drain again (${i + 1} of ${DRAIN_RUNS}), then the ceiling again`);
+      const again = join(dir, `large-${i}.db`);
+      copySynced(ceilingDb, again);
+      const d = await drainRun(sandbox, again, large, 0, SIZES.settleMs);
+      for (const suffix of ['', '-wal', '-shm']) rmSync(again + suffix, { force: true });
+      const after = await postRun(sandbox, { cmd: 'ceiling', dbPath: ceilingDb, url: sandbox.url, requests });
+      drainRuns.push({ drain: d, ceiling: bracket(drainRuns[i - 1].after, after), after });
+    }
+    rmSync(ceilingDb, { force: true });
+    const ratioOf = (r: (typeof drainRuns)[number]) => r.drain.perS / rateOf(r.ceiling);
+    const median = [...drainRuns].sort((a, b) => ratioOf(a) - ratioOf(b))[Math.floor(drainRuns.length / 2)];
+    const ceiling = median.ceiling;
     const drainSmall = await drainRun(sandbox, smallDb, small);
 
     progress(`   7 days of one truck at 1 Hz: ${fmt(SIZES.week)} readings`);
@@ -181,11 +195,11 @@ async function main(): Promise<void> {
       {
         id: '2a',
         measure: `drain ${label(large)} readings / ${SIZES.large.loads} loads, loopback, readings/s`,
-        value: `${fmt(drain.perS)} (${round(drain.ms / 1000)} s)`,
+        value: `${fmt(median.drain.perS)} (${round(median.drain.ms / 1000)} s)`,
         reference: `${fmt(rateOf(ceiling))} ceiling`,
-        ratio: pct(drain.perS / rateOf(ceiling)),
-        target: '>= 80% of ceiling',
-        pass: drain.perS >= 0.8 * rateOf(ceiling),
+        ratio: pct(ratioOf(median)),
+        target: `>= 80% of ceiling, median of ${drainRuns.length}`,
+        pass: ratioOf(median) >= 0.8,
       },
       {
         id: '2b',
@@ -283,15 +297,16 @@ async function main(): Promise<void> {
       ingestRawPerS: ingest.rawPerS,
       ingestRatio: ingest.ratio,
       drainReadings: large,
-      drainPerS: drain.perS,
-      drainWallS: drain.ms / 1000,
+      drainPerS: median.drain.perS,
+      drainWallS: median.drain.ms / 1000,
+      drainRuns: drainRuns.map((r) => ({ perS: r.drain.perS, wallS: r.drain.ms / 1000, ceilingPerS: rateOf(r.ceiling), ratio: ratioOf(r) })),
       drainRequests: drain.requests,
       drainPurgeS: drain.purgeMs / 1000,
       ceilingPerS: rateOf(ceiling),
       ceilingRequests: ceiling.requests,
       ceilingBeforePerS: rateOf(ceilingBefore),
       ceilingAfterPerS: rateOf(ceilingAfter),
-      drainRatio: drain.perS / rateOf(ceiling),
+      drainRatio: ratioOf(median),
       weekReadings: SIZES.week,
       weekWallS: week.ms / 1000,
       weekPerS: week.perS,
@@ -359,7 +374,8 @@ async function main(): Promise<void> {
         `drain: until the service has every reading; the Agent in a child process (sampling 0, ${CHUNK} per request, drain_interval_ms 0; the newest point of each load goes first, alone);`,
         `  deleting the delivered rows afterwards is timed apart (2d); memory and flash figures include it.`,
         `  ceiling = plain undici client, same process layout, posting the agent's bodies (${CHUNK} points; every body of the backlog once, as the drain sends them) one after another:`,
-        `  ${fmt(requests)} requests before the drain (${fmt(rateOf(ceilingBefore))}/s) and ${fmt(requests)} after it (${fmt(rateOf(ceilingAfter))}/s); the reference is both together.`,
+        `  ${fmt(requests)} requests before the drain (${fmt(rateOf(ceilingBefore))}/s) and ${fmt(requests)} after it (${fmt(rateOf(ceilingAfter))}/s); each drain's reference is the ceilings either side of it.`,
+        `  2a: the median of ${drainRuns.length} drains of the backlog, the ceiling run again after each: ${drainRuns.map((r) => `${fmt(r.drain.perS)}/s vs ${fmt(rateOf(r.ceiling))}/s (${pct(ratioOf(r))})`).join(', ')}.`,
         `  ${fmt(drain.requests)} requests; the sandbox validated every body and counted ${fmt(large)} points, no duplicates.`,
         `several loads (2e, 2f): ${shared.loads} trucks x ${fmt(shared.perLoad)} readings committed through the agent's own insert path, each truck carrying ${shared.loadsPerTruck} loads whose windows hold all of its readings, vs the same backlog with one load per truck;`,
         `  every load gets every point of its window (${fmt(sharedDrain.points)} points), so the drain is compared per point delivered; ${fmt(sharedDrain.requests)} requests (one load per truck: ${fmt(oneLoad.requests)}).`,
