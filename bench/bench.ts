@@ -299,7 +299,14 @@ async function main(): Promise<void> {
       drainReadings: large,
       drainPerS: median.drain.perS,
       drainWallS: median.drain.ms / 1000,
-      drainRuns: drainRuns.map((r) => ({ perS: r.drain.perS, wallS: r.drain.ms / 1000, ceilingPerS: rateOf(r.ceiling), ratio: ratioOf(r) })),
+      // Every drain of 2a (figures are flat numbers): drain1PerS, drain1CeilingPerS, drain1Ratio...
+      ...Object.fromEntries(
+        drainRuns.flatMap((r, i) => [
+          [`drain${i + 1}PerS`, r.drain.perS],
+          [`drain${i + 1}CeilingPerS`, rateOf(r.ceiling)],
+          [`drain${i + 1}Ratio`, ratioOf(r)],
+        ]),
+      ),
       drainRequests: drain.requests,
       drainPurgeS: drain.purgeMs / 1000,
       ceilingPerS: rateOf(ceiling),
