@@ -45,8 +45,6 @@ import { AGENT_NODE_OPTIONS, AGENT_V8_FLAGS, BUFFER_DEFAULTS, DRAIN_RUNS, HELP, 
 import { WORKER, killChildren, progress } from './processes.js';
 import { fmt, machine, mb, pct, round, table, type Row } from './report.js';
 
-type PostResult = Awaited<ReturnType<typeof postRun>>;
-
 if (flag('--help') || flag('-h')) {
   process.stdout.write(HELP);
   process.exit(0);
@@ -84,33 +82,29 @@ async function main(): Promise<void> {
     progress(`2. drain: writing a backlog of ${fmt(large)} readings across ${SIZES.large.loads} loads`);
     const largeDb = backlogFile(dir, 'large.db', SIZES.large);
     const requests = SIZES.large.loads * Math.ceil(SIZES.large.perLoad / CHUNK);
-    progress(`   ceiling: a plain undici client posting the ${fmt(requests)} bodies of the backlog, pre-built`);
-    // The ceiling after the drain posts the same bodies again, from a copy: the drain empties the file.
+    // The reference client (the ceiling) posts the agent's bodies, built from a copy: the drain empties its file.
     const ceilingDb = join(dir, 'ceiling.db');
     copySynced(largeDb, ceilingDb);
-    const ceilingBefore = await postRun(sandbox, { cmd: 'ceiling', dbPath: largeDb, url: sandbox.url, requests });
-    progress(`   the agent draining ${fmt(large)} readings (child process, RSS sampled every 50 ms)`);
-    const drain = await drainRun(sandbox, largeDb, large, 0, SIZES.idleSettleMs);
+    const withCeiling = { dbPath: ceilingDb, requests };
+    progress(`   the agent draining ${fmt(large)} readings (child process, RSS sampled every 50 ms), in turns with the ceiling: a plain undici client posting the same bodies, pre-built`);
+    const drain = await drainRun(sandbox, largeDb, large, 0, SIZES.idleSettleMs, large, withCeiling);
     rmSync(largeDb, { force: true });
 
-    progress(`3. memory: the agent draining ${fmt(small)} readings (and the ceiling again, so it brackets the drain)`);
+    progress(`3. memory: the agent draining ${fmt(small)} readings`);
     const smallDb = backlogFile(dir, 'small.db', SIZES.small);
-    const ceilingAfter = await postRun(sandbox, { cmd: 'ceiling', dbPath: ceilingDb, url: sandbox.url, requests });
-    // Each drain against the ceilings either side of it (the machine may be busier before or after).
-    const bracket = (before: PostResult, after: PostResult) => ({ requests: before.requests + after.requests, points: before.points + after.points, ms: before.ms + after.ms });
     const rateOf = (r: { points: number; ms: number }) => r.points / (r.ms / 1000);
-    // 2a is the median of DRAIN_RUNS drains of the same backlog, each followed by the ceiling
-    // again: one drain against one pair of ceilings moved by 10 points from run to run on a
-    // 2-CPU machine, the ceiling alone by 8%. The first drain gives the memory figures.
-    const drainRuns = [{ drain, ceiling: bracket(ceilingBefore, ceilingAfter), after: ceilingAfter }];
+    // 2a is the median of DRAIN_RUNS drains of the same backlog, each in turns with the ceiling
+    // (bench/drain.ts, inTurns): a drain and a ceiling run one after the other moved by 10
+    // points from run to run on this 2-CPU virtual machine, the ceiling alone by 20% within
+    // minutes. The first drain gives the memory figures.
+    const drainRuns = [{ drain, ceiling: drain.ceiling! }];
     for (let i = 1; i < DRAIN_RUNS; i++) {
-      progress(`   the drain again (${i + 1} of ${DRAIN_RUNS}), then the ceiling again`);
+      progress(`   the drain again (${i + 1} of ${DRAIN_RUNS}), in turns with the ceiling`);
       const again = join(dir, `large-${i}.db`);
       copySynced(ceilingDb, again);
-      const d = await drainRun(sandbox, again, large, 0, SIZES.settleMs);
+      const d = await drainRun(sandbox, again, large, 0, SIZES.settleMs, large, withCeiling);
       for (const suffix of ['', '-wal', '-shm']) rmSync(again + suffix, { force: true });
-      const after = await postRun(sandbox, { cmd: 'ceiling', dbPath: ceilingDb, url: sandbox.url, requests });
-      drainRuns.push({ drain: d, ceiling: bracket(drainRuns[i - 1].after, after), after });
+      drainRuns.push({ drain: d, ceiling: d.ceiling! });
     }
     rmSync(ceilingDb, { force: true });
     const ratioOf = (r: (typeof drainRuns)[number]) => r.drain.perS / rateOf(r.ceiling);
@@ -311,8 +305,7 @@ async function main(): Promise<void> {
       drainPurgeS: drain.purgeMs / 1000,
       ceilingPerS: rateOf(ceiling),
       ceilingRequests: ceiling.requests,
-      ceilingBeforePerS: rateOf(ceilingBefore),
-      ceilingAfterPerS: rateOf(ceilingAfter),
+      ceilingTurns: ceiling.turns,
       drainRatio: ratioOf(median),
       weekReadings: SIZES.week,
       weekWallS: week.ms / 1000,
@@ -380,9 +373,9 @@ async function main(): Promise<void> {
         `ingest: best of ${SIZES.rounds} alternating rounds each, fresh file each; raw = one prepared INSERT per reading in one transaction, whether a load holds it known.`,
         `drain: until the service has every reading; the Agent in a child process (sampling 0, ${CHUNK} per request, drain_interval_ms 0; the newest point of each load goes first, alone);`,
         `  deleting the delivered rows afterwards is timed apart (2d); memory and flash figures include it.`,
-        `  ceiling = plain undici client, same process layout, posting the agent's bodies (${CHUNK} points; every body of the backlog once, as the drain sends them) one after another:`,
-        `  ${fmt(requests)} requests before the drain (${fmt(rateOf(ceilingBefore))}/s) and ${fmt(requests)} after it (${fmt(rateOf(ceilingAfter))}/s); each drain's reference is the ceilings either side of it.`,
-        `  2a: the median of ${drainRuns.length} drains of the backlog, the ceiling run again after each: ${drainRuns.map((r) => `${fmt(r.drain.perS)}/s vs ${fmt(rateOf(r.ceiling))}/s (${pct(ratioOf(r))})`).join(', ')}.`,
+        `  ceiling = plain undici client, same process layout, posting the agent's bodies (${CHUNK} points, built for a device name of its own, each body once) one after another,`,
+        `  in turns with the drain over the same seconds: the drain 500 ms, then the agent's next request held at the sandbox while the client posts for 200 ms; the held time is not the drain's.`,
+        `  2a: the median of ${drainRuns.length} drains of the backlog: ${drainRuns.map((r) => `${fmt(r.drain.perS)}/s vs ${fmt(rateOf(r.ceiling))}/s (${pct(ratioOf(r))}, ${r.ceiling.turns} turns, ${fmt(r.ceiling.requests)} client requests, the agent held ${round(r.ceiling.pausedMs / 1000)} s)`).join(', ')}.`,
         `  ${fmt(drain.requests)} requests; the sandbox validated every body and counted ${fmt(large)} points, no duplicates.`,
         `several loads (2e, 2f): ${shared.loads} trucks x ${fmt(shared.perLoad)} readings committed through the agent's own insert path, each truck carrying ${shared.loadsPerTruck} loads whose windows hold all of its readings, vs the same backlog with one load per truck;`,
         `  every load gets every point of its window (${fmt(sharedDrain.points)} points), so the drain is compared per point delivered; ${fmt(sharedDrain.requests)} requests (one load per truck: ${fmt(oneLoad.requests)}).`,

@@ -12,6 +12,14 @@ import type { Reading } from '../src/sources/types.js';
 export const BENCH_KEY = 'bench-key-0123456789abcdef';
 export const BENCH_SCAC = 'BNCH';
 export const BENCH_DEVICE = 'bench-device';
+/**
+ * The device the reference client's bodies are built for when it posts in turns with a
+ * drain: traceIds of their own (the sandbox counts a traceId it has seen as a duplicate, and
+ * remembers it at less cost), bodies of the same size (a name of the same length).
+ */
+export const BENCH_CLIENT_DEVICE = 'bench-client';
+/** The header that tells the sandbox's gate a request is the reference client's. */
+export const BENCH_CLIENT_HEADER = 'x-bench-client';
 /** The chunk size the drain uses (delivery.max_traces_per_request). */
 export const CHUNK = 500;
 
@@ -211,7 +219,10 @@ export type WorkerCommand =
   | { cmd: 'drain'; dbPath: string; url: string }
   | { cmd: 'go' }
   | { cmd: 'stop' }
-  | { cmd: 'ceiling'; dbPath: string; url: string; requests: number }
+  /** `sliced`: build the bodies, say `ready`, then post for each `slice` command until `end`. */
+  | { cmd: 'ceiling'; dbPath: string; url: string; requests: number; sliced?: boolean }
+  | { cmd: 'slice'; ms: number }
+  | { cmd: 'end' }
   | { cmd: 'peer'; dbPath: string; url: string; requests: number };
 
 export type WorkerEvent =
@@ -219,4 +230,6 @@ export type WorkerEvent =
   | { ev: 'drained'; ms: number; purgeMs: number; left: number; requests: number; points: number }
   | { ev: 'stopped' }
   | { ev: 'posted'; ms: number; requests: number; points: number; bytes: number; failed: number }
+  | { ev: 'ready' }
+  | { ev: 'sliced'; ms: number; requests: number; points: number }
   | { ev: 'error'; message: string };

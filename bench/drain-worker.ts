@@ -16,16 +16,16 @@ import { configSchema, type Config } from '../src/config/schema.js';
 import { buildTraceChunk, nextStopResolver, type TraceBuildOptions } from '../src/delivery/traces.js';
 import { createLogger } from '../src/log.js';
 import { applyDaemonV8Flags, collectAfterStart } from '../src/v8-tuning.js';
-import { BENCH_DEVICE, BENCH_KEY, BENCH_SCAC, CHUNK, drainConfigInput, type WorkerCommand, type WorkerEvent } from './common.js';
+import { BENCH_CLIENT_DEVICE, BENCH_CLIENT_HEADER, BENCH_DEVICE, BENCH_KEY, BENCH_SCAC, CHUNK, drainConfigInput, type WorkerCommand, type WorkerEvent } from './common.js';
 
 const send = (e: WorkerEvent) => process.send?.(e);
 
 let onCommand: (c: WorkerCommand) => void = () => undefined;
 process.on('message', (c: WorkerCommand) => onCommand(c));
-const next = (cmd: WorkerCommand['cmd']) =>
+const next = (...cmds: Array<WorkerCommand['cmd']>) =>
   new Promise<WorkerCommand>((resolve) => {
     onCommand = (c) => {
-      if (c.cmd === cmd) resolve(c);
+      if (cmds.includes(c.cmd)) resolve(c);
     };
   });
 
@@ -62,12 +62,12 @@ async function drain(c: Extract<WorkerCommand, { cmd: 'drain' }>): Promise<void>
   send({ ev: 'stopped' });
 }
 
-function traceOptions(config: Config, maxPoints: number): TraceBuildOptions {
+function traceOptions(config: Config, maxPoints: number, deviceId = BENCH_DEVICE): TraceBuildOptions {
   return {
     samplingMs: config.sampling.interval_s * 1000,
     maxPoints,
     dateForm: config.api.date_time_format,
-    deviceId: BENCH_DEVICE,
+    deviceId,
     temperatureMaxAgeMs: config.sampling.temperature_max_age_s * 1000,
     temperatureUnit: config.api.temperature_unit,
     extraFields: config.api.extra_fields,
@@ -75,7 +75,7 @@ function traceOptions(config: Config, maxPoints: number): TraceBuildOptions {
 }
 
 /** The first `count` request bodies the agent would send for this buffer, serialised and encoded (as the drain sends them). */
-function buildBodies(dbPath: string, config: Config, count: number, maxPoints: number): Array<{ body: Buffer; key: string; points: number }> {
+function buildBodies(dbPath: string, config: Config, count: number, maxPoints: number, deviceId: string): Array<{ body: Buffer; key: string; points: number }> {
   const store = Store.open(dbPath);
   const out: Array<{ body: Buffer; key: string; points: number }> = [];
   try {
@@ -83,7 +83,7 @@ function buildBodies(dbPath: string, config: Config, count: number, maxPoints: n
       const stopAt = nextStopResolver(load, [], config.codes.departure);
       let afterId = 0;
       while (out.length < count) {
-        const chunk = buildTraceChunk(load, store.iterateReadings(load.loadNumber, afterId), stopAt, traceOptions(config, maxPoints));
+        const chunk = buildTraceChunk(load, store.iterateReadings(load.loadNumber, afterId), stopAt, traceOptions(config, maxPoints, deviceId));
         if (!chunk?.body) break;
         out.push({ body: Buffer.from(JSON.stringify(chunk.body)), key: chunk.idempotencyKey, points: chunk.points });
         afterId = chunk.lastId;
@@ -101,10 +101,15 @@ function buildBodies(dbPath: string, config: Config, count: number, maxPoints: n
  * cycled, each time with a key of its own). Each once because the sandbox remembers every
  * traceId it has seen, as a service that drops repeated points must: a body it has seen
  * before is not the work the drain's million new points are.
+ *
+ * Sliced (a ceiling in turns with a drain, bench/drain.ts): the bodies are built, `ready`
+ * said, and each `slice` command posts for its milliseconds (one request at least), until
+ * `end`; the totals are those of the slices.
  */
 async function post(c: Extract<WorkerCommand, { cmd: 'ceiling' | 'peer' }>, maxPoints: number): Promise<void> {
   const config = configSchema.parse(drainConfigInput(c.url, c.dbPath));
-  const bodies = buildBodies(c.dbPath, config, c.requests, maxPoints);
+  const sliced = c.cmd === 'ceiling' && c.sliced === true;
+  const bodies = buildBodies(c.dbPath, config, c.requests, maxPoints, sliced ? BENCH_CLIENT_DEVICE : BENCH_DEVICE);
   if (bodies.length === 0) throw new Error(`no readings in ${c.dbPath}`);
   // Imported here, not at the top: a drain worker must hold the agent's modules only, or its
   // RSS would count the reference client's too.
@@ -116,12 +121,13 @@ async function post(c: Extract<WorkerCommand, { cmd: 'ceiling' | 'peer' }>, maxP
     carrierSCAC: BENCH_SCAC,
     Accept: 'application/json',
     'Content-Type': 'application/json',
+    [BENCH_CLIENT_HEADER]: c.cmd,
   };
   let points = 0;
   let bytes = 0;
   let failed = 0;
-  const t0 = performance.now();
-  for (let i = 0; i < c.requests; i++) {
+  let i = 0;
+  const postOne = async () => {
     const b = bodies[i % bodies.length];
     const res = await request(url, {
       method: 'POST',
@@ -133,10 +139,32 @@ async function post(c: Extract<WorkerCommand, { cmd: 'ceiling' | 'peer' }>, maxP
     if (res.statusCode !== 200) failed += 1;
     points += b.points;
     bytes += b.body.length;
+    i += 1;
+  };
+  let ms = 0;
+  if (sliced) {
+    send({ ev: 'ready' });
+    for (;;) {
+      const s = await next('slice', 'end');
+      if (s.cmd !== 'slice') break;
+      const t0 = performance.now();
+      const [requests0, points0] = [i, points];
+      // Each body once: a body the sandbox has seen is less work (see above).
+      while (i < bodies.length) {
+        await postOne();
+        if (performance.now() - t0 >= s.ms) break;
+      }
+      const took = performance.now() - t0;
+      ms += took;
+      send({ ev: 'sliced', ms: took, requests: i - requests0, points: points - points0 });
+    }
+  } else {
+    const t0 = performance.now();
+    while (i < c.requests) await postOne();
+    ms = performance.now() - t0;
   }
-  const ms = performance.now() - t0;
   await dispatcher.close();
-  send({ ev: 'posted', ms, requests: c.requests, points, bytes, failed });
+  send({ ev: 'posted', ms, requests: i, points, bytes, failed });
 }
 
 onCommand = (c) => {

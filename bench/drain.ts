@@ -10,14 +10,26 @@ import { Store } from '../src/buffer/store.js';
 import { configSchema } from '../src/config/schema.js';
 import { recordMilestone } from '../src/milestones/record.js';
 import type { Sandbox } from '../src/sandbox/server.js';
-import { drainConfigInput, loadOf, type Memory, memoryOf, sleep, ingestBacklog, writeBacklog, writeBytesOf, type Backlog, type WorkerCommand } from './common.js';
+import { BENCH_CLIENT_HEADER, drainConfigInput, loadOf, type Memory, memoryOf, sleep, ingestBacklog, writeBacklog, writeBytesOf, type Backlog, type WorkerCommand } from './common.js';
 import { SIZES } from './options.js';
 import { Worker, killChildren } from './processes.js';
+
+/** The reference client's turns beside a drain (see inTurns). */
+export interface Turns {
+  /** Its requests, points and milliseconds, all turns together. */
+  requests: number;
+  points: number;
+  ms: number;
+  turns: number;
+  /** How long the agent's requests were held while it posted: taken off the drain's time. */
+  pausedMs: number;
+}
 
 export interface DrainResult {
   readings: number;
   /** Trace points delivered: the readings, once for every load whose window holds them. */
   points: number;
+  /** The drain's own time (without the turns the reference client took, when it had any). */
   ms: number;
   /** Deleting the delivered rows after the push, in slices, off the delivery path. */
   purgeMs: number;
@@ -36,18 +48,30 @@ export interface DrainResult {
   samples: number;
   /** Bytes the worker wrote to disk during the drain (acknowledged readings leaving the buffer). */
   writeBytes: number;
+  /** The reference client's turns, when the drain ran in turns with it. */
+  ceiling?: Turns;
 }
 
 /**
  * `idleSettleMs`: how long after start the idle RSS is taken (the large run's figure 3a);
  * `points`: the trace points the service must get (more than the readings when a truck
- * carries several loads).
+ * carries several loads); `ceiling`: the reference client posts in turns with the drain,
+ * its bodies built from this file and `requests` of them at most (see inTurns).
  */
-export async function drainRun(sandbox: Sandbox, dbPath: string, readings: number, latencyMs = 0, idleSettleMs = SIZES.settleMs, points = readings): Promise<DrainResult> {
+export async function drainRun(
+  sandbox: Sandbox,
+  dbPath: string,
+  readings: number,
+  latencyMs = 0,
+  idleSettleMs = SIZES.settleMs,
+  points = readings,
+  ceiling?: { dbPath: string; requests: number },
+): Promise<DrainResult> {
   sandbox.reset();
   if (latencyMs) sandbox.setFaults({ latencyMs });
   pendingMilestone(sandbox.url, dbPath);
   const w = new Worker(true);
+  const client = ceiling ? new Worker(false) : undefined;
   let peak: Memory | undefined;
   let peakAnon = 0;
   let samples = 0;
@@ -72,9 +96,15 @@ export async function drainRun(sandbox: Sandbox, dbPath: string, readings: numbe
     const early = memoryOf(w.pid)!.rss;
     await sleep(Math.max(0, idleSettleMs - (performance.now() - t0)));
     const idle = memoryOf(w.pid)!;
+    if (client && ceiling) {
+      client.send({ cmd: 'ceiling', dbPath: ceiling.dbPath, url: sandbox.url, requests: ceiling.requests, sliced: true });
+      await client.next('ready', 120_000);
+    }
     const io0 = writeBytesOf(w.pid).writeBytes;
     w.send({ cmd: 'go' });
-    const d = await w.next('drained');
+    const drained = w.next('drained');
+    const turns = client ? await inTurns(sandbox, client, drained) : undefined;
+    const d = await drained;
     clearInterval(sampler);
     const writeBytes = writeBytesOf(w.pid).writeBytes - io0;
     const hwm = memoryOf(w.pid)!.hwm;
@@ -83,19 +113,28 @@ export async function drainRun(sandbox: Sandbox, dbPath: string, readings: numbe
     w.send({ cmd: 'stop' });
     await w.next('stopped', 60_000);
     await w.exit();
+    if (client) {
+      client.send({ cmd: 'end' });
+      const posted = await client.next('posted');
+      await client.exit();
+      if (posted.failed > 0) throw new Error(`${posted.failed} of ${posted.requests} requests of the reference client failed`);
+    }
     const s = sandbox.stats;
     if (d.left > 0) throw new Error(`drain left ${d.left} readings in the buffer`);
-    if (s.tracePoints !== points || s.duplicateTracePoints !== 0 || s.invalid !== 0 || s.accepted !== d.requests + 1) {
+    // The agent's part of what the sandbox got (the reference client's traceIds are its own).
+    const [gotPoints, accepted] = [s.tracePoints - (turns?.points ?? 0), s.accepted - (turns?.requests ?? 0)];
+    if (gotPoints !== points || s.duplicateTracePoints !== 0 || s.invalid !== 0 || accepted !== d.requests + 1) {
       throw new Error(
-        `sandbox got ${s.tracePoints} trace points (${s.duplicateTracePoints} duplicates, ${s.invalid} invalid requests, ${s.accepted} accepted for ${d.requests} trace requests and a milestone) for ${readings} readings (${points} points due)`,
+        `sandbox got ${gotPoints} trace points (${s.duplicateTracePoints} duplicates, ${s.invalid} invalid requests, ${accepted} accepted for ${d.requests} trace requests and a milestone) for ${readings} readings (${points} points due)`,
       );
     }
+    const ms = d.ms - (turns?.pausedMs ?? 0);
     return {
       readings,
       points,
-      ms: d.ms,
+      ms,
       purgeMs: d.purgeMs,
-      perS: readings / (d.ms / 1000),
+      perS: readings / (ms / 1000),
       requests: d.requests,
       idle,
       earlyRss: early,
@@ -105,11 +144,93 @@ export async function drainRun(sandbox: Sandbox, dbPath: string, readings: numbe
       after,
       samples,
       writeBytes,
+      ceiling: turns,
     };
   } finally {
     clearInterval(sampler);
+    sandbox.gate = undefined;
     killChildren();
   }
+}
+
+/** The drain's turn, then the reference client's, ms (see inTurns). */
+const DRAIN_TURN_MS = 500;
+const CLIENT_TURN_MS = 200;
+
+/**
+ * The drain and the reference client (the ceiling) in turns over the same seconds, until the
+ * drain ends: the drain for DRAIN_TURN_MS, then the agent's next request is held at the
+ * sandbox once it is read whole (the agent waits for its answer, idle) while the client
+ * posts for CLIENT_TURN_MS, and so on. On this kind of machine the pace of both moved by
+ * 20% within minutes (a virtual machine's neighbours): a drain and a ceiling run one after
+ * the other were measured on different machines, in effect, and 2a moved by 10 points from
+ * run to run. In turns, both see the same machine. The drain's time is its own: the held
+ * spans come off it. Each turn costs the drain nothing it would not pay anyway: its next
+ * chunk is built while its request waits, as it is while a request is at the service.
+ */
+async function inTurns(sandbox: Sandbox, client: Worker, drained: Promise<unknown>): Promise<Turns> {
+  const t: Turns = { requests: 0, points: 0, ms: 0, turns: 0, pausedMs: 0 };
+  let done = false;
+  let wake: () => void = () => undefined;
+  void drained.then(
+    () => {
+      done = true;
+      wake();
+    },
+    () => {
+      done = true;
+      wake();
+    },
+  );
+  let holding = false;
+  let release: () => void = () => undefined;
+  let held: () => void = () => undefined;
+  sandbox.gate = (req) => {
+    if (!holding || req.headers[BENCH_CLIENT_HEADER] !== undefined) return undefined;
+    return new Promise<void>((resolve) => {
+      release = resolve;
+      held();
+    });
+  };
+  try {
+    while (!done) {
+      await new Promise<void>((r) => {
+        const timer = setTimeout(r, DRAIN_TURN_MS);
+        wake = () => {
+          clearTimeout(timer);
+          r();
+        };
+      });
+      if (done) break;
+      holding = true;
+      // The agent's next request, read whole (or the end of the drain).
+      const isHeld = await new Promise<boolean>((r) => {
+        held = () => r(true);
+        wake = () => r(false);
+      });
+      if (!isHeld) break;
+      const p0 = performance.now();
+      client.send({ cmd: 'slice', ms: CLIENT_TURN_MS });
+      const s = await client.next('sliced');
+      t.requests += s.requests;
+      t.points += s.points;
+      t.ms += s.ms;
+      t.turns += 1;
+      holding = false;
+      release();
+      t.pausedMs += performance.now() - p0;
+    }
+    // A drain shorter than its first turn (a quick run): the client's turn comes after it.
+    if (t.turns === 0) {
+      client.send({ cmd: 'slice', ms: CLIENT_TURN_MS });
+      const s = await client.next('sliced');
+      Object.assign(t, { requests: s.requests, points: s.points, ms: s.ms, turns: 1 });
+    }
+  } finally {
+    holding = false;
+    release();
+  }
+  return t;
 }
 
 /** A milestone waiting in the backlog's buffer for the first load (the worker's first request). */

@@ -102,6 +102,12 @@ export class Sandbox {
   private readonly milestonePath: string;
   private readonly tracePath: string;
   readonly rules: Rules;
+  /**
+   * For the bench: a request read whole waits for what this returns before it is handled
+   * (undefined: no wait). The bench holds the agent's requests while a reference client
+   * posts, so that both are measured in turns over the same seconds.
+   */
+  gate: ((req: IncomingMessage) => Promise<void> | undefined) | undefined;
 
   constructor(private readonly opts: SandboxOptions) {
     this.faults = { ...NO_FAULTS, ...opts.faults };
@@ -182,6 +188,8 @@ export class Sandbox {
     this.stats.requests += 1;
     const emit = (e: Omit<SandboxEvent, 'kind'>) => this.opts.onRequest?.({ kind, ...e });
     const raw = await this.readBody(req);
+    const held = this.gate?.(req);
+    if (held) await held;
     const f = this.faults;
     if (f.latencyMs > 0) await new Promise((r) => setTimeout(r, f.latencyMs));
 
