@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { traceBodySchema } from '../src/api/schemas.js';
 import type { LoadRow, MilestoneRow, StoredReading } from '../src/buffer/store.js';
-import { buildTraceChunk, buildTraceJson, nextStopResolver, type TraceBuildOptions } from '../src/delivery/traces.js';
+import { buildTraceChunk, buildTraceJson, decimalText, nextStopResolver, type TraceBuildOptions } from '../src/delivery/traces.js';
 
 const load: LoadRow = {
   loadNumber: 'L1',
@@ -163,8 +163,27 @@ describe('trace chunks written straight to JSON (what the drain sends)', () => {
     });
   }
 
+  it('writes a number rounded to 0-6 decimals as JSON.stringify does', () => {
+    let x = 7;
+    const rand = () => {
+      x = (x * 1_103_515_245 + 12_345) % 2_147_483_648;
+      return x / 2_147_483_648;
+    };
+    const round = (n: number, places: number) => Math.round(n * 10 ** places) / 10 ** places;
+    const wrong: string[] = [];
+    const check = (n: number, places: number) => {
+      const r = round(n, places);
+      if (decimalText(r, places) !== JSON.stringify(r)) wrong.push(`${n} to ${places}: ${decimalText(r, places)} vs ${JSON.stringify(r)}`);
+    };
+    // Positions, odometers, temperatures and far beyond: 10^-7 to 10^12, either sign.
+    for (let i = 0; i < 200_000; i++) check((rand() - 0.5) * 2 * 10 ** (rand() * 19 - 7), i % 7);
+    for (const n of [0, -0, 1e-7, -4e-7, 5e-7, 1e-6, -1e-6, 0.1, 0.7, 1.005, 2.675, 180, -180, -87.6298, 41.878113, 999_999_999.999_999, 1e15, 1e16, 1e21, 1e300])
+      for (let places = 0; places <= 6; places++) check(n, places);
+    expect(wrong.slice(0, 5)).toEqual([]);
+    expect(decimalText(Number.NaN, 2)).toBe('null');
+  });
+
   it('writes, character for character, JSON.stringify of the body buildTraceChunk makes, with the same key and cursor', () => {
-    const resource = { ...load, resourceId: 'TRK "7"\\ü', resourceType: 'Truck' };
     const stopAt = (ms: number) => ((ms - T0) % 3 === 0 ? undefined : 1 + ((ms - T0) % 4));
     const variants: Array<[string, Partial<TraceBuildOptions>, boolean]> = [
       ['local, C', {}, false],
@@ -174,7 +193,10 @@ describe('trace chunks written straight to JSON (what the drain sends)', () => {
       ['old temperatures dropped', { temperatureMaxAgeMs: 5_000, samplingMs: 0 }, false],
     ];
     let compared = 0;
-    for (const [name, o, final] of variants) {
+    // A name outside ASCII (the text is encoded as UTF-8) and one within it (written as it is).
+    for (const [name, o, final, resource] of ['TRK "7"\\ü', 'TRK "7"\\'].flatMap((resourceId) =>
+      variants.map(([n, v, f]) => [`${n}, ${resourceId}`, v, f, { ...load, resourceId, resourceType: 'Truck' }] as const),
+    )) {
       for (const seed of [1, 2, 3]) {
         const rs = mixed(120, seed);
         const object = buildTraceChunk(resource, rs, stopAt, { ...opts, ...o }, final);
