@@ -55,7 +55,7 @@ export const SIZES = QUICK
     };
 export const LATENCY_MS = 150;
 /** Drains of the large backlog, each followed by the ceiling: 2a is their median (one in a quick run). */
-export const DRAIN_RUNS = QUICK ? 1 : 3;
+export const DRAIN_RUNS = QUICK ? 1 : 5;
 export const BUFFER_DEFAULTS = configSchema.shape.buffer.parse({});
 /** The agent's processes (drain worker, daemon) run with the unit's heap flags; reference clients with Node's defaults. */
 export const AGENT_NODE_OPTIONS = unitNodeOptions();
