@@ -54,7 +54,7 @@ export const SIZES = QUICK
       idleSettleMs: 15_000,
     };
 export const LATENCY_MS = 150;
-/** Drains of the large backlog, each followed by the ceiling: 2a is their median (one in a quick run). */
+/** Drains of the large backlog, each in turns with the ceiling (bench/drain.ts): 2a is their median (one in a quick run). */
 export const DRAIN_RUNS = QUICK ? 1 : 5;
 export const BUFFER_DEFAULTS = configSchema.shape.buffer.parse({});
 /** The agent's processes (drain worker, daemon) run with the unit's heap flags; reference clients with Node's defaults. */
