@@ -183,8 +183,8 @@ export interface TraceJsonChunk extends Omit<TraceChunk, 'body'> {
 /** A number as JSON.stringify writes it. */
 const num = (n: number) => (Number.isFinite(n) ? String(n) : 'null');
 
-/** Text of ASCII characters only. */
-const ASCII = /^[\x00-\x7f]*$/;
+/** A character outside ASCII (a surrogate half among them). */
+const NON_ASCII = /[\u0080-\uffff]/;
 
 /** Zeros a fraction's digits start with, by how many. */
 const ZEROS = ['', '0', '00', '000', '0000', '00000'];
@@ -247,14 +247,14 @@ export function buildTraceJson(load: LoadRow, readings: TraceReadings, stopAt: (
   // A point's text is ASCII when the parts it shares with the others are (the rest is digits,
   // signs and names written here): its bytes are then its characters, written as such, which
   // is faster than encoding it as UTF-8 (the same bytes).
-  const sharedAscii = ASCII.test(resource) && ASCII.test(traceId) && ASCII.test(unit);
+  const sharedAscii = !NON_ASCII.test(resource) && !NON_ASCII.test(traceId) && !NON_ASCII.test(unit);
   let encoding: 'latin1' | 'utf8' = 'utf8';
   const walk = walkChunk(load, readings, stopAt, opts, final, (r, lat, lon, time, stop, tempValue, tempDateTime) => {
     if (time.timeZoneCode !== zoneCode || time.timeZoneOffset !== zoneOffset) {
       zoneCode = time.timeZoneCode;
       zoneOffset = time.timeZoneOffset;
       zoneText = `",${JSON.stringify({ timeZoneCode: zoneCode, timeZoneOffset: zoneOffset }).slice(1)}`;
-      encoding = sharedAscii && ASCII.test(zoneText) ? 'latin1' : 'utf8';
+      encoding = sharedAscii && !NON_ASCII.test(zoneText) ? 'latin1' : 'utf8';
     }
     let text = `${length === 0 ? '{' : ',{'}"time":{"dateTime":"${time.dateTime}${zoneText}${resource}${decimalText(lat, 6)},"longitude":${decimalText(lon, 6)}${traceId}${r[0]}"}]`;
     if (stop !== undefined) text += `,"stopsequenceNumber":${num(stop)}`;
