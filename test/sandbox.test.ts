@@ -35,6 +35,26 @@ describe('sandbox', () => {
     expect(JSON.stringify(sandbox.milestones)).not.toContain(TEST_KEY);
   });
 
+  it('holds a request its gate returns a promise for, read whole, until the promise resolves; others pass', async () => {
+    let open!: () => void;
+    const gated: string[] = [];
+    sandbox.gate = (req) => {
+      if (req.headers['x-hold'] === undefined) return undefined;
+      gated.push(String(req.headers['x-hold']));
+      return new Promise<void>((r) => (open = r));
+    };
+    const held = post(TRACE_PATH, { loadNumber: 'L1', traces: [trace(41.1)] }, { 'x-hold': 'yes' });
+    for (let i = 0; i < 100 && gated.length === 0; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(gated).toEqual(['yes']);
+    // Another request goes through while the first waits; the first is not handled yet.
+    expect((await post(TRACE_PATH, { loadNumber: 'L1', traces: [trace(41.2)] })).status).toBe(200);
+    expect(sandbox.traces.map((t) => t.body.traces[0].coordinate.latitude)).toEqual([41.2]);
+    open();
+    expect((await held).status).toBe(200);
+    expect(sandbox.traces.map((t) => t.body.traces[0].coordinate.latitude)).toEqual([41.2, 41.1]);
+    sandbox.gate = undefined;
+  });
+
   it('rejects a missing or wrong key with 401 and a wrong SCAC with 403', async () => {
     expect((await post(MILESTONE_PATH, milestone, { 'Ocp-Apim-Subscription-Key': 'wrong' })).status).toBe(401);
     const res = await fetch(`${url}${MILESTONE_PATH}`, { method: 'POST', headers: { carrierSCAC: TEST_SCAC, 'Content-Type': 'application/json', Accept: 'application/json' }, body: '{}' });
