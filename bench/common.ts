@@ -219,8 +219,8 @@ export type WorkerCommand =
   | { cmd: 'drain'; dbPath: string; url: string }
   | { cmd: 'go' }
   | { cmd: 'stop' }
-  /** `sliced`: build the bodies, say `ready`, then post for each `slice` command until `end`. */
-  | { cmd: 'ceiling'; dbPath: string; url: string; requests: number; sliced?: boolean }
+  /** In turns with a drain: build the bodies, say `ready`, then post for each `slice` command until `end`. */
+  | { cmd: 'ceiling'; dbPath: string; url: string; requests: number }
   | { cmd: 'slice'; ms: number }
   | { cmd: 'end' }
   | { cmd: 'peer'; dbPath: string; url: string; requests: number };

@@ -5,7 +5,7 @@
  * - `drain`: the real Agent (no sources, the V8 flags `run` sets) on a buffer file holding a
  *   backlog and a milestone, which it sends at once; on `go` it pushes traces until the
  *   buffer is empty, then waits for `stop`.
- * - `ceiling`: a plain undici client posting pre-built trace bodies (the ones the agent
+ * - `ceiling`: a plain undici client posting, in turns with a drain, pre-built trace bodies (the ones the agent
  *   builds from the same buffer, each once) one after another: what the sandbox can take.
  * - `peer`: one reading per request, posted one after another: the per-request time of a
  *   tracker that sends every reading on its own.
@@ -102,13 +102,13 @@ function buildBodies(dbPath: string, config: Config, count: number, maxPoints: n
  * traceId it has seen, as a service that drops repeated points must: a body it has seen
  * before is not the work the drain's million new points are.
  *
- * Sliced (a ceiling in turns with a drain, bench/drain.ts): the bodies are built, `ready`
- * said, and each `slice` command posts for its milliseconds (one request at least), until
- * `end`; the totals are those of the slices.
+ * The ceiling posts in turns with a drain (bench/drain.ts): the bodies are built, `ready`
+ * said, and each `slice` command posts for its milliseconds (one request at least, each body
+ * once), until `end`; the totals are those of the slices. The peer posts `requests` at once.
  */
 async function post(c: Extract<WorkerCommand, { cmd: 'ceiling' | 'peer' }>, maxPoints: number): Promise<void> {
   const config = configSchema.parse(drainConfigInput(c.url, c.dbPath));
-  const sliced = c.cmd === 'ceiling' && c.sliced === true;
+  const sliced = c.cmd === 'ceiling';
   const bodies = buildBodies(c.dbPath, config, c.requests, maxPoints, sliced ? BENCH_CLIENT_DEVICE : BENCH_DEVICE);
   if (bodies.length === 0) throw new Error(`no readings in ${c.dbPath}`);
   // Imported here, not at the top: a drain worker must hold the agent's modules only, or its

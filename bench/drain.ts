@@ -97,7 +97,7 @@ export async function drainRun(
     await sleep(Math.max(0, idleSettleMs - (performance.now() - t0)));
     const idle = memoryOf(w.pid)!;
     if (client && ceiling) {
-      client.send({ cmd: 'ceiling', dbPath: ceiling.dbPath, url: sandbox.url, requests: ceiling.requests, sliced: true });
+      client.send({ cmd: 'ceiling', dbPath: ceiling.dbPath, url: sandbox.url, requests: ceiling.requests });
       await client.next('ready', 120_000);
     }
     const io0 = writeBytesOf(w.pid).writeBytes;
@@ -182,6 +182,15 @@ async function inTurns(sandbox: Sandbox, client: Worker, drained: Promise<unknow
       wake();
     },
   );
+  /** One turn of the client's, added to the totals. */
+  const clientTurn = async () => {
+    client.send({ cmd: 'slice', ms: CLIENT_TURN_MS });
+    const s = await client.next('sliced');
+    t.requests += s.requests;
+    t.points += s.points;
+    t.ms += s.ms;
+    t.turns += 1;
+  };
   let holding = false;
   let release: () => void = () => undefined;
   let held: () => void = () => undefined;
@@ -210,22 +219,13 @@ async function inTurns(sandbox: Sandbox, client: Worker, drained: Promise<unknow
       });
       if (!isHeld) break;
       const p0 = performance.now();
-      client.send({ cmd: 'slice', ms: CLIENT_TURN_MS });
-      const s = await client.next('sliced');
-      t.requests += s.requests;
-      t.points += s.points;
-      t.ms += s.ms;
-      t.turns += 1;
+      await clientTurn();
       holding = false;
       release();
       t.pausedMs += performance.now() - p0;
     }
     // A drain shorter than its first turn (a quick run): the client's turn comes after it.
-    if (t.turns === 0) {
-      client.send({ cmd: 'slice', ms: CLIENT_TURN_MS });
-      const s = await client.next('sliced');
-      Object.assign(t, { requests: s.requests, points: s.points, ms: s.ms, turns: 1 });
-    }
+    if (t.turns === 0) await clientTurn();
   } finally {
     holding = false;
     release();
@@ -243,7 +243,7 @@ function pendingMilestone(url: string, dbPath: string): void {
   }
 }
 
-export async function postRun(sandbox: Sandbox, c: WorkerCommand & { cmd: 'ceiling' | 'peer' }, latencyMs = 0) {
+export async function postRun(sandbox: Sandbox, c: WorkerCommand & { cmd: 'peer' }, latencyMs = 0) {
   sandbox.reset();
   if (latencyMs) sandbox.setFaults({ latencyMs });
   const w = new Worker(false);
