@@ -23,11 +23,21 @@ let client: ApiClient | undefined;
 let sender: Sender | undefined;
 let config: Config;
 let events: Array<SandboxEvent & { at: number }>;
+/** Called with each of the sandbox's events, after it is recorded. */
+let onEvent: ((e: SandboxEvent) => void) | undefined;
 
 beforeEach(async () => {
   tmp = tempDir();
   events = [];
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC, onRequest: (e) => events.push({ ...e, at: Date.now() }) });
+  onEvent = undefined;
+  sandbox = new Sandbox({
+    key: TEST_KEY,
+    scac: TEST_SCAC,
+    onRequest: (e) => {
+      events.push({ ...e, at: Date.now() });
+      onEvent?.(e);
+    },
+  });
   const { url } = await sandbox.start();
   config = configSchema.parse({
     api: { base_url: url, scac: TEST_SCAC, timeout_s: 2 },
@@ -82,6 +92,36 @@ describe('outage and recovery', () => {
     expect(ids.slice(1)).toEqual(Array.from({ length: 999 }, (_, i) => i + 1)); // then oldest first
     expect(sandbox.traces.slice(1).every((t) => t.body.traces.length <= 100)).toBe(true);
     expect(sandbox.stats.duplicateTracePoints).toBe(0);
+  });
+
+  it('after an outage each load sends its newest position once, ahead of every backlog: a failure in the middle resumes, a refused one is parked', async () => {
+    for (const n of [2, 3]) store.startLoad({ loadNumber: `L${n}`, resourceId: `T${n}`, resourceType: 'Truck', stops: [], nowMs: T0 });
+    for (const t of ['T1', 'T2', 'T3']) {
+      store.insertReadings(Array.from({ length: 250 }, (_, i) => ({ resourceId: t, timeMs: T0 + i * 1000, lat: 41.8, lon: -87.6 + i * 1e-5 })));
+    }
+    // Ids 1-250 are T1's, 251-500 T2's, 501-750 T3's: 250, 500 and 750 are the newest.
+    sandbox.setFaults({ rejectTraceRefs: ['dev-500'] });
+    let failed = false;
+    onEvent = (e) => {
+      // The first newest position is in: the next request fails (an answer the agent retries).
+      if (!failed && e.kind === 'trace' && e.status === 200) {
+        failed = true;
+        sandbox.setFaults({ failNext: 1 });
+      }
+    };
+    const s = start();
+    s.requestTracePush();
+    await waitFor(drained, 10_000, 'the backlogs drained');
+    const traces = events.filter((e) => e.kind === 'trace');
+    // L1's newest, a failure (L2's newest), L2's newest again and refused, L3's newest: then the backlogs.
+    expect(traces.slice(0, 4).map((e) => e.status)).toEqual([200, 503, 400, 200]);
+    const accepted = sandbox.traces.map((t) => t.body.traces.map((p) => p.references![0].value));
+    expect(accepted.slice(0, 2)).toEqual([['dev-250'], ['dev-750']]);
+    expect(accepted.slice(2).every((points) => points.length > 1)).toBe(true);
+    const ids = pointIds();
+    expect(ids.sort((a, b) => a - b)).toEqual(Array.from({ length: 750 }, (_, i) => i + 1).filter((id) => id !== 500));
+    expect(sandbox.stats.duplicateTracePoints).toBe(0);
+    expect(store.listDeadLetters().map((d) => d.recordId)).toEqual([500]);
   });
 
   it('honours Retry-After on 429 instead of its own shorter backoff', async () => {

@@ -89,6 +89,9 @@ export class Readings {
   private readonly traceRowsInWindow: Statement;
   private readonly ack: Transaction<(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId: string | null) => void>;
   private readonly purgeRange: Statement;
+  private readonly newestDue: Statement;
+  private readonly oldestDue: Statement;
+  private readonly mark: Transaction<(loadNumber: string, ids: number[]) => void>;
   /** No acknowledged row is left at or below this id (0 after opening: a crash may have left some anywhere). */
   private purgeFloor = 0;
   /** The purge pass in progress: where it has got to, where it ends, and the floor it leaves behind. */
@@ -121,6 +124,15 @@ export class Readings {
     // In id order (neighbouring rows, neighbouring pages), each row against the cursors of the
     // loads whose windows hold it.
     this.purgeRange = db.prepare(PURGE_RANGE);
+    this.newestDue = db.prepare(`SELECT ${READING_COLS}, l.load_number FROM loads l JOIN readings r WHERE l.load_number = ? AND ${DUE} AND r.lat IS NOT NULL ORDER BY r.id DESC LIMIT 1`);
+    // The oldest row by id, not min(time_ms): readings are committed in time order, and this
+    // is one index step where min() read every row the load has to send.
+    this.oldestDue = db.prepare(`SELECT r.time_ms FROM loads l JOIN readings r WHERE l.load_number = ? AND ${DUE} ORDER BY r.id LIMIT 1`).pluck();
+    // Prepared once: after an outage every load's newest position is marked, one request each.
+    const markStmt = db.prepare(`INSERT INTO load_marks (load_number, reading_id, state) VALUES (?, ?, ${MarkState.SENT}) ON CONFLICT DO NOTHING`);
+    this.mark = db.transaction((loadNumber: string, ids: number[]) => {
+      for (const id of ids) markStmt.run(loadNumber, id);
+    });
   }
 
   /**
@@ -265,12 +277,7 @@ export class Readings {
    */
   markSent(loadNumber: string, ids: number[]): void {
     if (ids.length === 0) return;
-    const mark = this.db.prepare(`INSERT INTO load_marks (load_number, reading_id, state) VALUES (?, ?, ${MarkState.SENT}) ON CONFLICT DO NOTHING`);
-    this.ctx.withReserve(() =>
-      this.db.transaction(() => {
-        for (const id of ids) mark.run(loadNumber, id);
-      })(),
-    );
+    this.ctx.withReserve(() => this.mark(loadNumber, ids));
   }
 
   /**
@@ -444,12 +451,8 @@ export class Readings {
 
   /** Newest position a load has to send and the time span of its backlog, for "newest first" after an outage. */
   backlogOf(loadNumber: string): { newest: StoredReading | undefined; oldestMs: number | null } {
-    const newest = this.db.prepare(`SELECT ${READING_COLS}, l.load_number FROM loads l JOIN readings r WHERE l.load_number = ? AND ${DUE} AND r.lat IS NOT NULL ORDER BY r.id DESC LIMIT 1`).get(loadNumber) as
-      | StoredReading
-      | undefined;
-    // The oldest row by id, not min(time_ms): readings are committed in time order, and this
-    // is one index step where min() read every row the load has to send.
-    const oldest = this.db.prepare(`SELECT r.time_ms FROM loads l JOIN readings r WHERE l.load_number = ? AND ${DUE} ORDER BY r.id LIMIT 1`).pluck().get(loadNumber) as number | undefined;
+    const newest = this.newestDue.get(loadNumber) as StoredReading | undefined;
+    const oldest = this.oldestDue.get(loadNumber) as number | undefined;
     return { newest, oldestMs: oldest ?? null };
   }
 

@@ -12,7 +12,7 @@
 import type { LoadRow } from '../buffer/store.js';
 import type { DeliveryContext, Step } from './context.js';
 import type { MilestoneSender } from './milestones.js';
-import type { Prepared, TracePoster } from './post-traces.js';
+import type { Delivered, Prepared, TracePoster } from './post-traces.js';
 import type { Purger } from './purge.js';
 import { buildTraceChunk, buildTraceJson, nextStopResolver, type TraceBuildOptions } from './traces.js';
 
@@ -42,14 +42,7 @@ export class Drain {
     // push, so a push ends even while many loads keep adding points faster than a pass takes.
     const lastId = store.lastReadingId();
     let queue = store.loadsWithReadings();
-    for (const loadNumber of queue) {
-      if (this.newestFirstDone.has(loadNumber)) continue;
-      this.newestFirstDone.add(loadNumber);
-      if ((await this.sendNewestFirst(loadNumber)) === 'failed') {
-        this.newestFirstDone.delete(loadNumber);
-        return 'failed';
-      }
-    }
+    if ((await this.sendNewestFirst(queue.filter((n) => !this.newestFirstDone.has(n)))) === 'failed') return 'failed';
     // Per drain: the load and its stop resolver, and where the next chunk of each load starts
     // (ahead of the buffer's cursor while a chunk is in flight).
     const loads = new Map<string, { load: LoadRow; stopAt: (timeMs: number) => number | undefined } | null>();
@@ -121,18 +114,7 @@ export class Drain {
         continue;
       }
       const delivered: number[] = [];
-      let onWritten!: () => void;
-      const written = new Promise<void>((r) => {
-        onWritten = r;
-      });
-      const sending = this.poster.deliverPrepared(prepared, prepared.body, delivered, onWritten);
-      // The next chunk is built once this request is on the wire, not before: it goes out a
-      // few turns of the event loop later (after syncCommits' fsync, and after undici checks
-      // a kept-alive connection with a setImmediate), and a build that ran first held it back
-      // for the whole build. Waiting a fixed setImmediate did that: the drain ran at 32-42% of
-      // the plain client's pace, 58-77% since (bench row 2a).
-      await Promise.race([written, sending]);
-      const next = build();
+      const { sending, next } = await this.sendWhileBuilding(prepared, prepared.body, delivered, build);
       if ((await sending) === 'failed') {
         // Part of a split chunk got through before the failure: those points must not go twice
         // (to this load: other loads holding them still send them).
@@ -144,6 +126,23 @@ export class Drain {
       current = next;
     }
     return 'empty';
+  }
+
+  /**
+   * Send a prepared request and, once it is on the wire, build what goes after it. Not
+   * before: the request goes out a few turns of the event loop later (after syncCommits'
+   * fsync, and after undici checks a kept-alive connection with a setImmediate), and a build
+   * that ran first held it back for the whole build. Waiting a fixed setImmediate did that:
+   * the drain ran at 32-42% of the plain client's pace, 58-77% since (bench row 2a).
+   */
+  private async sendWhileBuilding<T>(p: Prepared, body: Buffer, delivered: number[], build: () => T): Promise<{ sending: Promise<Delivered>; next: T }> {
+    let onWritten!: () => void;
+    const written = new Promise<void>((r) => {
+      onWritten = r;
+    });
+    const sending = this.poster.deliverPrepared(p, body, delivered, onWritten);
+    await Promise.race([written, sending]);
+    return { sending, next: build() };
   }
 
   /** Dead letters the operator put back (`dead-letter retry`): each reading as its own point, for the load that parked it. */
@@ -208,25 +207,62 @@ export class Drain {
   }
 
   /**
-   * After an outage the service first learns where the truck is now: when a load's backlog
-   * is more than one chunk, its newest position goes alone, before the oldest-first drain.
+   * After an outage the service first learns where the truck is now: each load whose backlog
+   * is more than one chunk sends its newest position alone, before the oldest-first drain.
+   * One load's request is built while the one before is at the service (200 loads after an
+   * outage are 200 requests in series).
    */
-  private async sendNewestFirst(loadNumber: string): Promise<Step> {
+  private async sendNewestFirst(loadNumbers: string[]): Promise<Step> {
     const { store, log } = this.ctx.deps;
+    let i = 0;
+    const build = (): { p: Prepared; backlogS: number } | undefined => {
+      while (i < loadNumbers.length) {
+        const loadNumber = loadNumbers[i++];
+        const newest = this.newestOf(loadNumber);
+        if (newest) return newest;
+        // Nothing to send ahead: not looked at again in this push.
+        this.newestFirstDone.add(loadNumber);
+      }
+      return undefined;
+    };
+    let current = build();
+    while (current) {
+      const { p, backlogS } = current;
+      const delivered: number[] = [];
+      const { sending, next } = await this.sendWhileBuilding(p, p.body!, delivered, build);
+      const result = await sending;
+      store.markSent(p.load.loadNumber, delivered);
+      if (result === 'failed') return 'failed';
+      this.newestFirstDone.add(p.load.loadNumber);
+      log.info({ load: p.load.loadNumber, backlogS }, 'newest position sent ahead of the backlog');
+      current = next;
+    }
+    return 'sent';
+  }
+
+  /** A load's newest position as a request of its own, when its backlog is more than one chunk. */
+  private newestOf(loadNumber: string): { p: Prepared; backlogS: number } | undefined {
+    const { store } = this.ctx.deps;
     const load = store.getLoad(loadNumber);
-    if (!load) return 'empty';
+    if (!load) return undefined;
     const { newest, oldestMs } = store.backlogOf(loadNumber);
-    if (!newest || oldestMs === null) return 'empty';
+    if (!newest || oldestMs === null) return undefined;
     const opts = this.traceOptions();
     const spanMs = newest.time_ms - oldestMs;
     const backlog = opts.samplingMs > 0 ? spanMs > opts.samplingMs * opts.maxPoints : spanMs > opts.maxPoints * 1000;
-    if (!backlog) return 'empty';
+    if (!backlog) return undefined;
     const chunk = buildTraceChunk({ ...load, lastSampleMs: null }, [newest], this.stopResolver(load), { ...opts, samplingMs: 0 }, true);
-    if (!chunk?.body) return 'empty';
-    const delivered: number[] = [];
-    const result = await this.poster.deliverTraces(load, chunk.body.traces, chunk.readingIds, delivered);
-    store.markSent(loadNumber, delivered);
-    if (result === 'delivered') log.info({ load: loadNumber, backlogS: Math.round(spanMs / 1000) }, 'newest position sent ahead of the backlog');
-    return result === 'delivered' ? 'sent' : 'failed';
+    if (!chunk?.body) return undefined;
+    const p: Prepared = {
+      load,
+      body: Buffer.from(JSON.stringify(chunk.body)),
+      key: chunk.idempotencyKey,
+      points: chunk.points,
+      readingIds: chunk.readingIds,
+      lastId: chunk.lastId,
+      lastSampleMs: chunk.lastSampleMs,
+      rebuild: () => chunk,
+    };
+    return { p, backlogS: Math.round(spanMs / 1000) };
   }
 }
