@@ -6,7 +6,9 @@ import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ADMITTED_EVERY_MS, Ingest } from '../src/buffer/ingest.js';
 import { MIGRATIONS, migrate, openDatabase, PAGE_SIZE, SCHEMA_VERSION } from '../src/buffer/db.js';
-import { Store } from '../src/buffer/store.js';
+import { planFor } from '../src/buffer/disk.js';
+import { DEFAULT_RESERVE_KB, Store } from '../src/buffer/store.js';
+import { configSchema } from '../src/config/schema.js';
 import { createLogger } from '../src/log.js';
 import { agentConfig, ROOT, runCli, tempDir, walCommits } from './helpers.js';
 
@@ -114,6 +116,23 @@ describe('page size', () => {
     again.insertReadings([reading(1)], true);
     expect(again.counts().unassignedReadings).toBe(1);
     again.close();
+  });
+});
+
+describe('checkpoints', () => {
+  it('with the default reserve the WAL takes 1 MB before a checkpoint; a small disk gets an eighth of itself as reserve, half that as WAL', () => {
+    const { reserve_kb } = configSchema.parse({ api: { base_url: 'http://127.0.0.1:9', scac: 'TEST' }, buffer: { path }, sources: [{ type: 'simulator', resource_id: 'T1' }] }).buffer;
+    expect(reserve_kb).toBe(DEFAULT_RESERVE_KB);
+    const store = Store.open(path, { reserveKb: reserve_kb });
+    // 1 KB pages: a checkpoint once 1,024 frames are in the WAL, which is cut back to 1 MB after it.
+    // Measured at 1 Hz (docs/performance.md, 5 and 5a): 512 KB checkpoints twice as often, and
+    // past about 1,000 frames (where the -shm index's frame entries leave its header's 4 KB
+    // page) every commit dirties a page more.
+    expect(store.db.pragma('wal_autocheckpoint', { simple: true })).toBe(1024);
+    expect(store.db.pragma('journal_size_limit', { simple: true })).toBe(1_048_576);
+    store.close();
+    expect(planFor(16 * 1_048_576, DEFAULT_RESERVE_KB)).toEqual({ reserveBytes: 2 * 1_048_576, walLimitBytes: 1_048_576 });
+    expect(planFor(4 * 1_048_576, DEFAULT_RESERVE_KB)).toEqual({ reserveBytes: 512 * 1024, walLimitBytes: 256 * 1024 });
   });
 });
 

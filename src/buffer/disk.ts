@@ -34,11 +34,17 @@ const MAX_WAL = 4 * 1_048_576;
 
 /**
  * Sizes for a buffer at `path`: the configured reserve, but at most an eighth of the file
- * system (a 4 MB tmpfs gets 512 KB), and a WAL limit of half the reserve.
+ * system (a 4 MB tmpfs gets 512 KB), and a WAL limit of half the reserve. The default (2 MB,
+ * a 1 MB WAL) is also what wrote least at 1 Hz of the WAL limits measured (512 KB to 4 MB;
+ * docs/performance.md, 5 and 5a).
  */
 export function diskPlan(path: string, reserveKb: number): DiskPlan {
   // Not known (the directory is not there yet): plan with the configured size.
-  const fsBytes = fileSystemOf(path)?.totalBytes ?? Number.POSITIVE_INFINITY;
+  return planFor(fileSystemOf(path)?.totalBytes ?? Number.POSITIVE_INFINITY, reserveKb);
+}
+
+/** diskPlan for a file system of `fsBytes`. */
+export function planFor(fsBytes: number, reserveKb: number): DiskPlan {
   const reserveBytes = Math.floor(Math.min(reserveKb * 1024, fsBytes * RESERVE_SHARE));
   const walLimitBytes = Math.max(MIN_WAL, Math.min(MAX_WAL, Math.floor(reserveBytes / 2)));
   return { reserveBytes, walLimitBytes };
