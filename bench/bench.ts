@@ -254,7 +254,7 @@ async function main(): Promise<void> {
         const perReading = f.writeBytes / Math.max(1, f.readings);
         return {
           id: i === 0 ? '5' : '5a',
-          measure: `flash at 1 Hz, synchronous ${f.synchronous}: bytes written per reading over a push cycle (${round(f.cycleS, 0)} s, ${fmt(f.readings)} readings; commits, push, purge, checkpoint)`,
+          measure: `flash at 1 Hz, synchronous ${f.synchronous}: bytes written per reading over a push cycle (${round(f.cycleS, 0)} s, ${fmt(f.readings)} readings; commits, push, purge, ${f.checkpoints} checkpoint${f.checkpoints === 1 ? '' : 's'})`,
           value: `${fmt(perReading)} B`,
           reference: `${round((perReading * 86_400) / MB, 0)} MB/day`,
           ratio: '',

@@ -9,6 +9,7 @@
  * bytes of them changed), which is what the flash gets. Defaults throughout (pushes every
  * 15 minutes); in --quick a push every 10 s, which shows only that the row works.
  */
+import { closeSync, openSync, readSync } from 'node:fs';
 import { join } from 'node:path';
 import { Sandbox } from '../src/sandbox/server.js';
 import { BENCH_KEY, BENCH_SCAC, sleep, writeBytesOf } from './common.js';
@@ -28,6 +29,23 @@ export interface FlashRun {
   cycleS: number;
   readings: number;
   writeBytes: number;
+  /** Checkpoints that emptied the WAL within the cycle (its salts changed), seen every 200 ms. */
+  checkpoints: number;
+}
+
+/** The WAL's salts (a new pair each time a checkpoint lets SQLite start it over), or '' when it is empty or absent. */
+function walSalts(db: string): string {
+  try {
+    const fd = openSync(`${db}-wal`, 'r');
+    try {
+      const head = Buffer.alloc(32);
+      return readSync(fd, head, 0, 32, 0) === 32 ? head.subarray(16, 24).toString('hex') : '';
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    return '';
+  }
 }
 
 /**
@@ -43,17 +61,24 @@ export async function oneCycle(dir: string, synchronous: 'NORMAL' | 'FULL', buff
   const files = daemonFiles(join(dir, name), sandbox.url, synchronous, name, schedule, QUICK ? `flush_interval_ms = 2000\n${bufferToml}` : bufferToml);
   const d = await startDaemon(files);
   try {
+    let salts = walSalts(files.db);
+    let generations = 0;
     /** Resolves at the first trace request of the next push: the first after a quiet minute (or since the start). */
-    const nextPush = async (): Promise<{ io: number; n: number; t: number }> => {
+    const nextPush = async (): Promise<{ io: number; n: number; t: number; generations: number }> => {
       const deadline = performance.now() + (CYCLE_S + 300) * 1000;
       let seen = sandbox.stats.tracePoints;
       let quietSince = performance.now();
       for (;;) {
+        const now = walSalts(files.db);
+        if (now !== '' && now !== salts) {
+          if (salts !== '') generations += 1;
+          salts = now;
+        }
         if (d.child.exitCode !== null) throw new Error(`the ${synchronous} daemon exited (${d.child.exitCode}): ${d.output().slice(-2000)}`);
         if (performance.now() > deadline) throw new Error(`the ${synchronous} daemon pushed no traces within ${CYCLE_S + 300} s`);
         const points = sandbox.stats.tracePoints;
         if (points > seen && performance.now() - quietSince >= Math.min(60_000, (CYCLE_S * 1000) / 2)) {
-          return { io: writeBytesOf(d.child.pid!).writeBytes, n: committed(files.db), t: performance.now() };
+          return { io: writeBytesOf(d.child.pid!).writeBytes, n: committed(files.db), t: performance.now(), generations };
         }
         if (points > seen) quietSince = performance.now();
         seen = points;
@@ -63,7 +88,7 @@ export async function oneCycle(dir: string, synchronous: 'NORMAL' | 'FULL', buff
     const first = await nextPush();
     progress(`5. ${synchronous}: first push seen, measuring until the next (${CYCLE_S} s)`);
     const second = await nextPush();
-    return { synchronous, cycleS: (second.t - first.t) / 1000, readings: second.n - first.n, writeBytes: second.io - first.io };
+    return { synchronous, cycleS: (second.t - first.t) / 1000, readings: second.n - first.n, writeBytes: second.io - first.io, checkpoints: second.generations - first.generations };
   } finally {
     d.child.kill('SIGTERM');
     const r = await waitExit(d.child, 25_000);
