@@ -9,8 +9,8 @@
  * bytes of them changed), which is what the flash gets. Defaults throughout (pushes every
  * 15 minutes); in --quick a push every 10 s, which shows only that the row works.
  */
-import { closeSync, openSync, readSync } from 'node:fs';
 import { join } from 'node:path';
+import { walSalts } from '../src/buffer/db.js';
 import { Sandbox } from '../src/sandbox/server.js';
 import { BENCH_KEY, BENCH_SCAC, sleep, writeBytesOf } from './common.js';
 import { committed, daemonFiles, startDaemon } from './daemon.js';
@@ -31,21 +31,6 @@ export interface FlashRun {
   writeBytes: number;
   /** Checkpoints that emptied the WAL within the cycle (its salts changed), seen every 200 ms. */
   checkpoints: number;
-}
-
-/** The WAL's salts (a new pair each time a checkpoint lets SQLite start it over), or '' when it is empty or absent. */
-function walSalts(db: string): string {
-  try {
-    const fd = openSync(`${db}-wal`, 'r');
-    try {
-      const head = Buffer.alloc(32);
-      return readSync(fd, head, 0, 32, 0) === 32 ? head.subarray(16, 24).toString('hex') : '';
-    } finally {
-      closeSync(fd);
-    }
-  } catch {
-    return '';
-  }
 }
 
 /**
@@ -70,8 +55,8 @@ export async function oneCycle(dir: string, synchronous: 'NORMAL' | 'FULL', buff
       let quietSince = performance.now();
       for (;;) {
         const now = walSalts(files.db);
-        if (now !== '' && now !== salts) {
-          if (salts !== '') generations += 1;
+        if (now !== undefined && now !== salts) {
+          if (salts !== undefined) generations += 1;
           salts = now;
         }
         if (d.child.exitCode !== null) throw new Error(`the ${synchronous} daemon exited (${d.child.exitCode}): ${d.output().slice(-2000)}`);
