@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Store } from '../src/buffer/store.js';
 import { Sandbox } from '../src/sandbox/server.js';
-import { TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, tempDir, waitFor, type Daemon } from './helpers.js';
+import { TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
 
 let tmp: ReturnType<typeof tempDir>;
 let sandbox: Sandbox;
@@ -32,8 +32,8 @@ function prefill(n: number): void {
   store.insertReadings(Array.from({ length: n }, (_, i) => ({ resourceId: 'T1', timeMs: T0 + i * 1000, lat: 41.8, lon: -87.6 + i * 1e-5 })));
   store.close();
 }
-function daemon(cfg: string): Daemon {
-  const d = startDaemon(['--config', cfg]);
+function daemon(cfg: string, env: NodeJS.ProcessEnv = {}): Daemon {
+  const d = startDaemon(['--config', cfg], env);
   daemons.push(d);
   return d;
 }
@@ -143,5 +143,48 @@ describe('daemon under faults', () => {
     await waitFor(() => sandbox.stats.tracePoints === 10, 10_000, 'the retried point delivered');
     expect((await runCli(['dead-letter', 'list', '--config', cfg])).stdout).toBe('no dead letters\n');
     await d.stop('SIGTERM');
+  }, 30_000);
+
+  it('SIGTERM right after start stops it cleanly: the signals keep a listener from start to exit', async () => {
+    const { url } = await sandbox.start();
+    const cfg = agentConfig(tmp.dir, url);
+    // Removing a signal's last listener gives the signal back its default action (death). This
+    // preload sends the signal at once whenever that happens, so a moment without a listener,
+    // however short, kills the daemon here instead of once in a while under load.
+    const preload = writeFile(
+      tmp.dir,
+      'listener-gap.cjs',
+      `process.on('removeListener', (ev) => {
+  if ((ev === 'SIGTERM' || ev === 'SIGINT') && process.listenerCount(ev) === 0) process.kill(process.pid, ev);
+});
+`,
+    );
+    const d = daemon(cfg, { NODE_OPTIONS: `--require ${preload}` });
+    await waitFor(() => d.output().includes('"msg":"agent started"') || d.child.exitCode !== null || d.child.signalCode !== null, 15_000, 'the daemon to start');
+    expect(await d.stop('SIGTERM'), d.output()).toEqual({ code: 0, signal: null });
+    expect(d.output()).toContain('"signal":"SIGTERM","msg":"stopping"');
+  }, 30_000);
+
+  it('a second SIGTERM while stopping exits at once, status 1, saying why', async () => {
+    const { url } = await sandbox.start();
+    // A source that ignores SIGTERM holds the stop for stop_timeout_s.
+    const cfg = agentConfig(
+      tmp.dir,
+      url,
+      `[[sources]]
+type = "exec"
+name = "stubborn"
+command = "trap '' TERM; while :; do sleep 1; done"
+stop_timeout_s = 20
+`,
+    );
+    const d = daemon(cfg);
+    await waitFor(() => d.output().includes('"msg":"agent started"'), 15_000, 'the daemon to start');
+    d.child.kill('SIGTERM');
+    await waitFor(() => d.output().includes('"msg":"stopping"'), 10_000, 'the daemon to begin stopping');
+    const t0 = Date.now();
+    expect(await d.stop('SIGTERM'), d.output()).toEqual({ code: 1, signal: null });
+    expect(Date.now() - t0).toBeLessThan(10_000);
+    expect(d.output()).toContain('SIGTERM again while stopping; exiting now (what is committed stays buffered)');
   }, 30_000);
 });

@@ -45,10 +45,9 @@ export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof res
       else pendingStop = { signal: 'fatal', exitCode: code };
     },
   });
-  // A bug must not cost the readings waiting in memory: commit them, then exit non-zero so
-  // systemd restarts the service (Restart=on-failure).
-  const onFatal = (err: unknown) => {
-    log.fatal({ err: err instanceof Error ? { message: err.message, stack: err.stack } : String(err) }, 'unexpected error; committing queued readings and exiting');
+  // Exiting early must not cost the readings waiting in memory: commit them, then exit
+  // non-zero so systemd restarts the service (Restart=on-failure).
+  const commitAndExit = (): never => {
     try {
       agent.ingest?.flush(true);
     } catch {
@@ -56,27 +55,28 @@ export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof res
     }
     process.exit(EXIT.FAILURE);
   };
+  const onFatal = (err: unknown) => {
+    log.fatal({ err: err instanceof Error ? { message: err.message, stack: err.stack } : String(err) }, 'unexpected error; committing queued readings and exiting');
+    commitAndExit();
+  };
   process.on('uncaughtException', onFatal);
   process.on('unhandledRejection', onFatal);
+  // One listener per signal for the daemon's whole life. Removing a signal's last listener
+  // gives it back its default action, death with nothing committed: a listener swapped for
+  // another leaves a moment in which `systemctl stop` kills the agent outright. A signal during
+  // start is kept and acted on once the agent is up; a second one while stopping exits at once.
+  let onSignal = (signal: NodeJS.Signals) => {
+    pendingStop ??= { signal };
+  };
+  const signalled = (signal: NodeJS.Signals) => onSignal(signal);
+  process.on('SIGTERM', signalled);
+  process.on('SIGINT', signalled);
   // Type=notify: systemd counts the agent as started at READY=1, and restarts it when the
   // event loop stops beating the watchdog. Off systemd this does nothing.
   const notifier = new SystemdNotifier(log.child({ component: 'systemd' }));
   const running = () => `running: ${agent.sources.length} source(s)`;
   await notifier.start();
-  // A signal during start is kept and acted on once the agent is up.
-  const early = (signal: NodeJS.Signals) => () => {
-    pendingStop ??= { signal };
-  };
-  const earlyTerm = early('SIGTERM');
-  const earlyInt = early('SIGINT');
-  process.once('SIGTERM', earlyTerm);
-  process.once('SIGINT', earlyInt);
-  try {
-    await agent.start();
-  } finally {
-    process.off('SIGTERM', earlyTerm);
-    process.off('SIGINT', earlyInt);
-  }
+  await agent.start();
   void notifier.ready(running());
   collectAfterStart();
   const onHup = () => {
@@ -104,21 +104,17 @@ export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof res
   process.on('SIGHUP', onHup);
   const exitCode = await new Promise<number>((resolve) => {
     let stopping = false;
+    const exitNow = (why: Record<string, unknown>, msg: string) => {
+      log.error(why, `${msg}; exiting now (what is committed stays buffered)`);
+      commitAndExit();
+    };
     const stop = (signal: string, code = EXIT.OK as number) => {
       if (stopping) return;
       stopping = true;
       log.info({ signal }, 'stopping');
       void notifier.stopping('stopping: committing readings, finishing deliveries');
       const limitS = agent.config.delivery.shutdown_timeout_s;
-      const deadline = setTimeout(() => {
-        log.error({ shutdownTimeoutS: limitS }, 'could not stop within delivery.shutdown_timeout_s; exiting now (what is committed stays buffered)');
-        try {
-          agent.ingest.flush(true);
-        } catch {
-          // Exiting anyway.
-        }
-        process.exit(EXIT.FAILURE);
-      }, limitS * 1000);
+      const deadline = setTimeout(() => exitNow({ shutdownTimeoutS: limitS }, 'could not stop within delivery.shutdown_timeout_s'), limitS * 1000);
       agent
         .stop()
         .catch((e) => log.error({ err: (e as Error).message }, 'error while stopping'))
@@ -128,8 +124,7 @@ export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof res
         });
     };
     stopRequested = stop;
-    process.once('SIGTERM', () => stop('SIGTERM'));
-    process.once('SIGINT', () => stop('SIGINT'));
+    onSignal = (signal) => (stopping ? exitNow({ signal }, `${signal} again while stopping`) : stop(signal));
     if (pendingStop) stop(pendingStop.signal, pendingStop.exitCode);
   });
   process.off('SIGHUP', onHup);
