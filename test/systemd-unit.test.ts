@@ -92,7 +92,7 @@ function deviceConfig(c: DeviceConfig): string {
   t = edit(t, 'traces = "*/15 * * * *"', 'traces = "*/5 * * * * *"');
   t = edit(t, 'splay_s = 120', 'splay_s = 0');
   t = edit(t, '\ninterval_s = 60\n', '\ninterval_s = 0\n');
-  t = edit(t, 'flush_interval_ms = 60000', 'flush_interval_ms = 2000');
+  t = edit(t, 'flush_interval_ms = 90000', 'flush_interval_ms = 2000');
   t = edit(t, 'retry_max_s = 900', 'retry_max_s = 5');
   t = edit(t, 'reconnect_max_s = 30', 'reconnect_max_s = 2');
   t = edit(t, 'level = "info"', `level = "${c.logLevel ?? 'info'}"`);

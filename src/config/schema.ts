@@ -116,12 +116,13 @@ export const configSchema = z
         /** Readings are committed together every flush_interval_ms or when this many wait. */
         batch_size: positiveInt.max(100_000).default(500),
         /**
-         * 60 s: each commit dirties some 17 KB of the card whatever it holds (the WAL's last
-         * page, the -shm index), so at 1 Hz a commit a minute writes about a third of what one
-         * every 5 s did (docs/performance.md, row 5). A crash or a power cut loses at most
-         * these seconds of readings; milestone detection does not wait for the commit.
+         * 90 s: each commit dirties some 20-40 KB of the card whatever it holds (the WAL's last
+         * page, the -shm index), so the interval sets what a reading costs the card: at 1 Hz
+         * with FULL about 700 B per reading at 90 s, 1,060 B at 60 s (docs/performance.md,
+         * rows 5 and 5a). A crash or a power cut loses at most these seconds of readings;
+         * milestone detection does not wait for the commit.
          */
-        flush_interval_ms: positiveInt.max(300_000).default(60_000),
+        flush_interval_ms: positiveInt.max(300_000).default(90_000),
         /** Size cap of the buffer's data (MB). Past it the oldest readings go first; milestones never. */
         max_size_mb: z.number().positive().default(512),
         /** Readings older than this are dropped (counted and logged); milestones never. */
