@@ -25,7 +25,7 @@ import { HIGHEST_READING_ID } from '../src/buffer/migrations.js';
 
 const LAZYFS_DIR = join(ROOT, '.lazyfs');
 const LAZYFS = join(LAZYFS_DIR, 'lazyfs');
-/** buffer.flush_interval_ms: the commit interval (60 s by default; 1 s keeps the run short). */
+/** buffer.flush_interval_ms: the commit interval (90 s by default; 1 s keeps the run short). */
 const FLUSH_MS = 1000;
 /**
  * How much later than the commit interval a reading may still wait for its commit: the pipe
