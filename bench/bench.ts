@@ -87,7 +87,7 @@ async function main(): Promise<void> {
     copySynced(largeDb, ceilingDb);
     const withCeiling = { dbPath: ceilingDb, requests };
     progress(`   the agent draining ${fmt(large)} readings (child process, RSS sampled every 50 ms), in turns with the ceiling: a plain undici client posting the same bodies, pre-built`);
-    const drain = await drainRun(sandbox, largeDb, large, 0, SIZES.idleSettleMs, large, withCeiling);
+    const drain = await drainRun(sandbox, largeDb, large, { idleSettleMs: SIZES.idleSettleMs, ceiling: withCeiling });
     rmSync(largeDb, { force: true });
 
     progress(`3. memory: the agent draining ${fmt(small)} readings`);
@@ -102,7 +102,7 @@ async function main(): Promise<void> {
       progress(`   the drain again (${i + 1} of ${DRAIN_RUNS}), in turns with the ceiling`);
       const again = join(dir, `large-${i}.db`);
       copySynced(ceilingDb, again);
-      const d = await drainRun(sandbox, again, large, 0, SIZES.settleMs, large, withCeiling);
+      const d = await drainRun(sandbox, again, large, { ceiling: withCeiling });
       for (const suffix of ['', '-wal', '-shm']) rmSync(again + suffix, { force: true });
       drainRuns.push({ drain: d, ceiling: d.ceiling! });
     }
@@ -122,7 +122,7 @@ async function main(): Promise<void> {
     const cellTemplate = SIZES.cellular === SIZES.week ? weekTemplate : backlogFile(dir, 'cell-template.db', { loads: 1, perLoad: SIZES.cellular });
     const cellDb = join(dir, 'cell.db');
     copySynced(cellTemplate, cellDb);
-    const cellular = await drainRun(sandbox, cellDb, SIZES.cellular, LATENCY_MS);
+    const cellular = await drainRun(sandbox, cellDb, SIZES.cellular, { latencyMs: LATENCY_MS });
     progress(`   peer: ${SIZES.peerRequests} single-reading requests over the same link`);
     const peer = await postRun(sandbox, { cmd: 'peer', dbPath: cellTemplate, url: sandbox.url, requests: SIZES.peerRequests }, LATENCY_MS);
     const peerPerRequestMs = peer.ms / peer.requests;
@@ -140,7 +140,7 @@ async function main(): Promise<void> {
     const sharedBytes = bufferBytes(sharedDb) / sharedReadings;
     const oneLoad = await drainRun(sandbox, oneLoadDb, sharedReadings);
     rmSync(oneLoadDb, { force: true });
-    const sharedDrain = await drainRun(sandbox, sharedDb, sharedReadings, 0, SIZES.settleMs, sharedReadings * shared.loadsPerTruck);
+    const sharedDrain = await drainRun(sandbox, sharedDb, sharedReadings, { points: sharedReadings * shared.loadsPerTruck });
     rmSync(sharedDb, { force: true });
     const pointsPerS = (d: DrainResult) => d.points / (d.ms / 1000);
 

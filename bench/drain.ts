@@ -52,21 +52,20 @@ export interface DrainResult {
   ceiling?: Turns;
 }
 
-/**
- * `idleSettleMs`: how long after start the idle RSS is taken (the large run's figure 3a);
- * `points`: the trace points the service must get (more than the readings when a truck
- * carries several loads); `ceiling`: the reference client posts in turns with the drain,
- * its bodies built from this file and `requests` of them at most (see inTurns).
- */
-export async function drainRun(
-  sandbox: Sandbox,
-  dbPath: string,
-  readings: number,
-  latencyMs = 0,
-  idleSettleMs = SIZES.settleMs,
-  points = readings,
-  ceiling?: { dbPath: string; requests: number },
-): Promise<DrainResult> {
+export interface DrainOptions {
+  /** Added by the sandbox to every answer (a cellular link). */
+  latencyMs?: number;
+  /** How long after start the idle RSS is taken (the large run's figure 3a). */
+  idleSettleMs?: number;
+  /** The trace points the service must get (more than the readings when a truck carries several loads). */
+  points?: number;
+  /** The reference client posts in turns with the drain, its bodies built from this file and `requests` of them at most (see inTurns). */
+  ceiling?: { dbPath: string; requests: number };
+}
+
+/** The agent draining the backlog in `dbPath` (a worker process), its memory sampled every 50 ms. */
+export async function drainRun(sandbox: Sandbox, dbPath: string, readings: number, opts: DrainOptions = {}): Promise<DrainResult> {
+  const { latencyMs = 0, idleSettleMs = SIZES.settleMs, points = readings, ceiling } = opts;
   sandbox.reset();
   if (latencyMs) sandbox.setFaults({ latencyMs });
   pendingMilestone(sandbox.url, dbPath);

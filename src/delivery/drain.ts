@@ -18,6 +18,12 @@ import { buildTraceChunk, buildTraceJson, nextStopResolver, type TraceBuildOptio
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** A load's newest position as a request of its own (always with a body), and how far its backlog reaches back. */
+interface Newest {
+  p: Prepared & { body: Buffer };
+  backlogS: number;
+}
+
 export class Drain {
   /** Loads whose newest position already went out first in the current push. */
   private newestFirstDone = new Set<string>();
@@ -215,7 +221,7 @@ export class Drain {
   private async sendNewestFirst(loadNumbers: string[]): Promise<Step> {
     const { store, log } = this.ctx.deps;
     let i = 0;
-    const build = (): { p: Prepared; backlogS: number } | undefined => {
+    const build = (): Newest | undefined => {
       while (i < loadNumbers.length) {
         const loadNumber = loadNumbers[i++];
         const newest = this.newestOf(loadNumber);
@@ -229,7 +235,7 @@ export class Drain {
     while (current) {
       const { p, backlogS } = current;
       const delivered: number[] = [];
-      const { sending, next } = await this.sendWhileBuilding(p, p.body!, delivered, build);
+      const { sending, next } = await this.sendWhileBuilding(p, p.body, delivered, build);
       const result = await sending;
       store.markSent(p.load.loadNumber, delivered);
       if (result === 'failed') return 'failed';
@@ -241,7 +247,7 @@ export class Drain {
   }
 
   /** A load's newest position as a request of its own, when its backlog is more than one chunk. */
-  private newestOf(loadNumber: string): { p: Prepared; backlogS: number } | undefined {
+  private newestOf(loadNumber: string): Newest | undefined {
     const { store } = this.ctx.deps;
     const load = store.getLoad(loadNumber);
     if (!load) return undefined;
@@ -253,7 +259,7 @@ export class Drain {
     if (!backlog) return undefined;
     const chunk = buildTraceChunk({ ...load, lastSampleMs: null }, [newest], this.stopResolver(load), { ...opts, samplingMs: 0 }, true);
     if (!chunk?.body) return undefined;
-    const p: Prepared = {
+    const p: Newest['p'] = {
       load,
       body: Buffer.from(JSON.stringify(chunk.body)),
       key: chunk.idempotencyKey,
