@@ -1,4 +1,4 @@
-import { mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig, parseConfigText, resolveConfigPath, resolveSubscriptionKey } from '../src/config/load.js';
@@ -199,6 +199,55 @@ describe('validate-config (real CLI)', () => {
     const r = await runCli(['validate-config', '--config', cfg]);
     expect(r.code).toBe(78);
     expect(r.stderr).toContain('api.subscription_key_file: cannot read');
+  });
+
+  it("names every file the daemon could not use at once (the key, the CA, the sources' files, the buffer), exit 78; run refuses the same with 78", async () => {
+    const missing = (name: string) => join(tmp.dir, name);
+    const cfg = writeFile(
+      tmp.dir,
+      'agent.toml',
+      `[api]
+scac = "ABCD"
+subscription_key_file = "${missing('absent-key')}"
+ca_file = "${missing('absent-ca.pem')}"
+[buffer]
+path = "${join(writeFile(tmp.dir, 'a-file', ''), 'b.db')}"
+[[sources]]
+type = "simulator"
+resource_id = "T1"
+route = "${missing('route.gpx')}"
+[[sources]]
+type = "module"
+path = "${missing('reader.mjs')}"
+[[sources]]
+type = "simulator"
+resource_id = "T2"
+route = "builtin:atlantis"
+`,
+    );
+    const r = await runCli(['validate-config', '--config', cfg]);
+    expect(r.code).toBe(78);
+    for (const line of [
+      `api.subscription_key_file: cannot read ${missing('absent-key')} (ENOENT)`,
+      'api.ca_file: ',
+      `sources[0].route: ${missing('route.gpx')}: cannot read route file (ENOENT)`,
+      `sources[1].path: ${missing('reader.mjs')}: cannot read (ENOENT)`,
+      'sources[2].route: builtin:atlantis: unknown built-in route (known: builtin:',
+      `buffer.path: ${join(tmp.dir, 'a-file', 'b.db')}: `,
+    ])
+      expect(r.stderr).toContain(line);
+    // A file that is not there is a mistake in the config: 78, which systemd does not restart
+    // (exit 1 would be restarted every 10 s for ever), before anything is opened.
+    const key = writeFile(tmp.dir, 'key', 'k\n', 0o600);
+    const runCfg = writeFile(
+      tmp.dir,
+      'run.toml',
+      `[api]\nscac = "ABCD"\nsubscription_key_file = "${key}"\n[buffer]\npath = "${join(tmp.dir, 'state', 'b.db')}"\n[[sources]]\ntype = "simulator"\nresource_id = "T1"\nroute = "${missing('route.gpx')}"\n`,
+    );
+    const run = await runCli(['run', '--config', runCfg]);
+    expect(run.code).toBe(78);
+    expect(run.stderr).toContain(`sources[0].route: ${missing('route.gpx')}: cannot read route file (ENOENT)`);
+    expect(existsSync(join(tmp.dir, 'state'))).toBe(false);
   });
 
   it('the example config shows every key of every table (outside [[sources]]), commented out or set', async () => {

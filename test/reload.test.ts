@@ -13,7 +13,7 @@ import { CREDENTIAL_NAME, type LoadedConfig } from '../src/config/load.js';
 import { configSchema, restartSettings, type Config } from '../src/config/schema.js';
 import { createLogger } from '../src/log.js';
 import { Sandbox } from '../src/sandbox/server.js';
-import { startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile, agentConfig } from './helpers.js';
+import { type Daemon, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile, agentConfig } from './helpers.js';
 import { makePki } from './pki.js';
 
 let tmp: ReturnType<typeof tempDir>;
@@ -31,6 +31,18 @@ afterEach(async () => {
 });
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
+
+/** The daemon's first log line that contains `text`, once it comes. */
+const lineWith = (d: Daemon, text: string, what: string) =>
+  waitFor(
+    () =>
+      d
+        .output()
+        .split('\n')
+        .find((l) => l.includes(text)),
+    10_000,
+    what,
+  );
 
 function moduleSource(name: string): string {
   return writeFile(tmp.dir, `${name}.mjs`, 'export function createSource() { return { start() {}, stop() {} }; }\n');
@@ -216,15 +228,7 @@ describe('reload (SIGHUP)', () => {
       const text = readFileSync(cfg, 'utf8').replace('device_id = "test-device"', 'device_id = "renamed"').replace('poll_interval_ms = 100', 'poll_interval_ms = 250');
       writeFileSync(cfg, text);
       d.child.kill('SIGHUP');
-      const line = await waitFor(
-        () =>
-          d
-            .output()
-            .split('\n')
-            .find((l) => l.includes('configuration reloaded')),
-        10_000,
-        'the reload',
-      );
+      const line = await lineWith(d, 'configuration reloaded', 'the reload');
       expect(JSON.parse(line)).toMatchObject({ applied: ['delivery.poll_interval_ms'], needsRestart: ['device_id'] });
       const warn = d
         .output()
@@ -233,6 +237,25 @@ describe('reload (SIGHUP)', () => {
       expect(JSON.parse(warn!).msg).toBe('changed settings that apply only after a restart (systemctl restart telematics-agent): device_id');
       // The key came from a file: nothing is said about systemd's copy of it.
       expect(d.output()).not.toContain(KEY_NEEDS_RESTART);
+    } finally {
+      await d.stop();
+    }
+  });
+
+  it('refuses a reload whose source file is not there, naming it, and runs on with the config it had', async () => {
+    const { url } = await sandbox.start();
+    const cfg = agentConfig(tmp.dir, url);
+    const d = startDaemon(['--config', cfg]);
+    try {
+      await waitFor(() => d.output().includes('agent started'), 15_000, 'the daemon to start');
+      const { readFileSync, writeFileSync } = await import('node:fs');
+      const route = join(tmp.dir, 'route.gpx');
+      writeFileSync(cfg, `${readFileSync(cfg, 'utf8')}\n[[sources]]\ntype = "simulator"\nresource_id = "T9"\nroute = "${route}"\n`);
+      d.child.kill('SIGHUP');
+      const line = await lineWith(d, 'new configuration refused', 'the refusal');
+      expect(JSON.parse(line).problems).toEqual([`sources[1].route: ${route}: cannot read route file (ENOENT)`]);
+      expect(d.output()).not.toContain('configuration reloaded');
+      expect(await d.stop('SIGTERM')).toEqual({ code: 0, signal: null });
     } finally {
       await d.stop();
     }
@@ -251,15 +274,7 @@ describe('reload (SIGHUP)', () => {
     try {
       await waitFor(() => d.output().includes('agent started'), 15_000, 'the daemon to start');
       d.child.kill('SIGHUP');
-      const line = await waitFor(
-        () =>
-          d
-            .output()
-            .split('\n')
-            .find((l) => l.includes(KEY_NEEDS_RESTART)),
-        10_000,
-        'the note about the key',
-      );
+      const line = await lineWith(d, KEY_NEEDS_RESTART, 'the note about the key');
       expect(JSON.parse(line)).toMatchObject({ level: 30, keyOrigin: `systemd credential (${join(creds, CREDENTIAL_NAME)})` });
       expect(d.output()).not.toContain(TEST_KEY);
     } finally {

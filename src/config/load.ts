@@ -3,7 +3,7 @@
  * Every problem is collected and reported at once as `path: problem`; nothing falls
  * back silently to a default the operator did not ask for.
  */
-import { readFileSync, statSync } from 'node:fs';
+import { accessSync, constants, readFileSync, statSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { parse as parseToml, TomlError } from 'smol-toml';
@@ -12,6 +12,7 @@ import { AgentError } from '../errors.js';
 import { check, problemLine } from '../validation.js';
 import { configSchema, type Config } from './schema.js';
 import { readCaFile } from '../api/transport.js';
+import { loadRoute } from '../sources/routes.js';
 
 export const DEFAULT_CONFIG_PATH = '/etc/telematics-agent/agent.toml';
 export const CONFIG_ENV = 'TELEMATICS_AGENT_CONFIG';
@@ -167,6 +168,74 @@ export function resolveCa(loaded: LoadedConfig): string | undefined {
   } catch (err) {
     throw new ConfigError(loaded.file, [`api.ca_file: ${(err as Error).message}`]);
   }
+}
+
+/**
+ * The files the sources read at start (a simulator's route, a module, an MQTT source's
+ * password and CA), checked: a file that is not there is a mistake in the config, so the
+ * daemon refuses to start (exit 78, which systemd does not restart) and a reload is refused,
+ * naming the field, instead of a restart every 10 s. Devices (a tty, gpsd, 1-Wire) are not
+ * checked: they come and go with the hardware, and their sources wait for them.
+ */
+function sourceFileProblems(config: Config): string[] {
+  const problems: string[] = [];
+  const readable = (field: string, path: string) => {
+    try {
+      accessSync(path, constants.R_OK);
+    } catch (err) {
+      problems.push(`${field}: ${path}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    }
+  };
+  for (const [i, s] of config.sources.entries()) {
+    const at = `sources[${i}]`;
+    if (s.type === 'simulator') {
+      try {
+        loadRoute(s.route);
+      } catch (err) {
+        problems.push(`${at}.route: ${(err as Error).message}`);
+      }
+    } else if (s.type === 'module') {
+      readable(`${at}.path`, s.path);
+    } else if (s.type === 'mqtt') {
+      if (s.password_file) readable(`${at}.password_file`, s.password_file);
+      if (s.ca_file) readable(`${at}.ca_file`, s.ca_file);
+    }
+  }
+  return problems;
+}
+
+/** Every problem of `checks` (each throwing a ConfigError or not), as one ConfigError. */
+export function allProblems(file: string, checks: Array<() => unknown>): void {
+  const problems: string[] = [];
+  for (const c of checks) {
+    try {
+      c();
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      problems.push(...err.problems);
+    }
+  }
+  if (problems.length) throw new ConfigError(file, problems);
+}
+
+/**
+ * What the daemon needs from outside the config file before it starts or takes a reload:
+ * the key, api.ca_file and the sources' files, every problem at once. Returns the key.
+ */
+export function preflight(loaded: LoadedConfig, ...more: Array<() => unknown>): KeyLookup {
+  let key: KeyLookup | undefined;
+  allProblems(loaded.file, [
+    () => {
+      key = resolveSubscriptionKey(loaded);
+    },
+    () => resolveCa(loaded),
+    () => {
+      const problems = sourceFileProblems(loaded.config);
+      if (problems.length) throw new ConfigError(loaded.file, problems);
+    },
+    ...more,
+  ]);
+  return key!;
 }
 
 export interface KeyLookup {

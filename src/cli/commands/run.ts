@@ -3,7 +3,7 @@
  */
 import type { Command } from 'commander';
 import { Agent } from '../../agent.js';
-import { ConfigError, loadConfig, resolveSubscriptionKey, type LoadedConfig } from '../../config/load.js';
+import { ConfigError, loadConfig, preflight, type KeyLookup, type LoadedConfig } from '../../config/load.js';
 import { AgentError } from '../../errors.js';
 import { createLogger } from '../../log.js';
 import { SystemdNotifier } from '../../notify.js';
@@ -19,7 +19,7 @@ export function addRunCommand(program: Command): void {
     .action(async (opts: { config?: string }) => {
       applyDaemonV8Flags();
       const loaded = load(opts.config);
-      const key = resolveSubscriptionKey(loaded);
+      const key = preflight(loaded);
       const log = createLogger({ level: loaded.config.log.level });
       await runDaemon(loaded, key, log);
     });
@@ -35,7 +35,7 @@ export const KEY_NEEDS_RESTART =
  * rather than be killed mid-write. SIGHUP reloads the config file and the key; an invalid
  * new config is refused and the running one kept.
  */
-export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof resolveSubscriptionKey>, log: ReturnType<typeof createLogger>): Promise<void> {
+export async function runDaemon(loaded: LoadedConfig, key: KeyLookup, log: ReturnType<typeof createLogger>): Promise<void> {
   let stopRequested: ((signal: string, exitCode?: number) => void) | undefined;
   let pendingStop: { signal: string; exitCode?: number } | undefined;
   const agent = new Agent(loaded, key, log, {
@@ -83,7 +83,7 @@ export async function runDaemon(loaded: LoadedConfig, key: ReturnType<typeof res
     void notifier.reloading('reloading the configuration');
     try {
       const next = loadConfig(loaded.file);
-      const nextKey = resolveSubscriptionKey(next);
+      const nextKey = preflight(next);
       for (const w of next.warnings) log.warn(w);
       agent
         .reload(next, nextKey)

@@ -5,25 +5,25 @@
 import type { Command } from 'commander';
 import { accessProblem } from '../../buffer/db.js';
 import { redactProxy } from '../../api/transport.js';
-import { ConfigError, keyFileWarning, resolveCa, resolveSubscriptionKey } from '../../config/load.js';
+import { ConfigError, keyFileWarning, preflight } from '../../config/load.js';
 import { configOption, err, load, out } from '../common.js';
 
 export function addValidateConfigCommand(program: Command): void {
   program
     .command('validate-config')
-    .description('check the config file (and that the subscription key and api.ca_file can be read); print every problem, exit 78 if any')
+    .description("check the config file (and that the subscription key, api.ca_file, the sources' files and the buffer's directory can be used); print every problem, exit 78 if any")
     .addOption(configOption())
     .option('--json', 'print the effective configuration (defaults filled in, key omitted) as JSON')
     .action((opts: { config?: string; json?: boolean }) => {
       const loaded = load(opts.config);
-      const key = resolveSubscriptionKey(loaded);
-      resolveCa(loaded);
+      // What the daemon will need at start, checked as the user this runs as: every problem at once.
+      const buffer = loaded.config.buffer.path;
+      const key = preflight(loaded, () => {
+        const problem = buffer === ':memory:' ? undefined : accessProblem(buffer);
+        if (problem) throw new ConfigError(loaded.file, [`buffer.path: ${buffer}: ${problem}; the daemon could not open its buffer`]);
+      });
       const keyWarning = keyFileWarning(key);
       if (keyWarning) err(`warning: subscription key: ${keyWarning}`);
-      // What the daemon will need at start, checked as the user this runs as.
-      const buffer = loaded.config.buffer.path;
-      const problem = buffer === ':memory:' ? undefined : accessProblem(buffer);
-      if (problem) throw new ConfigError(loaded.file, [`buffer.path: ${buffer}: ${problem}; the daemon could not open its buffer`]);
       if (opts.json) {
         const { subscription_key: _omit, ...api } = loaded.config.api;
         if (api.proxy) api.proxy = redactProxy(api.proxy);
