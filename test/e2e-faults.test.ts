@@ -174,12 +174,24 @@ describe('daemon under faults', () => {
       `[[sources]]
 type = "exec"
 name = "stubborn"
-command = "trap '' TERM; while :; do sleep 1; done"
+command = "echo not-json; trap '' TERM; while :; do sleep 1; done"
 stop_timeout_s = 20
 `,
     );
     const d = daemon(cfg);
     await waitFor(() => d.output().includes('"msg":"agent started"'), 15_000, 'the daemon to start');
+    // The source's lines name it once: a log reader keeps one of two equal keys.
+    const rejected = await waitFor(
+      () =>
+        d
+          .output()
+          .split('\n')
+          .find((l) => l.includes('not-json') || l.includes('line 1')),
+      10_000,
+      'the bad line logged',
+    );
+    expect(rejected.match(/"source":/g), rejected).toHaveLength(1);
+    expect(rejected).toContain('"source":"stubborn"');
     d.child.kill('SIGTERM');
     await waitFor(() => d.output().includes('"msg":"stopping"'), 10_000, 'the daemon to begin stopping');
     const t0 = Date.now();

@@ -37,7 +37,8 @@ export class RunningSources {
     if (systemClockUnset(Date.now())) this.log.warn('system clock is before 2025 (no RTC or NTP yet): only readings with their own good time are kept');
     const made: Source[] = [];
     for (const [i, cfg] of config.sources.entries()) {
-      const log = this.log.child({ component: 'source', source: sourceName(cfg, i) });
+      // Named once the source exists (pino's setBindings adds a key, it does not replace one).
+      const log = this.log.child({ component: 'source' });
       // The simulator's clock runs ahead of real time on purpose (time_scale): not judged.
       const intake = this.ingest.intake(sourceName(cfg, i), log, cfg.type === 'simulator' ? undefined : time);
       const source = await createSource(cfg, intake);
