@@ -85,10 +85,14 @@ describe('--time without an offset is read in the zone of the place (item 3)', (
     const store = Store.open(buffer);
     store.insertReadings([{ resourceId: 'T1', timeMs: Date.now() - 60_000, lat: HERMOSILLO.lat, lon: HERMOSILLO.lon }]);
     store.close();
-    const local = await cli(['milestone', '--load', 'L1', '--code', 'X6', '--time', '2026-01-15T10:00:00'], { TZ: 'America/Chicago' });
-    expect(local.stdout).toContain('committed: 2026-01-15 10:00:00-07:00 MST (UTC-7) = 2026-01-15T17:00:00Z at Hermosillo, SO (place: last fix)');
-    const typed = await cli(['milestone', '--load', 'L1', '--code', 'X6', '--time', '2026-01-15T10:00:00-05:00']);
-    expect(typed.stdout).toContain('committed: 2026-01-15 08:00:00-07:00 MST (UTC-7) = 2026-01-15T15:00:00Z');
+    // Two minutes ago on Hermosillo's clock (UTC-7 all year): the fix is a minute old, so it
+    // is where the milestone happened, and its zone reads the time.
+    const whenMs = Math.floor((Date.now() - 120_000) / 1000) * 1000;
+    const typedLocal = wallClock(whenMs, 'America/Hermosillo');
+    const local = await cli(['milestone', '--load', 'L1', '--code', 'X6', '--time', typedLocal], { TZ: 'America/Chicago' });
+    expect(local.stdout).toContain(`committed: ${typedLocal.replace('T', ' ')}-07:00 MST (UTC-7) = ${new Date(whenMs).toISOString().replace('.000Z', 'Z')} at Hermosillo, SO (place: last fix)`);
+    const typed = await cli(['milestone', '--load', 'L1', '--code', 'X6', '--time', `${wallClock(whenMs, 'Etc/GMT+5')}-05:00`]);
+    expect(typed.stdout).toContain(`committed: ${typedLocal.replace('T', ' ')}-07:00 MST (UTC-7) = ${new Date(whenMs).toISOString().replace('.000Z', 'Z')} at Hermosillo, SO (place: last fix)`);
   });
 
   it('a time more than sources_time.max_future_s ahead is refused (exit 65, nothing written); an appointment may lie ahead', async () => {

@@ -11,7 +11,10 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Store } from '../src/buffer/store.js';
+import { completePlace } from '../src/milestones/record.js';
 import type { Stop } from '../src/milestones/stops.js';
+import { configSchema } from '../src/config/schema.js';
+import type { MilestoneRow } from '../src/buffer/types.js';
 import { Sandbox } from '../src/sandbox/server.js';
 import { agentConfig, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
 
@@ -258,6 +261,24 @@ describe('the place rule, first match wins (CLI against a buffer file)', () => {
     expect(bodyOf(recent.id)).toMatchObject({ eventCity: 'Santiago de Querétaro' });
   });
 
+  it("a milestone typed hours after the event does not take the truck's position now; an appointment does", async () => {
+    writeFile(tmp.dir, 'agent.toml', `${readFileSync(cfg, 'utf8')}\n[milestones]\nmax_fix_age_s = 600\n`);
+    startLoadBefore();
+    fixAt(QUERETARO, 30);
+    const threeHoursAgo = new Date(Date.now() - 3 * 3_600_000).toISOString();
+    const late = await record(['--code', 'X1', '--time', threeHoursAgo]);
+    expect(late.stderr).toMatch(/^warning: no position for this milestone \(the last fix of T1 is 107\d\d s from the milestone's time \(milestones\.max_fix_age_s = 600\);/);
+    expect(bodyOf(late.id).eventCity).toBeUndefined();
+    // Within the limit of the event's time, the fix is where it happened.
+    const recent = await record(['--code', 'X3', '--time', new Date(Date.now() - 300_000).toISOString()]);
+    expect(recent.stderr).toBe('');
+    expect(bodyOf(recent.id)).toMatchObject({ eventCity: 'Santiago de Querétaro' });
+    // An appointment's time is when it is set for, not where the truck was: judged against now.
+    const appointment = await record(['--code', 'AB', '--time', new Date(Date.now() + 2 * 86_400_000).toISOString()]);
+    expect(appointment.stderr).toBe('');
+    expect(bodyOf(appointment.id)).toMatchObject({ eventCity: 'Santiago de Querétaro' });
+  });
+
   it("timeZoneOffset is UTC<sign><hours> at the place: UTC+0 with GMT in London in winter, UTC-3:30 in St. John's; UTC+0 on a UTC device", async () => {
     expect((await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg])).code).toBe(0);
     const london = bodyOf((await record(['--code', 'X6', '--lat', '51.5074', '--lon', '-0.1278', '--time', '2026-01-15T10:00:00Z'])).id);
@@ -273,5 +294,41 @@ describe('the place rule, first match wins (CLI against a buffer file)', () => {
       const r = await runCli(['milestone', '--load', 'L1', '--code', 'X6', '--time', '2026-01-15T10:00:00', '--json', '--config', cfg], { env: { TZ } });
       expect((JSON.parse(r.stdout) as { body: Body }).body.time, TZ).toEqual({ dateTime: '2026-01-15T10:00:00.000+00:00', timeZoneCode: code, timeZoneOffset: 'UTC+0' });
     }
+  });
+});
+
+describe("the daemon's fill-in of a milestone recorded without a place", () => {
+  const config = configSchema.parse({ api: { scac: 'ABCD' }, sources: [{ type: 'simulator', resource_id: 'T1' }], milestones: { max_fix_age_s: 600 } });
+  const nowMs = Date.UTC(2026, 10, 24, 18, 0);
+  const row = (code: string, timeMs: number): MilestoneRow =>
+    ({
+      id: 1,
+      loadNumber: 'L1',
+      ref: 'r',
+      body: {
+        eventCode: code,
+        reasonCode: 'NS',
+        loadNumber: 'L1',
+        references: [{ name: 'milestoneId', value: 'r' }],
+        time: { dateTime: new Date(timeMs).toISOString().replace('Z', '+00:00'), timeZoneCode: 'UTC', timeZoneOffset: 'UTC+0' },
+      },
+      createdMs: nowMs,
+      attempts: 0,
+      lastError: null,
+      sentMs: null,
+      parkedMs: null,
+      code,
+      stop: null,
+      origin: 'manual',
+      needsPlace: true,
+      lastStatus: null,
+      correlationId: null,
+    }) satisfies MilestoneRow;
+  const fix = { timeMs: nowMs - 30_000, ...QUERETARO };
+
+  it("takes the newest fix only if it was taken within max_fix_age_s of the milestone's time (of its recording for an appointment)", () => {
+    expect(completePlace(row('X1', nowMs - 3 * 3_600_000), fix, config)).toBeUndefined();
+    expect(completePlace(row('X1', nowMs - 300_000), fix, config)).toMatchObject({ eventCity: 'Santiago de Querétaro' });
+    expect(completePlace(row('AB', nowMs + 2 * 86_400_000), fix, config)).toMatchObject({ eventCity: 'Santiago de Querétaro' });
   });
 });

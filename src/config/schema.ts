@@ -218,7 +218,7 @@ export const configSchema = z
         dwell_s: nonNegative.max(86_400).default(120),
         /** Consecutive fixes needed to confirm arrival, and outside the exit radius to confirm departure. */
         min_fixes: positiveInt.max(1000).default(3),
-        /** A milestone without a place of its own takes the resource's last fix if it is at most this old. */
+        /** A milestone without a place of its own takes the resource's last fix if taken at most this long from its time (from now, for an appointment). */
         max_fix_age_s: nonNegative.max(7 * 86_400).default(1800),
         codes: z
           .strictObject({

@@ -11,8 +11,8 @@
  * - one milestone per load, code and stop (`codes.repeatable` excepted): a manual X3 for a
  *   stop the detector already reported is refused, naming the first one;
  * - the place is, first match wins: a position or city given on the command line; the
- *   detector's own fix; the stop's coordinates; the resource's last fix if not older than
- *   `milestones.max_fix_age_s`. Only when none exists does it go without a city and state,
+ *   detector's own fix; the stop's coordinates; the resource's last fix if taken within
+ *   `milestones.max_fix_age_s` of the milestone's time (of now for an appointment). Only when none exists does it go without a city and state,
  *   in the device's zone, with a warning (and the daemon fills the place in from its newest
  *   fix when it sends it, if it has one by then);
  * - a `--time` without an offset is read in the zone of that place; a time more than
@@ -151,6 +151,22 @@ function place(store: Store, config: Config, load: LoadRow, input: MilestoneInpu
   }
   return locate() ?? none();
 
+  /**
+   * How far the resource's last fix is from the milestone's time, seconds: a milestone typed
+   * hours after the event did not happen where the truck is now. An appointment's time is
+   * the appointment's, not the truck's: its fix is judged against now.
+   */
+  function fixGapS(fix: { timeMs: number; lat: number; lon: number }): number {
+    const appointment = config.codes.appointments.includes(input.code.trim().toUpperCase());
+    const refMs = appointment ? nowMs : instantOf(input, zoneAt(fix.lat, fix.lon), nowMs);
+    return Math.round(Math.abs(refMs - fix.timeMs) / 1000);
+  }
+
+  function fixGapText(fix: { timeMs: number; lat: number; lon: number }): string {
+    const timed = input.timeMs !== undefined || input.timeText !== undefined;
+    return `${fixGapS(fix)} s ${timed ? "from the milestone's time" : 'old'}`;
+  }
+
   function locate(): Placement | undefined {
     // 3. The stop's coordinates (or, without them, its city found in the gazetteer).
     if (stop && onGlobe(stop.latitude, stop.longitude)) {
@@ -158,20 +174,18 @@ function place(store: Store, config: Config, load: LoadRow, input: MilestoneInpu
     }
     const p = stop ? named(stop.city, stop.state) : undefined;
     if (stop && p) return { source: 'stop', lat: p.lat, lon: p.lon, city: stop.city, state: stop.state, zone: zoneAt(p.lat, p.lon) };
-    // 4. The resource's last fix, if recent enough.
+    // 4. The resource's last fix, if taken close enough to the milestone's time.
     const fix = store.lastFix(load.resourceId);
     if (fix) {
-      const ageS = Math.round((nowMs - fix.timeMs) / 1000);
-      if (ageS <= config.milestones.max_fix_age_s) return at('last fix', fix.lat, fix.lon, undefined, ageS);
+      const gapS = fixGapS(fix);
+      if (gapS <= config.milestones.max_fix_age_s) return at('last fix', fix.lat, fix.lon, undefined, gapS);
     }
     return undefined;
   }
 
   function none(): Placement {
     const fix = store.lastFix(load.resourceId);
-    const why = fix
-      ? `the last fix of ${load.resourceId} is ${Math.round((nowMs - fix.timeMs) / 1000)} s old (milestones.max_fix_age_s = ${config.milestones.max_fix_age_s})`
-      : `no fix of ${load.resourceId} is in the buffer yet`;
+    const why = fix ? `the last fix of ${load.resourceId} is ${fixGapText(fix)} (milestones.max_fix_age_s = ${config.milestones.max_fix_age_s})` : `no fix of ${load.resourceId} is in the buffer yet`;
     const stopWhy = input.stop === undefined ? 'no --stop' : `stop ${input.stop} has no coordinates`;
     warnings.push(
       `no position for this milestone (${why}; no --lat/--lon or --city/--state; ${stopWhy}): it is recorded in this device's zone (${systemZone()}) without a city and state${
@@ -282,13 +296,15 @@ export function recordMilestone(store: Store, config: Config, input: MilestoneIn
 
 /**
  * The body of a milestone recorded without a position, placed at `fix` (the daemon's newest)
- * if the fix is within `milestones.max_fix_age_s` of when the milestone was recorded; else
- * undefined. The instant does not change, only the zone it is written in.
+ * if the fix is within `milestones.max_fix_age_s` of the milestone's time (of when it was
+ * recorded, for an appointment); else undefined. The instant does not change, only the zone
+ * it is written in.
  */
 export function completePlace(m: MilestoneRow, fix: { timeMs: number; lat: number; lon: number }, config: Config): Record<string, unknown> | undefined {
-  if (Math.abs(m.createdMs - fix.timeMs) > config.milestones.max_fix_age_s * 1000) return undefined;
   const timeMs = Date.parse(String((m.body.time as { dateTime?: string } | undefined)?.dateTime));
   if (Number.isNaN(timeMs)) return undefined;
+  const refMs = config.codes.appointments.includes(m.code) ? m.createdMs : timeMs;
+  if (Math.abs(refMs - fix.timeMs) > config.milestones.max_fix_age_s * 1000) return undefined;
   const found = placeAt(fix.lat, fix.lon);
   const body: Record<string, unknown> = { ...m.body };
   delete body.eventCity;

@@ -29,7 +29,7 @@ export function addMilestoneCommand(program: Command): void {
       'after',
       `
 The place is, first match wins: --lat/--lon or --city/--state; the stop's coordinates
-(--stop); the resource's last fix if not older than milestones.max_fix_age_s. Without
+(--stop); the resource's last fix if taken within milestones.max_fix_age_s of --time. Without
 any, it goes without a city and state, in this device's zone (a warning says so).`,
     )
     .action(
