@@ -187,6 +187,19 @@ describe('validate-config (real CLI)', () => {
     );
   });
 
+  it('warns when the key would cross the network in plain HTTP, not for the sandbox on this machine', async () => {
+    const keyFile = writeFile(tmp.dir, 'key', 'secret-key-value\n', 0o600);
+    const withUrl = (url: string) => writeFile(tmp.dir, 'agent.toml', `[api]\nbase_url = "${url}"\nscac = "ABCD"\nsubscription_key_file = "${keyFile}"\n${SRC}`);
+    const remote = await runCli(['validate-config', '--config', withUrl('http://user:pw@api.example.com:8080/base')]);
+    expect(remote.code).toBe(0);
+    expect(remote.stderr).toBe(
+      'warning: api.base_url: http://api.example.com:8080 is plain HTTP to another host: the subscription key and every position would cross the network unencrypted; use https:// (plain HTTP is for the sandbox on this machine)\n',
+    );
+    for (const ok of ['https://api.example.com', 'http://127.0.0.1:8787', 'http://localhost:8787', 'http://[::1]:8787']) {
+      expect((await runCli(['validate-config', '--config', withUrl(ok)])).stderr, ok).toBe('');
+    }
+  });
+
   it('exits 78 on a missing file and finds the file through $TELEMATICS_AGENT_CONFIG', async () => {
     const missing = join(tmp.dir, 'missing.toml');
     const r = await runCli(['validate-config'], { env: { TELEMATICS_AGENT_CONFIG: missing } });

@@ -124,6 +124,12 @@ export function loadConfig(file: string): LoadedConfig {
   if (config.api.subscription_key) {
     warnings.push('api.subscription_key: the key is inline in the config file; prefer api.subscription_key_file or a systemd credential');
   }
+  const service = new URL(config.api.base_url);
+  if (service.protocol === 'http:' && !/^(127\.\d+\.\d+\.\d+|localhost|\[::1\])$/.test(service.hostname)) {
+    warnings.push(
+      `api.base_url: ${service.origin} is plain HTTP to another host: the subscription key and every position would cross the network unencrypted; use https:// (plain HTTP is for the sandbox on this machine)`,
+    );
+  }
   if (config.codes.known) {
     // Old configs kept one list for both kinds of code: its codes stay accepted as either.
     const extra = config.codes.known;
