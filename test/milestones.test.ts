@@ -5,6 +5,7 @@ import { Store } from '../src/buffer/store.js';
 import { configSchema, simulatorSourceSchema, type Config } from '../src/config/schema.js';
 import { createLogger } from '../src/log.js';
 import { MilestoneDetector } from '../src/milestones/detector.js';
+import { recordMilestone } from '../src/milestones/record.js';
 import type { Stop } from '../src/milestones/stops.js';
 import { BUILTIN_ROUTES } from '../src/sources/routes.js';
 import { SimulatorModel, seededRandom } from '../src/sources/simulator.js';
@@ -156,6 +157,18 @@ describe('delay', () => {
     startLoad(stops(new Date(T0 + 5 * 3600_000).toISOString()));
     feed(detector().d, drive(88).readings);
     expect(codes()).toEqual(['X3', 'AF', 'X1', 'D1']);
+  });
+
+  it('predicts no delay for a stop the driver reported reaching by hand; the next one is watched', () => {
+    // The same tight appointment for both stops; the pickup's fence is never crossed.
+    const tight = new Date(T0 + 2 * 3600_000).toISOString();
+    startLoad(stops(tight).map((s) => ({ ...s, appointment: { end: tight } })));
+    const slow = (fromKm: number, stop: { lat: number; lon: number }, t0: number): Reading[] =>
+      Array.from({ length: 30 }, (_, min) => ({ resourceId: 'T1', timeMs: t0 + min * 60_000, lat: stop.lat + (fromKm - min * 0.5) / 111.32, lon: stop.lon }));
+    recordMilestone(store, config, { loadNumber: 'L1', code: 'X3', stop: 1, timeMs: T0 - 60_000 });
+    feed(detector().d, slow(200, DELIVERY, T0), 10);
+    const sds = store.listMilestones().filter((m) => m.body.eventCode === 'SD');
+    expect(sds.map((m) => m.body.stopsequenceNumber)).toEqual([2]);
   });
 
   it('reports again only when the delay grew by the step', () => {

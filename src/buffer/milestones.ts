@@ -72,6 +72,7 @@ const toMilestone = (r: RawMilestone): MilestoneRow => ({
 export class Milestones {
   private readonly db: DB;
   private pendingOne: Statement | undefined;
+  private stopsWithCodesStmt: Statement | undefined;
 
   constructor(
     private readonly ctx: BufferContext,
@@ -152,6 +153,13 @@ export class Milestones {
     // Asked before every request of a drain: prepared once.
     this.pendingOne ??= this.db.prepare('SELECT 1 FROM milestones WHERE sent_ms IS NULL AND parked_ms IS NULL LIMIT 1');
     return this.pendingOne.get() !== undefined;
+  }
+
+  /** The stops of a load that have a milestone with one of `codes` (recorded by hand or detected). */
+  stopsWithCodes(loadNumber: string, codes: readonly string[]): Set<number> {
+    // Asked at every fix of a load with appointments: prepared once.
+    this.stopsWithCodesStmt ??= this.db.prepare('SELECT DISTINCT stop_seq FROM milestones WHERE load_number = ? AND stop_seq IS NOT NULL AND code IN (SELECT value FROM json_each(?))').pluck();
+    return new Set(this.stopsWithCodesStmt.all(loadNumber, JSON.stringify(codes)) as number[]);
   }
 
   listMilestones(loadNumber?: string): MilestoneRow[] {

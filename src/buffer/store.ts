@@ -93,6 +93,7 @@ export class Store implements BufferContext {
     this.pendingMilestones = m.pendingMilestones.bind(m);
     this.hasPendingMilestones = m.hasPendingMilestones.bind(m);
     this.listMilestones = m.listMilestones.bind(m);
+    this.stopsWithCodes = m.stopsWithCodes.bind(m);
     this.setMilestoneBody = m.setMilestoneBody.bind(m);
     this.markMilestoneSent = m.markMilestoneSent.bind(m);
     this.markMilestoneFailed = m.markMilestoneFailed.bind(m);
@@ -142,6 +143,7 @@ export class Store implements BufferContext {
   pendingMilestones: Milestones['pendingMilestones'];
   hasPendingMilestones: Milestones['hasPendingMilestones'];
   listMilestones: Milestones['listMilestones'];
+  stopsWithCodes: Milestones['stopsWithCodes'];
   setMilestoneBody: Milestones['setMilestoneBody'];
   markMilestoneSent: Milestones['markMilestoneSent'];
   markMilestoneFailed: Milestones['markMilestoneFailed'];

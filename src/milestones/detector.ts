@@ -302,10 +302,15 @@ export class MilestoneDetector {
       return st === 'inside' || st === 'entering';
     });
     if (atStop) return;
-    const next = load.stops.find((s) => {
+    // A stop reached or left is not waited for, whether the fence saw it or the driver
+    // reported it (a manual X3 for a stop whose fence the truck never crossed).
+    const candidates = load.stops.filter((s) => {
       const st = states.get(s.sequence)?.state ?? 'outside';
       return st === 'outside' || st === 'entering';
     });
+    if (!candidates.some((s) => s.appointment?.end)) return;
+    const reported = this.store.stopsWithCodes(load.loadNumber, Object.values(config.milestones.codes));
+    const next = candidates.find((s) => !reported.has(s.sequence));
     const end = next?.appointment?.end ? Date.parse(next.appointment.end) : NaN;
     if (!next || next.latitude === undefined || next.longitude === undefined || Number.isNaN(end)) return;
     const measured = recentSpeed(window);
