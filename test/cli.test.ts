@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Store } from '../src/buffer/store.js';
@@ -147,6 +147,11 @@ describe('loads and milestones from the command line', () => {
   });
 
   it('status says the daemon is not running (exit 3) and shows queue and loads', async () => {
+    // Before anything made a buffer, status only reads: it creates none.
+    const before = await runCli(['status', '--json', '--config', cfg]);
+    expect(before.code).toBe(3);
+    expect(JSON.parse(before.stdout).daemon).toMatchObject({ running: false, note: `no buffer at ${join(tmp.dir, 'buffer.db')}: the daemon has never run with this config` });
+    expect(existsSync(join(tmp.dir, 'buffer.db'))).toBe(false);
     await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg]);
     const r = await runCli(['status', '--json', '--config', cfg]);
     expect(r.code).toBe(3);
