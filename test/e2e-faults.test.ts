@@ -137,6 +137,11 @@ describe('daemon under faults', () => {
     const list = await runCli(['dead-letter', 'list', '--config', cfg]);
     expect(list.stdout).toMatch(/^1\t\S+\tload L1\ttrace point \(reading 4\)\tHTTP 400\t.*traces\[0\]: refused by the service/);
     expect((await runCli(['dead-letter', 'retry', '--config', cfg])).code).toBe(64);
+    const both = await runCli(['dead-letter', 'retry', '--all', '--id', '1', '--config', cfg]);
+    expect(both.code).toBe(64);
+    expect(both.stderr).toContain("option '--id <n...>' cannot be used with option '--all'");
+    expect(await runCli(['dead-letter', 'retry', '--id', '99', '--config', cfg])).toMatchObject({ code: 65, stderr: 'error: no dead letter has the id 99 (see "dead-letter list"); nothing put back\n' });
+    expect(remaining().deadLetters).toBe(1);
     sandbox.setFaults({ rejectTraceRefs: [] });
     const retry = await runCli(['dead-letter', 'retry', '--id', '1', '--config', cfg]);
     expect(retry.stdout, retry.stderr).toBe('1 dead letter(s) put back in the queue\n');

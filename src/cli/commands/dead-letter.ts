@@ -2,7 +2,7 @@
  * `dead-letter list|retry`: what the service refused, with its answer, and putting it back
  * in the queue once the cause is fixed.
  */
-import type { Command } from 'commander';
+import { type Command, Option } from 'commander';
 import { CliError } from '../../errors.js';
 import { configOption, load, out, parseIntArg, withStore } from '../common.js';
 import { EXIT } from '../exit.js';
@@ -27,7 +27,7 @@ export function addDeadLetterCommand(program: Command): void {
   dead
     .command('retry')
     .description('put dead letters back in the queue after fixing the cause; the running agent sends them within seconds')
-    .option('--id <n...>', 'dead letter ids (from "dead-letter list")')
+    .addOption(new Option('--id <n...>', 'dead letter ids (from "dead-letter list")').conflicts('all'))
     .option('--all', 'every dead letter')
     .addOption(configOption())
     .action((opts: { id?: string[]; all?: boolean; config?: string }) => {
@@ -35,7 +35,8 @@ export function addDeadLetterCommand(program: Command): void {
       const ids = opts.all ? 'all' : opts.id!.map((v) => parseIntArg(v, '--id'));
       const loaded = load(opts.config);
       const n = withStore(loaded, (store) => store.retryDeadLetters(ids));
-      if (ids !== 'all' && n < ids.length) throw new CliError(`only ${n} of ${ids.length} id(s) were dead letters; those were put back`, EXIT.DATA);
+      if (ids !== 'all' && n === 0) throw new CliError(`no dead letter has the id ${ids.join(', ')} (see "dead-letter list"); nothing put back`, EXIT.DATA);
+      if (ids !== 'all' && n < ids.length) throw new CliError(`${n} of the ${ids.length} ids were dead letters and were put back; the others are not (see "dead-letter list")`, EXIT.DATA);
       out(`${n} dead letter(s) put back in the queue`);
     });
 }

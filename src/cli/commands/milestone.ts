@@ -70,7 +70,7 @@ any, it goes without a city and state, in this device's zone (a warning says so)
   milestone
     .command('list')
     .description("a load's milestones: state, attempts, the service's last answer and correlation id")
-    .requiredOption('-l, --load <loadNumber>', 'load number')
+    .requiredOption('-l, --load <loadNumber>', 'load number (required)')
     .option('--json', 'machine-readable output')
     .addOption(configOption())
     .action((opts: { load: string; json?: boolean; config?: string }) => {
