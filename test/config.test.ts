@@ -200,6 +200,10 @@ describe('validate-config (real CLI)', () => {
     }
   });
 
+  it('a retry backoff that starts above its ceiling is refused, naming the key', () => {
+    expect(problems(`[api]\nscac = "ABCD"\n[delivery]\nretry_initial_s = 120\nretry_max_s = 60\n${SRC}`)).toEqual(['delivery.retry_initial_s: expected at most retry_max_s (60), got 120']);
+  });
+
   it('exits 78 on a missing file and finds the file through $TELEMATICS_AGENT_CONFIG', async () => {
     const missing = join(tmp.dir, 'missing.toml');
     const r = await runCli(['validate-config'], { env: { TELEMATICS_AGENT_CONFIG: missing } });

@@ -181,6 +181,10 @@ export const configSchema = z
         /** 409 Conflict to a record already sent: the service has it; counted as delivered (a duplicate). */
         conflict_is_delivered: z.boolean().default(true),
       })
+      .superRefine((d, ctx) => {
+        // A backoff that starts above its ceiling is a typo, most often of units.
+        if (d.retry_initial_s > d.retry_max_s) ctx.addIssue({ code: 'custom', path: ['retry_initial_s'], message: `expected at most retry_max_s (${d.retry_max_s}), got ${d.retry_initial_s}` });
+      })
       .prefault({}),
     privacy: z
       .strictObject({
