@@ -95,6 +95,15 @@ describe('--time without an offset is read in the zone of the place (item 3)', (
     expect(typed.stdout).toContain(`committed: ${typedLocal.replace('T', ' ')}-07:00 MST (UTC-7) = ${new Date(whenMs).toISOString().replace('.000Z', 'Z')} at Hermosillo, SO (place: last fix)`);
   });
 
+  it('a --time that is no date names the forms it may take (exit 65)', async () => {
+    await startLoad();
+    const r = await cli(['milestone', '--load', 'L1', '--code', 'X3', '--stop', '1', '--time', 'yesterday']);
+    expect(r).toMatchObject({
+      code: 65,
+      stderr: `error: --time: expected an ISO 8601 time such as 2026-11-23T10:00:00 (read in the zone of the milestone's place), 2026-11-23T10:00:00-06:00 or 2026-11-23T16:00:00Z, got "yesterday"\n`,
+    });
+  });
+
   it('a time more than sources_time.max_future_s ahead is refused (exit 65, nothing written); an appointment may lie ahead', async () => {
     await startLoad();
     // Read in UTC (the machine's zone here), this Chicago wall-clock time would lie in the past.

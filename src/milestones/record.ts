@@ -200,12 +200,14 @@ function instantOf(input: MilestoneInput, zone: string, nowMs: number): number {
   if (input.timeMs !== undefined) return input.timeMs;
   if (input.timeText === undefined) return nowMs;
   const text = input.timeText.trim();
+  const expected = `--time: expected an ISO 8601 time such as 2026-11-23T10:00:00 (read in the zone of the milestone's place), 2026-11-23T10:00:00-06:00 or 2026-11-23T16:00:00Z, got ${JSON.stringify(text)}`;
   if (hasExplicitOffset(text)) {
     const ms = Date.parse(text);
-    if (Number.isNaN(ms))
-      throw new MilestoneError(`--time: expected an ISO 8601 time such as 2026-11-23T10:00:00 (read in the zone of the milestone's place) or 2026-11-23T10:00:00-06:00, got ${JSON.stringify(text)}`);
+    if (Number.isNaN(ms)) throw new MilestoneError(expected);
     return ms;
   }
+  // Not a date at all ("yesterday"): the forms it may take, not the local form's details.
+  if (!/^\d{4}-\d{2}-\d{2}/.test(text)) throw new MilestoneError(expected);
   try {
     return localTimeToInstant(text, zone);
   } catch (err) {
