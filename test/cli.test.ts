@@ -77,6 +77,21 @@ describe('loads and milestones from the command line', () => {
     expect((await runCli(['load', 'list', '--config', cfg])).stdout).toBe('no active loads\n');
   });
 
+  it('warns at load start about a stop whose appointment ended long ago (a stops file copied from an old load)', async () => {
+    const soon = new Date(Date.now() + 3_600_000).toISOString();
+    const stops = writeFile(
+      tmp.dir,
+      'stops.json',
+      JSON.stringify([
+        { sequence: 1, type: 'pickup', latitude: 41.8, longitude: -87.6, appointment: { end: '2026-01-15T17:00:00-05:00' } },
+        { sequence: 2, type: 'delivery', latitude: 39.77, longitude: -86.16, appointment: { end: soon } },
+      ]),
+    );
+    const r = await runCli(['load', 'start', 'L1', '--resource', 'T1', '--stops', stops, '--config', cfg]);
+    expect(r.code).toBe(0);
+    expect(r.stderr).toMatch(/^warning: stop 1's appointment ended \d+ h ago \(2026-01-15T17:00:00-05:00\): a delay \(SD\) will be reported for it until the truck arrives; check the stops file's dates\n$/);
+  });
+
   it('names the bad field of a stops file and exits 65', async () => {
     const stops = writeFile(
       tmp.dir,
