@@ -72,6 +72,8 @@ setInterval(() => {
 }, ${PERIOD_MS});
 `;
 
+const MOUNT_TIMEOUT_MS = 90_000;
+
 /** LazyFS on `mnt`, its files in `root`, faults through `fifo`: the LazyFS README's setup. */
 class LazyFs {
   private proc: ChildProcess | undefined;
@@ -97,14 +99,18 @@ class LazyFs {
     proc.stdout!.on('data', (d: Buffer) => (this.out += d.toString()));
     proc.stderr!.on('data', (d: Buffer) => (this.out += d.toString()));
     proc.on('error', (err) => (this.out += `cannot start lazyfs: ${err.message}\n`));
+    // About 0.2 s on its own (it pre-allocates its 256 MB cache first); a loaded CI machine,
+    // with the unit's systemd booting beside it, once took more than 20 s.
     await waitFor(
       () => {
         if (proc.exitCode !== null) throw new Error(`lazyfs exited (${proc.exitCode}): ${this.out}`);
         return this.out.includes('waiting for fault commands') && this.mounted();
       },
-      20_000,
+      MOUNT_TIMEOUT_MS,
       `LazyFS mounted on ${this.mnt}`,
-    );
+    ).catch((err: Error) => {
+      throw new Error(`${err.message} (mounted: ${this.mounted()}); LazyFS said:\n${this.out}`);
+    });
   }
 
   mounted(): boolean {
@@ -145,7 +151,7 @@ beforeAll(async () => {
   if (skipReason) return;
   lazy = new LazyFs(join(tmp.dir, 'mnt'), join(tmp.dir, 'disk'), join(tmp.dir, 'faults.fifo'), join(tmp.dir, 'lazyfs.toml'));
   await lazy.mount();
-}, 30_000);
+}, MOUNT_TIMEOUT_MS + 10_000);
 
 afterAll(async () => {
   await cleanUp();
