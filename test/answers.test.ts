@@ -4,6 +4,7 @@
  * correlation ids thrown away (nobody could match a record with the service's logs), a dead
  * letter's answer cut to 310 characters without its headers (the field the service named was
  * past the cut), and a 409 for a record the service already had parked as a dead letter.
+ * A 409 means "already there" only for a repeat: to a first send it is a refusal.
  */
 import { once } from 'node:events';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
@@ -24,15 +25,21 @@ interface Got {
   status: number;
 }
 
-/** Answers each milestone by its eventCode (200 to anything else), and logs every request. */
-async function receiver(answers: Record<string, Answer>): Promise<{ url: string; got: Got[]; close: () => Promise<void> }> {
+/**
+ * Answers each milestone by its eventCode (200 to anything else; a list: one answer per
+ * request, the last one again after that), and logs every request.
+ */
+async function receiver(answers: Record<string, Answer | Answer[]>): Promise<{ url: string; got: Got[]; close: () => Promise<void> }> {
   const got: Got[] = [];
   const server: Server = createServer((req, res) => {
     let text = '';
     req.on('data', (d: Buffer) => (text += d.toString()));
     req.on('end', () => {
       const body = JSON.parse(text || '{}') as Got['body'];
-      const a = answers[body.eventCode ?? ''] ?? { status: 200, body: '{}' };
+      const code = body.eventCode ?? '';
+      const seen = got.filter((g) => g.body.eventCode === code).length;
+      const listed = answers[code];
+      const a = (Array.isArray(listed) ? listed[Math.min(seen, listed.length - 1)] : listed) ?? { status: 200, body: '{}' };
       got.push({ path: req.url ?? '', headers: req.headers, body, status: a.status });
       res.writeHead(a.status, { 'content-type': 'application/json', ...a.headers });
       res.end(a.body ?? '');
@@ -91,18 +98,19 @@ async function listed(cfg: string): Promise<ListedMilestone[]> {
 }
 
 describe("the service's answers are kept", () => {
-  it('2xx: correlation id from the body or a header; 400: the whole answer up to 64 KB with its headers; 409: delivered, a duplicate', async () => {
+  it('2xx: correlation id from the body or a header; 400: the whole answer up to 64 KB with its headers; 409 to a repeat: delivered, a duplicate', async () => {
     server = await receiver({
       X3: { status: 200, body: JSON.stringify({ correlationId: 'corr-body-1' }), headers: { 'x-correlation-id': 'the-body-wins' } },
       AF: { status: 201, headers: { 'x-correlation-id': 'corr-header-2' } },
       X1: { status: 400, body: BIG, headers: { 'x-request-id': 'req-400', 'x-error-code': 'E_FIELD' } },
-      D1: { status: 409, body: '{"error":"already received"}' },
+      // The first answer is lost in a 503; the repeat finds the service has it.
+      D1: [{ status: 503 }, { status: 409, body: '{"error":"already received"}' }],
     });
     const cfg = agentConfig(tmp.dir, server.url, '[health]\nlisten = "127.0.0.1:0"\n');
     expect((await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg])).code).toBe(0);
     daemon = startDaemon(['--config', cfg]);
     await record(cfg, ['X3', 'AF', 'X1', 'D1']);
-    await waitFor(() => server!.got.length === 4, 10_000, 'four milestones at the receiver');
+    await waitFor(() => server!.got.length === 5, 10_000, 'four milestones at the receiver, one twice');
     const rows = await waitFor(
       async () => {
         const l = await listed(cfg);
@@ -116,7 +124,7 @@ describe("the service's answers are kept", () => {
       { code: 'X3', state: 'sent', attempts: 1, lastStatus: 200, correlationId: 'corr-body-1' },
       { code: 'AF', state: 'sent', attempts: 1, lastStatus: 201, correlationId: 'corr-header-2' },
       { code: 'X1', state: 'dead-letter', attempts: 1, lastStatus: 400, correlationId: null },
-      { code: 'D1', state: 'sent', attempts: 1, lastStatus: 409, correlationId: null },
+      { code: 'D1', state: 'sent', attempts: 2, lastStatus: 409, correlationId: null },
     ]);
     expect(rows[3].lastAnswer).toBe('HTTP 409: the service already had it');
     const text = (await runCli(['milestone', 'list', '--load', 'L1', '--config', cfg])).stdout.split('\n');
@@ -171,5 +179,29 @@ describe("the service's answers are kept", () => {
     ]);
     const dead = JSON.parse((await runCli(['dead-letter', 'list', '--json', '--config', cfg])).stdout) as Array<{ status: number; response: string; headers: Record<string, string> }>;
     expect(dead).toMatchObject([{ status: 409, response: '{"error":"conflict"}', headers: { 'x-req-id': 'hdr-409' } }]);
+  });
+
+  it('a 409 to a milestone that never went out before is a refusal: parked with its answer, not counted as delivered', async () => {
+    server = await receiver({ X3: { status: 409, body: '{"error":"stop 1 already has an arrival"}' } });
+    const cfg = agentConfig(tmp.dir, server.url);
+    expect((await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg])).code).toBe(0);
+    daemon = startDaemon(['--config', cfg]);
+    await record(cfg, ['X3', 'AF']);
+    const rows = await waitFor(
+      async () => {
+        const l = await listed(cfg);
+        return l.length === 2 && l.every((m) => m.state !== 'pending') && l;
+      },
+      10_000,
+      'no milestone pending',
+    );
+    expect(rows.map((m) => [m.code, m.state, m.attempts, m.lastStatus])).toEqual([
+      ['X3', 'dead-letter', 1, 409],
+      ['AF', 'sent', 1, 200],
+    ]);
+    expect(server.got.map((g) => g.body.eventCode)).toEqual(['X3', 'AF']);
+    const dead = JSON.parse((await runCli(['dead-letter', 'list', '--json', '--config', cfg])).stdout) as Array<{ status: number; response: string }>;
+    expect(dead).toMatchObject([{ status: 409, response: '{"error":"stop 1 already has an arrival"}' }]);
+    expect(daemon.output()).not.toContain('counted as delivered');
   });
 });

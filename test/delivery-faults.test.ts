@@ -2,6 +2,7 @@
  * Delivery under the faults the real world serves, each against the real sandbox on port 0
  * and a real SQLite file.
  */
+import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ApiClient } from '../src/api/client.js';
@@ -239,16 +240,113 @@ describe('idempotency', () => {
   });
 });
 
+describe('a request is fixed before it is sent', () => {
+  /** Each trace request the service took: its key and the readings behind its points. */
+  const requests = () => sandbox.traces.map((t) => ({ key: t.idempotencyKey, ids: t.body.traces.map((p) => Number(p.references![0].value.split('-')[1])) }));
+
+  it('a retry after a lost answer carries exactly the points of the first try under its key; readings committed meanwhile go in the next request', async () => {
+    addReadings(3);
+    sandbox.setFaults({ loseResponseNext: 1 });
+    let lost = false;
+    onEvent = (e) => {
+      // Committed while the retry waits for its backoff: before, the retry took them too, under a new key.
+      if (e.problem?.includes('answer was lost') && !lost) {
+        lost = true;
+        addReadings(4, 3);
+      }
+    };
+    const s = start();
+    s.requestTracePush();
+    await waitFor(drained, 5000, 'every reading delivered');
+    const [first, retry, next] = requests();
+    expect(requests()).toHaveLength(3);
+    expect(first.ids).toEqual([1, 2, 3]);
+    expect(retry).toEqual(first);
+    expect(next.ids).toEqual([4, 5, 6, 7]);
+    expect(next.key).not.toBe(first.key);
+  });
+
+  it('after a crash between the answer and its acknowledgement, the restarted agent repeats the same request, not a larger one', async () => {
+    addReadings(3);
+    const crashed = join(tmp.dir, 'crashed.db');
+    onEvent = (e) => {
+      // The disk as a kill -9 leaves it the moment the service has taken the request: the
+      // answer is on its way, the acknowledgement not yet written.
+      if (e.kind === 'trace' && e.status === 200 && onEvent) {
+        onEvent = undefined;
+        copyFileSync(config.buffer.path, crashed);
+        copyFileSync(`${config.buffer.path}-wal`, `${crashed}-wal`);
+      }
+    };
+    const s = start();
+    s.requestTracePush();
+    await waitFor(drained, 5000, 'the first push delivered');
+    await s.stop();
+    await client?.close();
+    store.close();
+    store = Store.open(crashed);
+    addReadings(2, 3);
+    start().requestTracePush();
+    await waitFor(drained, 5000, 'the restarted agent delivered');
+    const [first, repeat, next] = requests();
+    expect(requests()).toHaveLength(3);
+    expect(repeat).toEqual(first);
+    expect(next.ids).toEqual([4, 5]);
+    expect(sandbox.stats.duplicateRequests).toBe(1);
+  });
+
+  it('the newest position sent ahead of a backlog is repeated alone after a lost answer, under its key', async () => {
+    // A backlog of more than one chunk (100 points): the newest position goes first, alone.
+    addReadings(250);
+    sandbox.setFaults({ loseResponseNext: 1 });
+    let lost = false;
+    onEvent = (e) => {
+      if (e.problem?.includes('answer was lost') && !lost) {
+        lost = true;
+        addReadings(5, 250);
+      }
+    };
+    const s = start();
+    s.requestTracePush();
+    await waitFor(drained, 5000, 'every reading delivered');
+    const [first, repeat] = requests();
+    expect(first.ids).toEqual([250]);
+    expect(repeat).toEqual(first);
+    expect(
+      requests()
+        .flatMap((r) => r.ids)
+        .filter((id) => id === 250),
+    ).toHaveLength(2);
+  });
+});
+
 describe('409 Conflict', () => {
-  it('to a trace request: the service has the points; acknowledged, counted as duplicates, never dead-lettered', async () => {
+  it('to a repeat of a trace request: the service has the points; acknowledged, counted as duplicates, never dead-lettered', async () => {
     addReadings(30);
-    sandbox.setFaults({ forceStatus: 409 });
+    // The first try's answer is lost; its repeat is answered 409.
+    sandbox.setFaults({ dropNext: 1 });
+    onEvent = (e) => {
+      if (e.status === 0) sandbox.setFaults({ forceStatus: 409 });
+    };
     const s = start();
     s.requestTracePush();
     await waitFor(drained, 5000, 'the readings acknowledged');
     expect(store.counts()).toMatchObject({ readings: 0, deadLetters: 0 });
     expect(s.status.duplicates).toBeGreaterThanOrEqual(1);
     expect(s.status.deadLettered.tracePoints).toBe(0);
+  });
+
+  it('to a trace request that never went out before: no repeat, so a refusal; parked with its answer, not counted as delivered', async () => {
+    addReadings(4);
+    sandbox.setFaults({ forceStatus: 409 });
+    const s = start();
+    s.requestTracePush();
+    await waitFor(drained, 5000, 'the readings parked');
+    expect(s.status.duplicates).toBe(0);
+    expect(s.status.sent.tracePoints).toBe(0);
+    const dead = store.listDeadLetters();
+    expect(dead.length).toBeGreaterThanOrEqual(1);
+    expect(dead.every((d) => d.kind === 'trace' && d.status === 409)).toBe(true);
   });
 
   it('with conflict_is_delivered = false: refused, the points parked with the answer and its headers', async () => {

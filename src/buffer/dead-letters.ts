@@ -29,7 +29,7 @@ export class DeadLetters {
   parkMilestone(m: MilestoneRow, status: number | null, response: string, nowMs: number, headers?: Record<string, string>): void {
     this.ctx.withReserve(() =>
       this.db.transaction(() => {
-        this.db.prepare('UPDATE milestones SET parked_ms = ?, attempts = attempts + 1, last_error = ?, last_status = ? WHERE id = ?').run(nowMs, response.slice(0, 500), status, m.id);
+        this.db.prepare('UPDATE milestones SET parked_ms = ?, last_error = ?, last_status = ? WHERE id = ?').run(nowMs, response.slice(0, 500), status, m.id);
         this.db
           .prepare('INSERT INTO dead_letters (kind, load_number, record_id, status, response, headers, body, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
           .run('milestone', m.loadNumber, m.id, status, response.slice(0, MAX_ANSWER_CHARS), headers ? JSON.stringify(headers) : null, JSON.stringify(m.body), nowMs);

@@ -271,6 +271,28 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
             AND NOT EXISTS (SELECT 1 FROM load_marks m WHERE m.load_number = l.load_number AND m.reading_id = r.id));
     `);
   },
+  // 7 -> 8: a trace request is fixed before it is sent. Its readings (the cursor it starts
+  // after and the one it leaves, the sampling point before it, its points' ids) and its
+  // Idempotency-Key are recorded first; every retry, after a lost answer, a timeout or a
+  // restart, sends exactly those points under that key until an answer settles it. Without
+  // it a retry was built again up to the newest reading and carried more points under a new
+  // key, which a service that deduplicates by key stored twice. One row per load and kind
+  // (its next chunk, or its newest position sent ahead of a backlog).
+  (db) => {
+    db.exec(`
+      CREATE TABLE requests (
+        load_number    TEXT    NOT NULL,
+        kind           TEXT    NOT NULL CHECK (kind IN ('chunk', 'newest')),
+        after_id       INTEGER NOT NULL,
+        last_id        INTEGER NOT NULL,
+        last_sample_ms INTEGER,
+        point_ids      TEXT    NOT NULL,
+        idem_key       TEXT,
+        fixed_ms       INTEGER NOT NULL,
+        PRIMARY KEY (load_number, kind)
+      ) WITHOUT ROWID;
+    `);
+  },
 ];
 
 /** Far beyond any reading id or time: the open end of a window. */

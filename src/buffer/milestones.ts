@@ -180,14 +180,23 @@ export class Milestones {
     this.ctx.withReserve(() =>
       this.ctx.durably(() =>
         this.db
-          .prepare('UPDATE milestones SET sent_ms = ?, attempts = attempts + 1, last_error = ?, last_status = ?, correlation_id = ? WHERE id = ?')
+          .prepare('UPDATE milestones SET sent_ms = ?, last_error = ?, last_status = ?, correlation_id = ? WHERE id = ?')
           .run(nowMs, receipt?.duplicate ? `HTTP ${receipt.status}: the service already had it` : null, receipt?.status ?? null, receipt?.correlationId ?? null, id),
       ),
     );
   }
 
   markMilestoneFailed(id: number, error: string, status: number | null = null): void {
-    this.ctx.withReserve(() => this.db.prepare('UPDATE milestones SET attempts = attempts + 1, last_error = ?, last_status = ? WHERE id = ?').run(error.slice(0, 500), status, id));
+    this.ctx.withReserve(() => this.db.prepare('UPDATE milestones SET last_error = ?, last_status = ? WHERE id = ?').run(error.slice(0, 500), status, id));
+  }
+
+  /**
+   * A milestone is about to go out: counted before it leaves (the request waits for the sync
+   * of this commit), so after a lost answer or a crash its next send knows it may be a
+   * repeat, and only then takes a 409 as "the service has it".
+   */
+  markMilestoneAttempt(id: number): void {
+    this.ctx.withReserve(() => this.db.prepare('UPDATE milestones SET attempts = attempts + 1 WHERE id = ?').run(id));
   }
 
   /** The saved state of each stop of a load (absent: never seen, i.e. outside). */

@@ -16,6 +16,7 @@ import type { Statement, Transaction } from 'better-sqlite3';
 import type { Reading } from '../sources/types.js';
 import type { DB } from './db.js';
 import { DUE, FAR, NEXT_READING_ID, SETTLE_LOADS, UNDONE } from './migrations.js';
+import type { FixedRequest, Requests } from './requests.js';
 import type { BufferContext } from './store.js';
 import { MarkState, ReadingState, type LastFix, type StoredReading, type TraceRow } from './types.js';
 
@@ -76,6 +77,12 @@ interface RawFix {
 
 const toFix = (r: RawFix): LastFix => ({ resourceId: r.resource_id, timeMs: r.time_ms, lat: r.lat, lon: r.lon, speed: r.speed, heading: r.heading });
 
+/** What goes with marking readings sent ahead (see markSent). */
+export interface MarkAfter {
+  settle?: 'newest';
+  fixNext?: FixedRequest;
+}
+
 export class Readings {
   private readonly db: DB;
   private readonly insertRow: Statement;
@@ -87,17 +94,20 @@ export class Readings {
   private readonly marksAbove: Statement;
   private readonly readingsInWindow: Statement;
   private readonly traceRowsInWindow: Statement;
-  private readonly ack: Transaction<(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId: string | null) => void>;
+  private readonly ack: Transaction<(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId: string | null, fixNext: FixedRequest | undefined) => void>;
   private readonly purgeRange: Statement;
   private readonly newestDue: Statement;
   private readonly oldestDue: Statement;
-  private readonly mark: Transaction<(loadNumber: string, ids: number[]) => void>;
+  private readonly mark: Transaction<(loadNumber: string, ids: number[], after: MarkAfter) => void>;
   /** No acknowledged row is left at or below this id (0 after opening: a crash may have left some anywhere). */
   private purgeFloor = 0;
   /** The purge pass in progress: where it has got to, where it ends, and the floor it leaves behind. */
   private purgePass: { at: number; top: number; floor: number } | null = null;
 
-  constructor(private readonly ctx: BufferContext) {
+  constructor(
+    private readonly ctx: BufferContext,
+    private readonly requests: Requests,
+  ) {
     const db = ctx.db;
     this.db = db;
     this.nextId = db.prepare(NEXT_READING_ID).pluck();
@@ -117,8 +127,11 @@ export class Readings {
     const settleLoad = db.prepare(`${SETTLE_LOADS} AND l.load_number = ?`);
     // One transaction, so one commit (and with synchronous = FULL one fsync) for an
     // acknowledgement, which is in series with every request of a drain.
-    this.ack = db.transaction((loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId: string | null) => {
+    // The request that goes next is fixed in the same transaction (requests.ts).
+    this.ack = db.transaction((loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId: string | null, fixNext: FixedRequest | undefined) => {
       ackStmt.run(upToId, lastSampleMs, lastSampleMs, correlationId, loadNumber);
+      this.requests.settleIn(loadNumber, 'chunk');
+      if (fixNext) this.requests.fixIn(fixNext);
       settleLoad.run(loadNumber);
     });
     // In id order (neighbouring rows, neighbouring pages), each row against the cursors of the
@@ -130,8 +143,11 @@ export class Readings {
     this.oldestDue = db.prepare(`SELECT r.time_ms FROM loads l JOIN readings r WHERE l.load_number = ? AND ${DUE} ORDER BY r.id LIMIT 1`).pluck();
     // Prepared once: after an outage every load's newest position is marked, one request each.
     const markStmt = db.prepare(`INSERT INTO load_marks (load_number, reading_id, state) VALUES (?, ?, ${MarkState.SENT}) ON CONFLICT DO NOTHING`);
-    this.mark = db.transaction((loadNumber: string, ids: number[]) => {
+    this.mark = db.transaction((loadNumber: string, ids: number[], after: MarkAfter) => {
       for (const id of ids) markStmt.run(loadNumber, id);
+      if (after.settle) this.requests.settleIn(loadNumber, after.settle);
+      else if (ids.length > 0) this.requests.unkeyIn(loadNumber, 'chunk');
+      if (after.fixNext) this.requests.fixIn(after.fixNext);
     });
   }
 
@@ -266,18 +282,21 @@ export class Readings {
    * (once every other load holding them has them too). A closed load with nothing left is
    * done: its cursor goes to its last id.
    */
-  ackReadings(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId?: string): void {
-    this.ctx.withReserve(() => this.ack.immediate(loadNumber, upToId, lastSampleMs, correlationId ?? null));
+  ackReadings(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId?: string, fixNext?: FixedRequest): void {
+    this.ctx.withReserve(() => this.ack.immediate(loadNumber, upToId, lastSampleMs, correlationId ?? null, fixNext));
   }
 
   /**
    * These readings of the load were delivered on their own, ahead of its cursor (the newest
    * position after an outage, the part of a split request that got through before a
-   * failure): the load does not send them again. Other loads holding them still do.
+   * failure): the load does not send them again. Other loads holding them still do. With
+   * `after.settle`, the load's request of that kind has its answer; without, the points were
+   * part of its fixed chunk, whose rest now goes under a key of its own. `after.fixNext`
+   * fixes the request that goes next, in the same transaction.
    */
-  markSent(loadNumber: string, ids: number[]): void {
-    if (ids.length === 0) return;
-    this.ctx.withReserve(() => this.mark(loadNumber, ids));
+  markSent(loadNumber: string, ids: number[], after: MarkAfter = {}): void {
+    if (ids.length === 0 && !after.settle && !after.fixNext) return;
+    this.ctx.withReserve(() => this.mark(loadNumber, ids, after));
   }
 
   /**

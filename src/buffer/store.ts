@@ -12,12 +12,14 @@ import { DiskRoom, diskPlan, isDiskFull } from './disk.js';
 import { Loads } from './loads.js';
 import { Milestones } from './milestones.js';
 import { AWAITED, READING_BYTES, Readings } from './readings.js';
+import { Requests } from './requests.js';
 import { StateTable } from './state.js';
 import { MarkState, ReadingState } from './types.js';
 
 export * from './types.js';
 export { LoadError } from './loads.js';
 export { DuplicateEventError } from './milestones.js';
+export type { FixedRequest, RequestKind } from './requests.js';
 
 /** `buffer.reserve_kb` when none is given. */
 export const DEFAULT_RESERVE_KB = 2048;
@@ -40,6 +42,7 @@ export class Store implements BufferContext {
   /** Room on the disk for delivery writes; undefined for an in-memory buffer. */
   readonly disk: DiskRoom | undefined;
   readonly readings: Readings;
+  readonly requests: Requests;
   readonly loads: Loads;
   readonly milestones: Milestones;
   readonly deadLetters: DeadLetters;
@@ -48,7 +51,8 @@ export class Store implements BufferContext {
   constructor(db: DB, disk?: DiskRoom) {
     this.db = db;
     this.disk = disk;
-    this.readings = new Readings(this);
+    this.requests = new Requests(this);
+    this.readings = new Readings(this, this.requests);
     this.loads = new Loads(this);
     this.milestones = new Milestones(this, this.loads);
     this.deadLetters = new DeadLetters(this);
@@ -97,6 +101,7 @@ export class Store implements BufferContext {
     this.setMilestoneBody = m.setMilestoneBody.bind(m);
     this.markMilestoneSent = m.markMilestoneSent.bind(m);
     this.markMilestoneFailed = m.markMilestoneFailed.bind(m);
+    this.markMilestoneAttempt = m.markMilestoneAttempt.bind(m);
     this.stopStates = m.stopStates.bind(m);
     this.saveStopStates = m.saveStopStates.bind(m);
     this.parkMilestone = d.parkMilestone.bind(d);
@@ -147,6 +152,7 @@ export class Store implements BufferContext {
   setMilestoneBody: Milestones['setMilestoneBody'];
   markMilestoneSent: Milestones['markMilestoneSent'];
   markMilestoneFailed: Milestones['markMilestoneFailed'];
+  markMilestoneAttempt: Milestones['markMilestoneAttempt'];
   stopStates: Milestones['stopStates'];
   saveStopStates: Milestones['saveStopStates'];
   parkMilestone: DeadLetters['parkMilestone'];

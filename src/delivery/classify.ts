@@ -7,7 +7,7 @@ import type { PostOutcome } from '../api/client.js';
 export type OutcomeClass =
   /** 2xx: the service has it; the records may leave the buffer. */
   | 'delivered'
-  /** 409 to a record we sent before (delivery.conflict_is_delivered): the service has it already. */
+  /** 409 to a record that went out before under the same key (delivery.conflict_is_delivered): the service has it already. */
   | 'duplicate'
   /** Network error, timeout, 408, 425, 429, 5xx: the records are fine, try later. */
   | 'retry'
@@ -23,13 +23,19 @@ export type OutcomeClass =
 export interface ClassifyOptions {
   /** `delivery.conflict_is_delivered`: a 409 means the service already has the record. */
   conflictIsDelivered?: boolean;
+  /**
+   * Whether the request may have gone out before under the same key (a retry after a lost
+   * answer, a timeout or a restart). A 409 to a first send is no repeat: the service objects
+   * to something in it, and it is refused like a 400.
+   */
+  sentBefore?: boolean;
 }
 
 export function classify(outcome: PostOutcome, opts: ClassifyOptions = {}): OutcomeClass {
   if (outcome.kind === 'network') return 'retry';
   const s = outcome.status;
   if (s >= 200 && s < 300) return 'delivered';
-  if (s === 409 && (opts.conflictIsDelivered ?? true)) return 'duplicate';
+  if (s === 409 && (opts.conflictIsDelivered ?? true) && (opts.sentBefore ?? true)) return 'duplicate';
   if (s >= 300 && s < 400) return 'redirect';
   if (s === 401 || s === 403 || s === 404) return 'auth';
   if (s === 413) return 'too-large';

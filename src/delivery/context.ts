@@ -59,9 +59,10 @@ export interface DeliveryContext {
   readonly signal: AbortSignal;
   readonly stopping: boolean;
   now(): number;
-  /** Send a request, noting the attempt; a 2xx (or 409) clears the backoff and the pause. */
-  post(send: () => Promise<PostOutcome>): Promise<PostOutcome>;
-  classify(outcome: PostOutcome): OutcomeClass;
+  /** Send a request, noting the attempt; a 2xx (or a 409 to a repeat) clears the backoff and the pause. */
+  post(send: () => Promise<PostOutcome>, sentBefore: boolean): Promise<PostOutcome>;
+  /** What an answer means; `sentBefore`: the request may have gone out before under the same key (see classify.ts). */
+  classify(outcome: PostOutcome, sentBefore: boolean): OutcomeClass;
   /** A failure that pauses delivery: counted, logged, tried again after the retry policy's delay. */
   fail(cls: OutcomeClass, why: string, outcome: PostOutcome, context: Record<string, unknown>): void;
 }

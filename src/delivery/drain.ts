@@ -9,14 +9,20 @@
  * most one request, with the same Idempotency-Key. After an outage, each load's newest
  * position goes first, alone, so the service learns where the truck is now.
  */
-import type { LoadRow } from '../buffer/store.js';
+import type { FixedRequest, LoadRow } from '../buffer/store.js';
 import type { DeliveryContext, Step } from './context.js';
 import type { MilestoneSender } from './milestones.js';
 import type { Delivered, Prepared, TracePoster } from './post-traces.js';
 import type { Purger } from './purge.js';
-import { buildTraceChunk, buildTraceJson, nextStopResolver, type TraceBuildOptions } from './traces.js';
+import { buildTraceChunk, buildTraceJson, nextStopResolver, type TraceBuildOptions, type TraceReadings } from './traces.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A load and its stop resolver, as a drain builds its chunks. */
+interface LoadEntry {
+  load: LoadRow;
+  stopAt: (timeMs: number) => number | undefined;
+}
 
 /** A load's newest position as a request of its own (always with a body), and how far its backlog reaches back. */
 interface Newest {
@@ -27,6 +33,9 @@ interface Newest {
 export class Drain {
   /** Loads whose newest position already went out first in the current push. */
   private newestFirstDone = new Set<string>();
+  /** Keys of the requests this drain sent; a request fixed by an earlier run may have gone out too. */
+  private readonly sentKeys = new Set<string>();
+  private readonly since = Date.now();
 
   constructor(
     private readonly ctx: DeliveryContext,
@@ -51,7 +60,7 @@ export class Drain {
     if ((await this.sendNewestFirst(queue.filter((n) => !this.newestFirstDone.has(n)))) === 'failed') return 'failed';
     // Per drain: the load and its stop resolver, and where the next chunk of each load starts
     // (ahead of the buffer's cursor while a chunk is in flight).
-    const loads = new Map<string, { load: LoadRow; stopAt: (timeMs: number) => number | undefined } | null>();
+    const loads = new Map<string, LoadEntry | null>();
     const cursors = new Map<string, { afterId: number; lastSampleMs: number | null }>();
     const build = (): Prepared | undefined => {
       for (;;) {
@@ -64,10 +73,22 @@ export class Drain {
           loads.set(loadNumber, entry);
         }
         if (!entry) continue;
-        const from = cursors.get(loadNumber) ?? { afterId: 0, lastSampleMs: entry.load.lastSampleMs };
+        const opts = this.traceOptions();
+        let from = cursors.get(loadNumber);
+        if (from === undefined) {
+          // The load's first request of this drain: one fixed before that has no answer yet
+          // (a lost answer, a timeout, a restart) goes again exactly, under its key.
+          const fixed = store.requests.fixed(loadNumber, 'chunk');
+          if (fixed) {
+            const again = this.fromFixed(entry, fixed, opts);
+            cursors.set(loadNumber, { afterId: again.lastId, lastSampleMs: again.lastSampleMs });
+            queue.push(loadNumber);
+            return again;
+          }
+          from = { afterId: 0, lastSampleMs: entry.load.lastSampleMs };
+        }
         const load = { ...entry.load, lastSampleMs: from.lastSampleMs };
         const { stopAt } = entry;
-        const opts = this.traceOptions();
         const final = load.endedMs !== null;
         // Readings committed after the push began wait for the next push.
         const chunk = buildTraceJson(load, { pages: store.tracePages(loadNumber, from.afterId, lastId) }, stopAt, opts, final);
@@ -76,6 +97,7 @@ export class Drain {
         // A full chunk may have more behind it: the load takes its turn again after the others.
         if (chunk.points >= opts.maxPoints) queue.push(loadNumber);
         const upTo = chunk.lastId;
+        const afterId = from.afterId;
         return {
           load,
           // Bytes, not trace objects: 500 of them kept alive across a request would outlive V8's
@@ -90,7 +112,10 @@ export class Drain {
           lastId: chunk.lastId,
           lastSampleMs: chunk.lastSampleMs,
           // Exactly the points that were sent (less any a limit dropped meanwhile).
-          rebuild: () => buildTraceChunk(load, { pages: store.tracePages(loadNumber, from.afterId, upTo) }, stopAt, { ...opts, maxPoints: chunk.points, pointIds: new Set(chunk.readingIds) }, true),
+          rebuild: () => buildTraceChunk(load, { pages: store.tracePages(loadNumber, afterId, upTo) }, stopAt, { ...opts, maxPoints: chunk.points, pointIds: new Set(chunk.readingIds) }, true),
+          fix: chunk.bytes === null ? undefined : { loadNumber, kind: 'chunk', afterId, lastId: chunk.lastId, lastSampleMs: from.lastSampleMs, pointIds: chunk.readingIds, key: chunk.idempotencyKey },
+          fixed: false,
+          sentBefore: false,
         };
       }
     };
@@ -119,16 +144,20 @@ export class Drain {
         current = build();
         continue;
       }
+      this.fixBeforeSending(prepared);
       const delivered: number[] = [];
       const { sending, next } = await this.sendWhileBuilding(prepared, prepared.body, delivered, build);
       if ((await sending) === 'failed') {
         // Part of a split chunk got through before the failure: those points must not go twice
-        // (to this load: other loads holding them still send them).
+        // (to this load: other loads holding them still send them), and the rest of the fixed
+        // request goes under a key of its own.
         store.markSent(prepared.load.loadNumber, delivered);
+        this.releaseIfAnswered(prepared, delivered);
         return 'failed';
       }
-      // Every point is at the service or parked: the chunk, and the readings sampling skipped, are done.
-      this.acknowledge(prepared);
+      // Every point is at the service or parked: the chunk, and the readings sampling skipped,
+      // are done; the request built meanwhile is fixed in the same write.
+      this.acknowledge(prepared, next);
       current = next;
     }
     return 'empty';
@@ -176,16 +205,79 @@ export class Drain {
         continue;
       }
       const delivered: number[] = [];
-      const result = await this.poster.deliverTraces(load, chunk.body.traces, chunk.readingIds, delivered);
+      // Each was refused on its own before, under the key it goes with now.
+      const result = await this.poster.deliverTraces(load, chunk.body.traces, chunk.readingIds, delivered, true);
       store.retryDone(loadNumber, delivered);
       if (result === 'failed') return 'failed';
     }
     return 'sent';
   }
 
-  private acknowledge(p: Prepared): void {
+  /**
+   * A load's request fixed before and not yet answered, built again: exactly its points (less
+   * any a limit dropped meanwhile, or that went on their own), its cursor and its key.
+   */
+  private fromFixed(entry: LoadEntry, fixed: FixedRequest, opts: TraceBuildOptions): Prepared {
+    const { store } = this.ctx.deps;
+    const load = { ...entry.load, lastSampleMs: fixed.lastSampleMs };
+    const pointOpts = { ...opts, maxPoints: Math.max(1, fixed.pointIds.length), pointIds: new Set(fixed.pointIds) };
+    const pages = (): TraceReadings => ({ pages: store.tracePages(load.loadNumber, fixed.afterId, fixed.lastId) });
+    const chunk = buildTraceJson(load, pages(), entry.stopAt, pointOpts, true);
+    const points = chunk?.bytes ? chunk.points : 0;
+    // The key it went with, while it carries the same points; else the one its points make.
+    const key = fixed.key !== null && points === fixed.pointIds.length ? fixed.key : (chunk?.idempotencyKey ?? '');
+    return {
+      load,
+      body: points > 0 ? (chunk?.bytes ?? null) : null,
+      key,
+      points,
+      readingIds: chunk?.readingIds ?? [],
+      lastId: fixed.lastId,
+      lastSampleMs: points > 0 && chunk ? chunk.lastSampleMs : fixed.lastSampleMs,
+      rebuild: () => buildTraceChunk(load, pages(), entry.stopAt, pointOpts, true),
+      fix: { ...fixed, key },
+      fixed: true,
+      sentBefore: this.maySentBefore(fixed, key),
+    };
+  }
+
+  /** A request fixed by an earlier run (a crash, a restart) may have gone out; one fixed by this one did if this one sent it. */
+  private maySentBefore(fixed: FixedRequest, key: string): boolean {
+    return (fixed.fixedMs ?? 0) <= this.since || this.sentKeys.has(key);
+  }
+
+  /** The request is on the disk with its key before it leaves (most were fixed with the answer before them). */
+  private fixBeforeSending(p: Prepared): void {
+    if (p.fix && !p.fixed) {
+      this.ctx.deps.store.requests.fix(p.fix);
+      p.fixed = true;
+    }
+    // The same points again after an answer that let it go (a 504 from a gateway whose service took it).
+    p.sentBefore ||= this.sentKeys.has(p.key);
+    if (this.sentKeys.size > 10_000) this.sentKeys.clear();
+    this.sentKeys.add(p.key);
+  }
+
+  /**
+   * A failure with an answer (5xx, 429, 401...) says the service did not take the request: it
+   * is no longer fixed, and the next try is built anew (the newest position may be newer by
+   * then). Without an answer it may be at the service, and goes again as it was.
+   */
+  private releaseIfAnswered(p: Prepared, delivered: number[]): void {
+    if (!p.fix || !this.poster.lastFailureAnswered || delivered.length > 0) return;
+    this.ctx.deps.store.requests.release(p.load.loadNumber, p.fix.kind);
+  }
+
+  /** The request that goes next, when it still needs fixing: fixed with the answer before it, and marked so. */
+  private fixNext(next: Prepared | undefined): FixedRequest | undefined {
+    if (!next?.fix || next.fixed) return undefined;
+    next.fixed = true;
+    return next.fix;
+  }
+
+  private acknowledge(p: Prepared, next?: Prepared): void {
     const { store, roomWanted } = this.ctx.deps;
-    store.ackReadings(p.load.loadNumber, p.lastId, p.lastSampleMs, p.body === null ? undefined : this.poster.lastCorrelation);
+    store.ackReadings(p.load.loadNumber, p.lastId, p.lastSampleMs, p.body === null ? undefined : this.poster.lastCorrelation, this.fixNext(next));
     this.purger.pending = true;
     // On a full disk the rows just delivered go at once, not after the whole drain: purging is
     // how the room comes back, and on a 4 MB tmpfs the readings in memory waited until the
@@ -234,11 +326,17 @@ export class Drain {
     let current = build();
     while (current) {
       const { p, backlogS } = current;
+      this.fixBeforeSending(p);
       const delivered: number[] = [];
       const { sending, next } = await this.sendWhileBuilding(p, p.body, delivered, build);
       const result = await sending;
-      store.markSent(p.load.loadNumber, delivered);
-      if (result === 'failed') return 'failed';
+      // A one-point request that failed delivered nothing, and stays fixed for the next try
+      // unless the service answered (then the newest position may be newer by then).
+      if (result === 'failed') {
+        this.releaseIfAnswered(p, delivered);
+        return 'failed';
+      }
+      store.markSent(p.load.loadNumber, delivered, { settle: 'newest', fixNext: this.fixNext(next?.p) });
       this.newestFirstDone.add(p.load.loadNumber);
       log.info({ load: p.load.loadNumber, backlogS }, 'newest position sent ahead of the backlog');
       current = next;
@@ -246,14 +344,42 @@ export class Drain {
     return 'sent';
   }
 
-  /** A load's newest position as a request of its own, when its backlog is more than one chunk. */
+  /**
+   * A load's newest position as a request of its own, when its backlog is more than one
+   * chunk; or the one fixed before that has no answer yet, whatever the backlog is now.
+   */
   private newestOf(loadNumber: string): Newest | undefined {
     const { store } = this.ctx.deps;
     const load = store.getLoad(loadNumber);
     if (!load) return undefined;
     const { newest, oldestMs } = store.backlogOf(loadNumber);
-    if (!newest || oldestMs === null) return undefined;
     const opts = this.traceOptions();
+    const fixed = store.requests.fixed(loadNumber, 'newest');
+    if (fixed) {
+      const id = fixed.pointIds[0] ?? 0;
+      const chunk = buildTraceChunk({ ...load, lastSampleMs: null }, { pages: store.tracePages(loadNumber, id - 1, id) }, this.stopResolver(load), { ...opts, samplingMs: 0 }, true);
+      if (!chunk?.body) {
+        // Its point went meanwhile (in a chunk, or dropped by a limit): nothing to repeat.
+        store.markSent(loadNumber, [], { settle: 'newest' });
+        return undefined;
+      }
+      const key = fixed.key ?? chunk.idempotencyKey;
+      const p: Newest['p'] = {
+        load,
+        body: Buffer.from(JSON.stringify(chunk.body)),
+        key,
+        points: chunk.points,
+        readingIds: chunk.readingIds,
+        lastId: chunk.lastId,
+        lastSampleMs: chunk.lastSampleMs,
+        rebuild: () => chunk,
+        fix: fixed,
+        fixed: true,
+        sentBefore: this.maySentBefore(fixed, key),
+      };
+      return { p, backlogS: oldestMs === null || !newest ? 0 : Math.round((newest.time_ms - oldestMs) / 1000) };
+    }
+    if (!newest || oldestMs === null) return undefined;
     const spanMs = newest.time_ms - oldestMs;
     const backlog = opts.samplingMs > 0 ? spanMs > opts.samplingMs * opts.maxPoints : spanMs > opts.maxPoints * 1000;
     if (!backlog) return undefined;
@@ -268,6 +394,9 @@ export class Drain {
       lastId: chunk.lastId,
       lastSampleMs: chunk.lastSampleMs,
       rebuild: () => chunk,
+      fix: { loadNumber, kind: 'newest', afterId: newest.id - 1, lastId: newest.id, lastSampleMs: null, pointIds: [newest.id], key: chunk.idempotencyKey },
+      fixed: false,
+      sentBefore: false,
     };
     return { p, backlogS: Math.round(spanMs / 1000) };
   }

@@ -1,6 +1,6 @@
 /**
- * Sending milestones, in the order they were recorded, before any trace: a 2xx (or a 409:
- * the service has it) marks one sent with the answer's correlation id; a refusal parks it
+ * Sending milestones, in the order they were recorded, before any trace: a 2xx (or a 409 to
+ * one that went out before: the service has it) marks one sent with the answer's correlation id; a refusal parks it
  * with the whole answer so the ones after it do not wait; anything else pauses delivery.
  */
 import type { MilestoneRow } from '../buffer/store.js';
@@ -22,8 +22,10 @@ export class MilestoneSender {
         if (ctx.stopping) return false;
         const m = m0.needsPlace ? this.withPlace(m0) : m0;
         const body = { ...client.extraFields, ...m.body };
-        const outcome = await ctx.post(() => client.postMilestone(body, m.ref, ctx.signal));
-        const cls = ctx.classify(outcome);
+        const sentBefore = m.attempts > 0;
+        store.markMilestoneAttempt(m.id);
+        const outcome = await ctx.post(() => client.postMilestone(body, m.ref, ctx.signal), sentBefore);
+        const cls = ctx.classify(outcome, sentBefore);
         if (isDelivered(cls) && outcome.kind === 'response') {
           const correlationId = correlationIdOf(outcome, config.api.correlation_id_field, config.api.correlation_id_header);
           store.markMilestoneSent(m.id, ctx.now(), { status: outcome.status, correlationId, duplicate: cls === 'duplicate' });

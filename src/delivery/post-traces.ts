@@ -6,7 +6,7 @@
  */
 import type { PostOutcome } from '../api/client.js';
 import type { Trace } from '../api/schemas.js';
-import type { LoadRow } from '../buffer/store.js';
+import type { FixedRequest, LoadRow } from '../buffer/store.js';
 import { correlationIdOf, describeOutcome, isDelivered } from './classify.js';
 import type { DeliveryContext } from './context.js';
 import { idempotencyKeyFor, traceBody, type TraceChunk } from './traces.js';
@@ -23,6 +23,12 @@ export interface Prepared {
   lastSampleMs: number | null;
   /** The chunk's trace objects again, for splitting a refused request. */
   rebuild: () => TraceChunk | undefined;
+  /** The request as the buffer fixes it before it is sent (requests.ts); undefined when there is nothing to send. */
+  fix: FixedRequest | undefined;
+  /** Whether `fix` is on the disk already. */
+  fixed: boolean;
+  /** Whether it may have gone out before under the same key: only then is a 409 "already there". */
+  sentBefore: boolean;
 }
 
 export type Delivered = 'delivered' | 'failed';
@@ -30,6 +36,11 @@ export type Delivered = 'delivered' | 'failed';
 export class TracePoster {
   /** The correlation id of the last trace request delivered, for the load's row. */
   lastCorrelation: string | undefined;
+  /**
+   * Whether the last failure had an answer (any HTTP status): the service did not take the
+   * request, which may then be built anew. Without one (a lost answer, a timeout) it may have.
+   */
+  lastFailureAnswered = false;
 
   constructor(private readonly ctx: DeliveryContext) {}
 
@@ -38,16 +49,16 @@ export class TracePoster {
    * too large, as halves, down to single points that are parked. `delivered` collects the
    * reading ids the service accepted. Resolves 'failed' when delivery must pause.
    */
-  deliverTraces(load: LoadRow, traces: Trace[], readingIds: number[], delivered: number[]): Promise<Delivered> {
+  deliverTraces(load: LoadRow, traces: Trace[], readingIds: number[], delivered: number[], sentBefore: boolean): Promise<Delivered> {
     const { config, deviceId } = this.ctx.deps;
     const body = traceBody(load.loadNumber, traces, config.api.extra_fields);
     const key = idempotencyKeyFor('trace', deviceId, load.loadNumber, traces);
-    return this.post(load, body, key, readingIds, delivered, undefined, () => ({ traces, readingIds }));
+    return this.post(load, body, key, readingIds, delivered, sentBefore, undefined, () => ({ traces, readingIds }));
   }
 
   /** A chunk built ahead, sent as serialised; its trace objects are built again only if it must be split. */
   deliverPrepared(p: Prepared, body: Buffer, delivered: number[], onWritten?: () => void): Promise<Delivered> {
-    return this.post(p.load, body, p.key, p.readingIds, delivered, onWritten, () => {
+    return this.post(p.load, body, p.key, p.readingIds, delivered, p.sentBefore, onWritten, () => {
       const again = p.rebuild();
       // Every reading of the chunk went meanwhile (a limit dropped them): nothing left to split.
       return again?.body ? { traces: again.body.traces, readingIds: again.readingIds } : undefined;
@@ -61,14 +72,15 @@ export class TracePoster {
     key: string,
     readingIds: number[],
     delivered: number[],
+    sentBefore: boolean,
     onWritten: (() => void) | undefined,
     toSplit: () => { traces: Trace[]; readingIds: number[] } | undefined,
   ): Promise<Delivered> {
     const { ctx } = this;
     if (ctx.stopping) return 'failed';
     const { client, config, log } = ctx.deps;
-    const outcome = await ctx.post(() => client.postTraces(body, key, ctx.signal, onWritten));
-    const cls = ctx.classify(outcome);
+    const outcome = await ctx.post(() => client.postTraces(body, key, ctx.signal, onWritten), sentBefore);
+    const cls = ctx.classify(outcome, sentBefore);
     if (isDelivered(cls)) {
       delivered.push(...readingIds);
       ctx.status.sent.traceRequests += 1;
@@ -84,14 +96,15 @@ export class TracePoster {
     }
     if (cls === 'refused' || cls === 'too-large') {
       const points = toSplit();
-      return points ? this.split(load, points.traces, points.readingIds, delivered, cls, outcome) : 'delivered';
+      return points ? this.split(load, points.traces, points.readingIds, delivered, sentBefore, cls, outcome) : 'delivered';
     }
+    this.lastFailureAnswered = outcome.kind === 'response';
     ctx.fail(cls, describeOutcome(outcome), outcome, { load: load.loadNumber, points: readingIds.length });
     return 'failed';
   }
 
   /** The service refused these points or found them too many: park a single point, else send halves. */
-  private async split(load: LoadRow, traces: Trace[], readingIds: number[], delivered: number[], cls: 'refused' | 'too-large', outcome: PostOutcome): Promise<Delivered> {
+  private async split(load: LoadRow, traces: Trace[], readingIds: number[], delivered: number[], sentBefore: boolean, cls: 'refused' | 'too-large', outcome: PostOutcome): Promise<Delivered> {
     const { ctx } = this;
     const { store, config, log } = ctx.deps;
     const why = describeOutcome(outcome);
@@ -110,7 +123,8 @@ export class TracePoster {
       log.warn({ load: load.loadNumber, points: traces.length }, `trace request refused, splitting it to find the refused points: ${why}`);
     }
     const half = Math.ceil(traces.length / 2);
-    if ((await this.deliverTraces(load, traces.slice(0, half), readingIds.slice(0, half), delivered)) === 'failed') return 'failed';
-    return this.deliverTraces(load, traces.slice(half), readingIds.slice(half), delivered);
+    // The halves of a request that may have gone out may have gone out too (a retry splits the same way).
+    if ((await this.deliverTraces(load, traces.slice(0, half), readingIds.slice(0, half), delivered, sentBefore)) === 'failed') return 'failed';
+    return this.deliverTraces(load, traces.slice(half), readingIds.slice(half), delivered, sentBefore);
   }
 }

@@ -98,17 +98,17 @@ export class Sender implements DeliveryContext {
     return this.nowFn();
   }
 
-  async post(send: () => Promise<PostOutcome>): Promise<PostOutcome> {
+  async post(send: () => Promise<PostOutcome>, sentBefore: boolean): Promise<PostOutcome> {
     this.status.lastAttemptMs = this.now();
     // What the request carries, and the acknowledgement of the one before, are on the disk first.
     await this.currentDeps.store.syncCommits();
     const outcome = await send();
-    if (isDelivered(this.classify(outcome))) this.retry.succeeded();
+    if (isDelivered(this.classify(outcome, sentBefore))) this.retry.succeeded();
     return outcome;
   }
 
-  classify(outcome: PostOutcome): OutcomeClass {
-    return classify(outcome, { conflictIsDelivered: this.currentDeps.config.delivery.conflict_is_delivered });
+  classify(outcome: PostOutcome, sentBefore: boolean): OutcomeClass {
+    return classify(outcome, { conflictIsDelivered: this.currentDeps.config.delivery.conflict_is_delivered, sentBefore });
   }
 
   fail(cls: OutcomeClass, why: string, outcome: PostOutcome, context: Record<string, unknown>): void {
