@@ -10,9 +10,14 @@ import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { PAGE_SIZE } from '../src/buffer/db.js';
 import { columnsOf, decodeRecord } from '../src/buffer/pages.js';
+import { checkAhead } from '../src/buffer/check.js';
 import { rebuildFromPages } from '../src/buffer/rebuild.js';
+import { openBuffer } from '../src/buffer/recover.js';
 import { Store } from '../src/buffer/store.js';
 import { configSchema } from '../src/config/schema.js';
+import { DAEMON_STATE_KEY } from '../src/daemon-state.js';
+import { BufferError } from '../src/errors.js';
+import { createLogger } from '../src/log.js';
 import { recordMilestone } from '../src/milestones/record.js';
 import { TEST_SCAC, tempDir } from './helpers.js';
 
@@ -110,5 +115,60 @@ describe('reading a buffer page by page', () => {
     // A 1 KB page holds some 20 readings: three pages (a leaf each, or an interior page whose leaves are found by shape).
     expect(got.length).toBeGreaterThanOrEqual(readings.size - 3 * 40);
     for (const row of got) expect(row).toEqual(readings.get(row.id));
+  });
+});
+
+/** The page numbers of the readings table's leaves, in the order of the rows they hold. */
+function readingLeaves(file: string): number[] {
+  const db = new Database(file, { readonly: true });
+  try {
+    return db.prepare("SELECT pageno FROM dbstat WHERE name = 'readings' AND pagetype = 'leaf' ORDER BY path").pluck().all() as number[];
+  } finally {
+    db.close();
+  }
+}
+
+function damage(file: string, page: number): void {
+  const bytes = readFileSync(file);
+  bytes.fill(0xa5, (page - 1) * PAGE_SIZE + 8, page * PAGE_SIZE);
+  writeFileSync(file, bytes);
+}
+
+describe('the check at start after a clean stop', () => {
+  const log = createLogger({ level: 'silent', destination: process.stdout });
+  const cleanlyStopped = (path: string) => {
+    const store = Store.open(path);
+    store.setState(DAEMON_STATE_KEY, { running: false }, Date.now());
+    store.close();
+  };
+
+  it('a damaged page among the next rows to send stops the daemon at open (exit 65), before anything is sent', () => {
+    const { path } = buffer();
+    cleanlyStopped(path);
+    damage(path, readingLeaves(path)[3]);
+    const b = configSchema.parse({ ...config, buffer: { path } }).buffer;
+    expect(() => openBuffer(b, log)).toThrow(BufferError);
+    try {
+      openBuffer(b, log);
+    } catch (err) {
+      expect((err as BufferError).exitCode).toBe(65);
+      expect((err as Error).message).toContain('buffer salvage');
+    }
+  });
+
+  it('past the size where every page is read, the rows the first requests take are read', () => {
+    const { path } = buffer();
+    const leaves = readingLeaves(path);
+    damage(path, leaves[leaves.length - 1]);
+    const store = Store.open(path);
+    try {
+      // The damage is past the first 1,000 rows: not what the next requests read.
+      expect(() => checkAhead(store, { rowsPerLoad: 1000, quickCheckBytes: 0 })).not.toThrow();
+      expect(() => checkAhead(store, { rowsPerLoad: 10_000, quickCheckBytes: 0 })).toThrow(/corrupt/);
+      // Below that size, every page.
+      expect(() => checkAhead(store, { rowsPerLoad: 1000 })).toThrow(/corrupt/);
+    } finally {
+      store.close();
+    }
   });
 });

@@ -67,7 +67,8 @@ function isTruncated(h: Header | 'empty' | 'not-sqlite'): h is Header & { pages:
   return typeof h === 'object' && h.pages !== undefined && h.bytes < h.pages * h.pageSize;
 }
 
-function corrupt(file: string, why: string): BufferError {
+/** The error of a corrupt buffer, with what the operator can do about it (the daemon, `status` and the check ahead say the same). */
+export function corrupt(file: string, why: string): BufferError {
   return new BufferError(
     'corrupt',
     file,

@@ -1,6 +1,7 @@
 /**
  * Opening the buffer for the daemon, and what to do with one that cannot be used: after an
- * unclean stop every page is read once (a power cut is when a file gets damaged); a corrupt
+ * unclean stop every page is read once (a power cut is when a file gets damaged), after a
+ * clean one what delivery reads next (check.ts); a corrupt
  * buffer stops the agent (`buffer.on_corrupt = "stop"`, exit 65) or is moved aside for
  * `buffer salvage` and replaced by an empty one (`"move-aside"`).
  */
@@ -9,6 +10,7 @@ import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import { DAEMON_STATE_KEY, type DaemonState } from '../daemon-state.js';
 import { BufferError } from '../errors.js';
+import { checkAhead } from './check.js';
 import { Store } from './store.js';
 
 type BufferConfig = Config['buffer'];
@@ -38,7 +40,16 @@ export function openBuffer(b: BufferConfig, log: Logger): Store {
   const last = b.path !== ':memory:' && existsSync(b.path) ? lastStop(b.path) : 'clean';
   const verify = last === 'clean' ? false : last === 'corrupt' ? 'full' : true;
   try {
-    return Store.open(b.path, { ...opts, verify });
+    const store = Store.open(b.path, { ...opts, verify });
+    if (verify === false) {
+      try {
+        checkAhead(store);
+      } catch (err) {
+        store.close();
+        throw err;
+      }
+    }
+    return store;
   } catch (err) {
     if (!(err instanceof BufferError) || (err.problem !== 'corrupt' && err.problem !== 'foreign-wal') || b.on_corrupt !== 'move-aside') throw err;
     const foreign = err.problem === 'foreign-wal';
