@@ -7,7 +7,8 @@
  *
  * When a commit fails (a full disk, an I/O error) the readings stay queued, up to
  * `maxPending`, past which the oldest pending ones are dropped and counted. Commits are
- * then tried again with a capped backoff (commit-trouble.ts).
+ * then tried again with a capped backoff (commit-trouble.ts). A stop that cannot commit what
+ * waits says what it drops (left-behind.ts).
  */
 import type { Logger } from 'pino';
 import { timeProblem } from '../sources/time-guard.js';
@@ -15,6 +16,7 @@ import { readingProblem, type Reading } from '../sources/types.js';
 import { COUNTER_DROPPED_PENDING } from './bounds.js';
 import { commitFailed, commitsResumed, type CommitTrouble } from './commit-trouble.js';
 import { SourceIntake, type TimeCheck } from './intake.js';
+import { logLeftBehind } from './left-behind.js';
 import { Riders } from './riders.js';
 import type { Store } from './store.js';
 
@@ -272,6 +274,8 @@ export class Ingest {
         this.log.warn({ err: (err as Error).message }, 'could not write what waited for a commit of readings');
       }
     }
+    // Lost with the process: said, with what and whose it was.
+    logLeftBehind(this.log, this.queue, this.stats.droppedUncounted, this.stats.lastError);
   }
 
   /**
