@@ -400,7 +400,6 @@ export class Agent {
   private writeStateRow(running: boolean): void {
     this.lastStateWriteMs = Date.now();
     this.stateQueuedMs = undefined;
-    this.ingest.writeWithNextCommit('state', undefined);
     // By itself on a full disk, it may give up the reserve (withReserve): the daemon's state is
     // a write delivery needs. Riding in a commit of readings, it cannot (and fails the commit).
     this.store.withReserve(() =>
@@ -412,6 +411,7 @@ export class Agent {
   }
 
   private writeState(running: boolean): void {
+    this.ingest.writeWithNextCommit('state', undefined);
     try {
       this.writeStateRow(running);
       if (this.stateWriteFailing) this.log.info('daemon state written again');

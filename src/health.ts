@@ -9,7 +9,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Agent } from './agent.js';
-import { dropCounters } from './buffer/ingest.js';
+import { dropCounters } from './buffer/bounds.js';
 
 export function healthProblems(agent: Agent, nowMs = Date.now()): string[] {
   const problems: string[] = [];

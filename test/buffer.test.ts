@@ -202,6 +202,28 @@ describe('what a commit of readings writes', () => {
     store.close();
   });
 
+  it('readings dropped from memory are counted in the commit that follows, not in a transaction of their own', () => {
+    const store = Store.open(path);
+    store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
+    const ingest = new Ingest(store, { batchSize: 10_000, flushIntervalMs: 60_000, keepWithoutLoad: false, maxPending: 100 }, silent);
+    ingest.admit(reading(0)); // the first is committed at once
+    // The file can grow no more: commits fail with SQLITE_FULL, a real one.
+    store.db.pragma('wal_checkpoint(TRUNCATE)');
+    store.db.pragma(`max_page_count = ${store.db.pragma('page_count', { simple: true }) as number}`);
+    for (let i = 1; i <= 300; i++) ingest.admit(reading(i));
+    ingest.flush();
+    expect(ingest.stats).toMatchObject({ pending: 100, droppedPending: 200, droppedUncounted: 200, trouble: { kind: 'disk-full' } });
+    store.db.pragma('max_page_count = 1000000000');
+    store.db.pragma('wal_checkpoint(TRUNCATE)');
+    ingest.flush(true);
+    expect(store.counts().readings).toBe(101);
+    expect(store.counters()).toEqual({ readings_dropped_pending: 200 });
+    expect(ingest.stats.droppedUncounted).toBe(0);
+    expect(walContent(store.db)).toMatchObject({ commits: 1 });
+    expect(walContent(store.db).tables).toEqual(expect.arrayContaining(['readings', 'counters']));
+    store.close();
+  });
+
   it('never gives a reading id twice: not after the newest reading is deleted, the table drains, or the file is reopened', () => {
     let store = Store.open(path);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
@@ -543,10 +565,10 @@ describe('ingest while commits fail', () => {
     store.roomForReadings = (n) => n <= room;
     const transactions: number[] = [];
     const insert = store.insertReadings.bind(store);
-    store.insertReadings = (batch, keep, sources) => {
+    store.insertReadings = (batch, ...rest) => {
       transactions.push(batch.length);
       room -= batch.length;
-      return insert(batch, keep, sources);
+      return insert(batch, ...rest);
     };
     const ingest = new Ingest(store, { batchSize: 3, flushIntervalMs: 1000, keepWithoutLoad: false, maxPending: 10 }, silent);
     for (let i = 1; i <= 12; i++) ingest.admit(reading(i));

@@ -6,7 +6,7 @@ import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ApiClient } from '../src/api/client.js';
-import { COUNTER_DROPPED_DISK_FULL, COUNTER_DROPPED_SIZE, enforceBounds, withRoom } from '../src/buffer/bounds.js';
+import { COUNTER_DROPPED_AGE, COUNTER_DROPPED_DISK_FULL, COUNTER_DROPPED_SIZE, enforceBounds, withRoom } from '../src/buffer/bounds.js';
 import { Store } from '../src/buffer/store.js';
 import { configSchema, type Config } from '../src/config/schema.js';
 import { Sender } from '../src/delivery/sender.js';
@@ -410,6 +410,30 @@ describe('bounds', () => {
     const dropped = enforceBounds(store, { maxSizeBytes: 1e12, maxAgeMs: 50_000 }, silent, T0 + 100_000);
     expect(dropped.age).toBe(50);
     expect(store.counts().readings).toBe(50);
+  });
+
+  it('a drop and its count are one transaction: a count that cannot be written drops nothing', () => {
+    addReadings(20_000);
+    const before = store.usedBytes();
+    // A real SQLite error where the count is written: the counters table refuses it.
+    store.db.exec("CREATE TRIGGER refuse_count BEFORE INSERT ON counters BEGIN SELECT RAISE(ABORT, 'counters refuse rows'); END");
+    expect(() => enforceBounds(store, { maxSizeBytes: 1e12, maxAgeMs: 50_000 }, silent, T0 + 100_000)).toThrow(/counters refuse rows/);
+    expect(store.counts().readings).toBe(20_000);
+    expect(() => enforceBounds(store, { maxSizeBytes: before / 4, maxAgeMs: 365 * 86_400_000 }, silent, T0)).toThrow(/counters refuse rows/);
+    expect(store.counts().readings).toBe(20_000);
+    recordMilestone(store, config, { loadNumber: 'L1', code: 'X3' });
+    store.db.pragma('wal_checkpoint(TRUNCATE)');
+    store.db.pragma(`max_page_count = ${store.db.pragma('page_count', { simple: true }) as number}`);
+    const more = () => store.insertReadings(Array.from({ length: 5000 }, (_, i) => ({ resourceId: 'T1', timeMs: T0 + (30_000 + i) * 1000, lat: 41, lon: -87 })));
+    expect(() => withRoom(store, silent, more, 2000)).toThrow(/counters refuse rows/);
+    expect(store.counts().readings).toBe(20_000);
+    // Once the count can be written, drops and counts move together.
+    store.db.exec('DROP TRIGGER refuse_count');
+    store.db.pragma('max_page_count = 1000000000');
+    const dropped = enforceBounds(store, { maxSizeBytes: 1e12, maxAgeMs: 50_000 }, silent, T0 + 100_000);
+    expect(dropped.age).toBe(50);
+    expect(store.counts().readings).toBe(19_950);
+    expect(store.counters()).toEqual({ [COUNTER_DROPPED_AGE]: 50 });
   });
 
   it('a full disk (SQLITE_FULL) drops the oldest readings, keeps milestones, and keeps working', () => {

@@ -416,6 +416,38 @@ describe.skipIf(skipReason !== undefined)('a full disk (4 MB tmpfs)', () => {
     expectAllDelivered();
   }, 120_000);
 
+  it('SIGTERM with the disk full: the readings dropped from memory are logged with their count, resources and time span', async () => {
+    const { url } = await sandbox.start();
+    sandbox.setFaults({ forceStatus: 503 });
+    const cfg = config(url);
+    await loadStart(cfg);
+    const started = Date.now();
+    const { d, port } = await startAgent(cfg);
+    await fill(d, port);
+    const exit = await d.stop('SIGTERM');
+    const stopped = Date.now();
+    expect(exit.signal).toBeNull();
+    const lines = d
+      .output()
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as { level: number; msg: string; readings?: number; resources?: Record<string, number>; firstReading?: string; lastReading?: string });
+    const lost = lines.find((l) => l.readings !== undefined && l.msg.includes('never committed'));
+    expect(lost, d.output().slice(-3000)).toBeDefined();
+    console.log(`SIGTERM with the disk full: ${JSON.stringify(lost)}`);
+    // Error level: readings are lost, and the operator's alerting must see it.
+    expect(lost!.level).toBe(50);
+    // The queue was at its cap (fill waits for it) and stays there while nothing commits.
+    expect(lost!.readings).toBe(MAX_PENDING);
+    expect(lost!.resources).toEqual({ T1: MAX_PENDING });
+    const first = Date.parse(lost!.firstReading!);
+    const last = Date.parse(lost!.lastReading!);
+    expect(first).toBeGreaterThanOrEqual(started);
+    expect(last).toBeGreaterThan(first);
+    expect(last).toBeLessThanOrEqual(stopped);
+    expect(lines.indexOf(lost!)).toBeLessThan(lines.findIndex((l) => l.msg === 'agent stopped'));
+  }, 120_000);
+
   it('a disk filled by another file: the reserve lets delivery acknowledge and purge; removing the file lets everything resume', async () => {
     const { url } = await sandbox.start();
     const cfg = config(url);

@@ -224,4 +224,37 @@ describe("stop states at a stop, with the daemon's Ingest", () => {
     ingest.stop();
     expect(codes().slice(0, 2)).toEqual(['X3', 'AF']);
   });
+
+  it('a stop-state write that fails in its commit is logged with its cause and written with the next commit', () => {
+    startLoad(stops());
+    const lines: Array<{ level: number; msg: string; err?: string; owner?: string }> = [];
+    const log = createLogger({ level: 'info', destination: { write: (s: string) => (lines.push(JSON.parse(s)), true) } as unknown as NodeJS.WritableStream });
+    const ingest = new Ingest(store, { batchSize: 10_000, flushIntervalMs: 60_000, keepWithoutLoad: false }, log);
+    const d = new MilestoneDetector(
+      store,
+      () => config,
+      silent,
+      () => undefined,
+      (write) => ingest.writeWithNextCommit('stop-states', write),
+    );
+    ingest.onAdmitted((batch) => d.process(batch));
+    ingest.onCommit(() => d.committed());
+    const counted = () => store.db.prepare('SELECT coalesce(sum(inside_fixes), 0) FROM stop_state').pluck().get() as number;
+    const atStop = drive(88, 5).readings.filter((r) => r.timeMs - T0 < 60_000);
+    // A real SQLite error inside the commit, for this commit only: the stop_state table refuses rows.
+    store.db.exec("CREATE TRIGGER refuse_stop_state BEFORE INSERT ON stop_state BEGIN SELECT RAISE(ABORT, 'stop_state refuses rows'); END");
+    ingest.admit(atStop[0]); // committed at once; the stop state it made is not
+    expect(store.counts().readings).toBe(1);
+    expect(counted()).toBe(0);
+    const failed = lines.find((l) => l.level >= 40 && l.owner === 'stop-states');
+    expect(failed, JSON.stringify(lines)).toBeDefined();
+    expect(failed!.err).toMatch(/stop_state refuses rows/);
+    store.db.exec('DROP TRIGGER refuse_stop_state');
+    // The next commit (a reading of another truck: no stop state changes) takes it along.
+    ingest.admit({ resourceId: 'T2', timeMs: T0, lat: 40, lon: -86 });
+    ingest.flush();
+    expect(counted()).toBe(1);
+    expect(lines.filter((l) => l.level >= 40)).toHaveLength(1);
+    ingest.stop();
+  });
 });

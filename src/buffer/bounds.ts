@@ -19,6 +19,8 @@ export { isDiskFull };
 export const COUNTER_DROPPED_AGE = 'readings_dropped_age';
 export const COUNTER_DROPPED_SIZE = 'readings_dropped_size';
 export const COUNTER_DROPPED_DISK_FULL = 'readings_dropped_disk_full';
+/** Counter of readings dropped from memory because more than buffer.max_pending waited. */
+export const COUNTER_DROPPED_PENDING = 'readings_dropped_pending';
 
 export interface Bounds {
   maxSizeBytes: number;
@@ -43,8 +45,7 @@ export function enforceBounds(store: Store, bounds: Bounds, log: Logger, clock: 
     );
   } else {
     const now = typeof clock === 'number' ? clock : clock.earliest();
-    age = store.dropReadingsOlderThan(now - bounds.maxAgeMs);
-    store.bump(COUNTER_DROPPED_AGE, age);
+    age = dropCounted(store, COUNTER_DROPPED_AGE, () => store.dropReadingsOlderThan(now - bounds.maxAgeMs));
     if (age > 0) log.warn({ dropped: age, maxAgeDays: bounds.maxAgeMs / 86_400_000 }, 'readings older than buffer.max_age_days dropped');
   }
   let size = 0;
@@ -54,13 +55,26 @@ export function enforceBounds(store: Store, bounds: Bounds, log: Logger, clock: 
   if (store.usedBytes() > bounds.maxSizeBytes) store.purgeAcked();
   // Bounded: at most 200 rounds of 1000 rows per call; the next call continues.
   for (let i = 0; i < 200 && store.usedBytes() > bounds.maxSizeBytes; i++) {
-    const n = store.dropOldestReadings(1000);
+    const n = dropCounted(store, COUNTER_DROPPED_SIZE, () => store.dropOldestReadings(1000));
     if (n === 0) break;
     size += n;
   }
-  store.bump(COUNTER_DROPPED_SIZE, size);
   if (size > 0) log.warn({ dropped: size, maxSizeMb: bounds.maxSizeBytes / 1_048_576 }, 'buffer over buffer.max_size_mb: oldest readings dropped');
   return { age, size, jumpMs };
+}
+
+/**
+ * Drop readings and count them in one transaction: a count bumped in a second one was lost
+ * by a crash (or a failed write) between the two, and the readings were gone uncounted.
+ */
+function dropCounted(store: Store, counter: string, drop: () => number): number {
+  return store.db
+    .transaction(() => {
+      const n = drop();
+      store.bump(counter, n);
+      return n;
+    })
+    .immediate();
 }
 
 /**
@@ -79,14 +93,20 @@ export function withRoom<T>(store: Store, log: Logger, write: () => T, makeRoom 
     } catch (again) {
       if (!isDiskFull(again)) throw again;
     }
-    const dropped = store.dropOldestReadings(makeRoom);
+    // The counter fits where the rows were: the pages they free are reused in the same transaction.
+    const dropped = dropCounted(store, COUNTER_DROPPED_DISK_FULL, () => store.dropOldestReadings(makeRoom));
     if (dropped === 0) throw err;
-    try {
-      store.bump(COUNTER_DROPPED_DISK_FULL, dropped);
-    } catch {
-      // Even the counter may not fit; the log line below still says it.
-    }
     log.error({ dropped }, 'disk full: the oldest waiting readings were dropped to make room for a milestone');
     return write();
   }
+}
+
+/**
+ * The buffer's drop counters with the pending drops the daemon has not been able to write
+ * yet: while the disk is full, /metrics and `status` showed none of the readings being
+ * dropped from memory, because the counter is bumped only with the next commit.
+ */
+export function dropCounters(counters: Record<string, number>, uncounted: number): Record<string, number> {
+  if (uncounted <= 0) return counters;
+  return { ...counters, [COUNTER_DROPPED_PENDING]: (counters[COUNTER_DROPPED_PENDING] ?? 0) + uncounted };
 }

@@ -7,45 +7,23 @@
  *
  * When a commit fails (a full disk, an I/O error) the readings stay queued, up to
  * `maxPending`, past which the oldest pending ones are dropped and counted. Commits are
- * then tried again with a capped backoff, not at every reading: a full disk once made the
- * agent retry every 50 ms at 100% CPU, starving its timers and the health endpoint. The
- * failure is logged when it starts and when it ends, with counts, not at every try.
+ * then tried again with a capped backoff (commit-trouble.ts). A stop that cannot commit what
+ * waits says what it drops (left-behind.ts).
  */
 import type { Logger } from 'pino';
-import { backoffDelay } from '../backoff.js';
-import { timeProblem, type TimeGuardOptions } from '../sources/time-guard.js';
-import { readingProblem, type Reading, type SourceContext, type SourceCounts } from '../sources/types.js';
-import { isDiskFull } from './disk.js';
+import { timeProblem } from '../sources/time-guard.js';
+import { readingProblem, type Reading } from '../sources/types.js';
+import { COUNTER_DROPPED_PENDING } from './bounds.js';
+import { commitFailed, commitsResumed, type CommitTrouble } from './commit-trouble.js';
+import { SourceIntake, type TimeCheck } from './intake.js';
+import { logLeftBehind } from './left-behind.js';
+import { Riders } from './riders.js';
 import type { Store } from './store.js';
+
+export { MAX_COMMIT_RETRY_MS, type CommitTrouble } from './commit-trouble.js';
 
 /** What ingest needs of the buffer. */
 export type IngestStore = Pick<Store, 'roomForReadings' | 'insertReadings' | 'bump'>;
-
-/** How a source's reading times are judged: against the window of the agent's clocks (src/clock.ts). */
-export interface TimeCheck extends TimeGuardOptions {
-  clock: { earliest(): number; latest(): number };
-}
-
-/**
- * One source's way into the buffer, given to it as its SourceContext: what it hands over
- * goes through `Ingest.admit`, and its counts are kept here for its health.
- */
-export class SourceIntake implements SourceContext {
-  readonly counts: SourceCounts = { readings: 0, rejected: 0, timeRejected: 0 };
-
-  constructor(
-    private readonly ingest: Ingest,
-    /** Tags the source's rows; the agent sets it to the source's own name once that exists. */
-    public name: string,
-    readonly log: Logger,
-    /** How its reading times are judged; undefined: not at all (the simulator's clock runs ahead on purpose). */
-    readonly time?: TimeCheck,
-  ) {}
-
-  readonly emit = (reading: Reading, where?: string): void => void this.ingest.admit(reading, this, where);
-
-  readonly reject = (reason: string): void => this.ingest.refuse(this, reason);
-}
 
 export interface IngestOptions {
   batchSize: number;
@@ -53,17 +31,6 @@ export interface IngestOptions {
   keepWithoutLoad: boolean;
   /** Cap on readings waiting in memory (e.g. while the disk is full); the oldest go first. */
   maxPending?: number;
-}
-
-/** Why readings are not being committed, while they are not. */
-export interface CommitTrouble {
-  kind: 'disk-full' | 'error';
-  sinceMs: number;
-  /** Failed attempts so far. */
-  attempts: number;
-  lastError: string;
-  /** When the next attempt is due (epoch ms). */
-  nextAttemptMs: number;
 }
 
 export interface IngestStats {
@@ -75,7 +42,7 @@ export interface IngestStats {
   droppedPending: number;
   /**
    * Of those, the ones not yet in the buffer's counter (readings_dropped_pending): it is
-   * bumped with the next commit, so while the disk is full they are counted only here.
+   * bumped in the next commit of readings, so while the disk is full they are counted only here.
    */
   droppedUncounted: number;
   commitErrors: number;
@@ -87,9 +54,6 @@ export interface IngestStats {
 
 /** Readings accepted are handed to onAdmitted's listeners (milestone detection) at least this often. */
 export const ADMITTED_EVERY_MS = 5000;
-
-/** The longest wait between two attempts to commit while commits fail. */
-export const MAX_COMMIT_RETRY_MS = 60_000;
 
 /** The newest position a source reported for a resource, committed or not. */
 export interface Fix {
@@ -119,7 +83,7 @@ export class Ingest {
   };
   private firstFlushed = false;
   /** Written in the next commit of readings, by owner (writeWithNextCommit). */
-  private readonly alongside = new Map<string, () => void>();
+  private readonly riders: Riders;
   private readonly listeners: Array<(batch: ReadonlyArray<Reading>) => void> = [];
   private readonly admittedListeners: Array<(batch: ReadonlyArray<Reading>) => void> = [];
   /** Accepted since the last hand-over (handOver). */
@@ -135,7 +99,9 @@ export class Ingest {
     private opts: IngestOptions,
     private readonly log: Logger,
     private readonly now: () => number = Date.now,
-  ) {}
+  ) {
+    this.riders = new Riders(log);
+  }
 
   /** Called after every successful commit with the readings that were in it. */
   onCommit(fn: (batch: ReadonlyArray<Reading>) => void): void {
@@ -170,11 +136,10 @@ export class Ingest {
    * before (undefined: nothing). Every commit dirties the WAL's last page and the -shm index
    * again: the daemon's state row by itself once a minute cost as much flash as a commit of
    * readings, and stop states every 5 s at a stop far more. A write that throws is undone
-   * (the readings still commit); its owner hands it again if it still needs it.
+   * (the readings still commit), logged, and written again with the next commit (riders.ts).
    */
   writeWithNextCommit(owner: string, write: (() => void) | undefined): void {
-    if (write) this.alongside.set(owner, write);
-    else this.alongside.delete(owner);
+    this.riders.set(owner, write);
   }
 
   /** Told of a commit failure that is not about room (corruption, I/O): the daemon decides. */
@@ -299,14 +264,18 @@ export class Ingest {
     this.handTimer = undefined;
     this.flush(true);
     // Writes still waiting for a commit of readings (none came): in one of their own.
-    if (this.alongside.size > 0) {
+    this.countDrops();
+    if (this.riders.size > 0) {
       try {
-        this.store.insertReadings([], false, undefined, [...this.alongside.values()], this.queue.length === 0 ? this.now() : undefined);
-        this.alongside.clear();
+        const { riders, committed } = this.riders.board();
+        this.store.insertReadings([], false, undefined, riders, this.queue.length === 0 ? this.now() : undefined);
+        committed();
       } catch (err) {
         this.log.warn({ err: (err as Error).message }, 'could not write what waited for a commit of readings');
       }
     }
+    // Lost with the process: said, with what and whose it was.
+    logLeftBehind(this.log, this.queue, this.stats.droppedUncounted, this.stats.lastError);
   }
 
   /**
@@ -320,7 +289,6 @@ export class Ingest {
     const trouble = this.stats.trouble;
     if (trouble && !force && this.now() < trouble.nextAttemptMs) return 0;
     let total = 0;
-    let commits = 0;
     while (this.queue.length > 0) {
       // Slices, not the whole queue: after a full disk up to max_pending readings wait, and
       // one transaction of them all needs that much free room at once and grows the WAL
@@ -334,17 +302,18 @@ export class Ingest {
         if (!this.store.roomForReadings(batch.length)) {
           throw Object.assign(new Error('database or disk is full (no room left beyond what delivery needs to make more)'), { code: 'SQLITE_FULL' });
         }
-        const alongside = [...this.alongside];
+        this.countDrops();
+        const { riders, committed } = this.riders.board();
         kept = this.store.insertReadings(
           batch,
           this.opts.keepWithoutLoad,
           sources,
-          alongside.map(([, write]) => write),
+          riders,
           // The whole queue: every reading admitted until now is in the buffer with this
           // commit, so the loads ended before now can be closed (see Readings.insertReadings).
           all ? this.now() : undefined,
         );
-        for (const [owner, write] of alongside) if (this.alongside.get(owner) === write) this.alongside.delete(owner);
+        committed();
       } catch (err) {
         this.failed(err);
         break;
@@ -361,7 +330,6 @@ export class Ingest {
       this.stats.discardedNoLoad += batch.length - kept;
       this.stats.lastCommitMs = this.now();
       total += kept;
-      commits += 1;
       // Outside the commit's error handling: a listener that throws must not put a batch that
       // is already committed back in the queue (it would be stored twice).
       for (const fn of this.listeners) {
@@ -374,8 +342,10 @@ export class Ingest {
     }
     // Recovered once everything that waited is in: a slice that still finds no room keeps the
     // trouble (and its one log line) instead of flapping between two states in one flush.
-    if (this.queue.length === 0 && this.stats.trouble) this.recovered(total);
-    if (commits > 0) this.countDrops();
+    if (this.queue.length === 0 && this.stats.trouble) {
+      commitsResumed(this.stats, this.log, this.now(), total);
+      this.warnedFull = false;
+    }
     return total;
   }
 
@@ -396,55 +366,22 @@ export class Ingest {
   }
 
   private failed(err: unknown): void {
-    const message = (err as Error).message;
-    this.stats.commitErrors += 1;
-    this.stats.lastError = message;
-    const kind = isDiskFull(err) ? 'disk-full' : 'error';
-    const now = this.now();
-    const prev = this.stats.trouble;
-    const attempts = prev && prev.kind === kind ? prev.attempts + 1 : 1;
-    const delay = backoffDelay(attempts - 1, { initialMs: this.opts.flushIntervalMs, maxMs: MAX_COMMIT_RETRY_MS });
-    this.stats.trouble = { kind, sinceMs: prev?.sinceMs ?? now, attempts, lastError: message, nextAttemptMs: now + delay };
-    if (!prev || prev.kind !== kind) {
-      const what = kind === 'disk-full' ? 'disk full' : 'commit failed';
-      this.log.error(
-        { err: message, code: (err as { code?: string }).code, pending: this.queue.length, maxPending: this.maxPending },
-        `${what}: could not commit readings; keeping them in memory and trying again with backoff (up to ${MAX_COMMIT_RETRY_MS / 1000} s); delivery goes on`,
-      );
-    }
-    if (kind === 'error') this.onError?.(err);
+    const t = commitFailed(err, this.stats, this.log, { nowMs: this.now(), initialMs: this.opts.flushIntervalMs, pending: this.queue.length, maxPending: this.maxPending });
+    if (t.kind === 'error') this.onError?.(err);
   }
 
-  private recovered(kept: number): void {
-    const t = this.stats.trouble!;
-    this.log.info(
-      { attempts: t.attempts, forS: Math.round((this.now() - t.sinceMs) / 1000), committed: kept, droppedPending: this.stats.droppedPending },
-      t.kind === 'disk-full' ? 'disk has room again: readings committed' : 'readings committed again',
-    );
-    this.stats.trouble = null;
-    this.warnedFull = false;
-  }
-
+  /**
+   * The readings dropped from memory are counted in the next commit of readings (it rides
+   * along), not in a transaction of their own: on a full disk that second commit was one
+   * more write that could fail, and a crash between the two lost the count.
+   */
   private countDrops(): void {
-    if (this.stats.droppedUncounted === 0) return;
-    try {
-      this.store.bump(COUNTER_DROPPED_PENDING, this.stats.droppedUncounted);
-      this.stats.droppedUncounted = 0;
-    } catch {
-      // The next commit counts them.
-    }
+    const n = this.stats.droppedUncounted;
+    if (n === 0) return;
+    this.riders.set(
+      COUNTER_DROPPED_PENDING,
+      () => this.store.bump(COUNTER_DROPPED_PENDING, n),
+      () => (this.stats.droppedUncounted -= n),
+    );
   }
-}
-
-/** Counter of readings dropped from memory because more than buffer.max_pending waited. */
-export const COUNTER_DROPPED_PENDING = 'readings_dropped_pending';
-
-/**
- * The buffer's drop counters with the pending drops the daemon has not been able to write
- * yet: while the disk is full, /metrics and `status` showed none of the readings being
- * dropped from memory, because the counter is bumped only with the next commit.
- */
-export function dropCounters(counters: Record<string, number>, uncounted: number): Record<string, number> {
-  if (uncounted <= 0) return counters;
-  return { ...counters, [COUNTER_DROPPED_PENDING]: (counters[COUNTER_DROPPED_PENDING] ?? 0) + uncounted };
 }

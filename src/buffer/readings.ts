@@ -17,6 +17,7 @@ import type { Reading } from '../sources/types.js';
 import type { DB } from './db.js';
 import { DUE, FAR, NEXT_READING_ID, SETTLE_LOADS, UNDONE } from './migrations.js';
 import type { FixedRequest, Requests } from './requests.js';
+import { rideAlong, type Rider } from './riders.js';
 import type { BufferContext } from './store.js';
 import { MarkState, ReadingState, type LastFix, type StoredReading, type TraceRow } from './types.js';
 
@@ -161,12 +162,8 @@ export class Readings {
     keepWithoutLoad = false,
     /** The source of each reading (by index), when the readings do not carry it themselves. */
     sources?: ReadonlyArray<string | undefined>,
-    /**
-     * Small writes that ride along in the same transaction (the daemon's state row, stop
-     * states): one commit, one sync, where two cost twice the flash. One that throws has its
-     * writes undone and the readings still commit.
-     */
-    alongside?: ReadonlyArray<() => void>,
+    /** Small writes that ride along in the same transaction (riders.ts). */
+    alongside?: ReadonlyArray<Rider>,
     /**
      * Every reading admitted before this time (epoch ms) is committed with this batch or
      * before it (the daemon's ingest, when the batch empties its queue): loads ended before
@@ -204,16 +201,7 @@ export class Readings {
         }
         // No row changes (and no page is written) unless a load ended since the last commit.
         if (committedBefore !== undefined && this.closeEnded.run(committedBefore).changes > 0) this.settleLoads.run();
-        for (const write of alongside ?? []) {
-          try {
-            // A savepoint: what it wrote goes if it throws.
-            this.db.transaction(write)();
-          } catch (err) {
-            // An error that ended the whole transaction (a full disk, an I/O error) fails the
-            // commit, readings and all (they stay queued); any other undid only its own writes.
-            if (!this.db.inTransaction) throw err;
-          }
-        }
+        rideAlong(this.db, alongside);
       })
       .immediate();
     return kept;

@@ -4,7 +4,7 @@
  * talking to the daemon and tells when the daemon is gone.
  */
 import { DAEMON_STATE_KEY, type DaemonState, STATE_INTERVAL_MS } from '../daemon-state.js';
-import { dropCounters } from '../buffer/ingest.js';
+import { dropCounters } from '../buffer/bounds.js';
 import type { LastFix, Store } from '../buffer/store.js';
 
 export interface StatusReport {
