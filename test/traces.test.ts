@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { traceBodySchema } from '../src/api/schemas.js';
 import type { LoadRow, MilestoneRow, StoredReading } from '../src/buffer/store.js';
-import { buildTraceChunk, buildTraceJson, decimalText, nextStopResolver, type TraceBuildOptions } from '../src/delivery/traces.js';
+import { buildTraceChunk, buildTraceJson, decimalText, idempotencyKeyFor, nextStopResolver, type TraceBuildOptions } from '../src/delivery/traces.js';
 
 const load: LoadRow = {
   loadNumber: 'L1',
@@ -215,6 +215,26 @@ describe('trace chunks written straight to JSON (what the drain sends)', () => {
     const ended = { ...load, endedMs: 1, lastSampleMs: T0 };
     expect(buildTraceJson(ended, tail, noStop, opts, true)).toEqual({ ...buildTraceChunk(ended, tail, noStop, opts, true), body: undefined, bytes: null });
     expect(buildTraceJson(load, [], noStop, opts)).toBeUndefined();
+  });
+
+  it('a reading salvaged from another buffer goes under the traceId it had there, in both forms and in the key', () => {
+    const stopAt = (ms: number) => ((ms - T0) % 3 === 0 ? undefined : 1);
+    for (const seed of [1, 2, 3]) {
+      // Kept traceIds among the rest: plain, one to escape, one outside ASCII.
+      const rs = mixed(120, seed).map((r, i) => (i % 4 === 0 ? { ...r, trace_id: i % 8 === 0 ? `old"dev\\ü-${r.id}` : `old-dev-${r.id}` } : r));
+      const o = { ...opts, samplingMs: 0 };
+      const object = buildTraceChunk(load, rs, stopAt, o);
+      const json = buildTraceJson(load, rs, stopAt, o);
+      const { body, ...rest } = object!;
+      expect({ ...json, bytes: undefined }).toEqual({ ...rest, bytes: undefined });
+      expect(json!.bytes?.toString('utf8')).toBe(JSON.stringify(body));
+      const named = new Map(rs.map((r) => [r.id, r.trace_id ?? `${opts.deviceId}-${r.id}`]));
+      expect(body!.traces.map((t) => t.references?.[0]?.value)).toEqual(object!.readingIds.map((id) => named.get(id)));
+      expect(body!.traces.some((t) => t.references?.[0]?.value.startsWith('old'))).toBe(true);
+      // The key is made of what goes out: renamed points, another key.
+      expect(object!.idempotencyKey).toBe(idempotencyKeyFor('trace', opts.deviceId, load.loadNumber, body!.traces));
+      expect(object!.idempotencyKey).not.toBe(buildTraceChunk(load, mixed(120, seed), stopAt, o)!.idempotencyKey);
+    }
   });
 });
 

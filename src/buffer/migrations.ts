@@ -293,6 +293,13 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
       ) WITHOUT ROWID;
     `);
   },
+  // 8 -> 9: a reading copied by `buffer salvage` keeps the traceId it had in the old buffer,
+  // though it gets a new id here: the service has seen it under that name (a request lost on
+  // the way, a dead letter), and a repeat must look like one. NULL for every other reading
+  // (the traceId is the device and the id): one byte a row, no rewrite of the table.
+  (db) => {
+    db.exec('ALTER TABLE readings ADD COLUMN trace_id TEXT;');
+  },
 ];
 
 /** Far beyond any reading id or time: the open end of a window. */

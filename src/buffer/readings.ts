@@ -27,8 +27,8 @@ export const READING_BYTES = 128;
 /** Rows fetched at a time when streaming a load's readings: bounded memory, few native calls. */
 const PAGE_ROWS = 256;
 
-/** id, time_ms, lat, lon, speed, heading, odometer, temp_c */
-type RawReading = [number, number, number | null, number | null, number | null, number | null, number | null, number | null];
+/** id, time_ms, lat, lon, speed, heading, odometer, temp_c, trace_id */
+type RawReading = [number, number, number | null, number | null, number | null, number | null, number | null, number | null, string | null];
 
 /** The window of a load, as its chunk query takes it. */
 interface RawWindow {
@@ -55,7 +55,7 @@ export const FIRST_DUE = `(SELECT r.id FROM readings r WHERE ${DUE} ORDER BY r.i
  * on the rows it reads (test/loads.test.ts checks the plan). The resource is the same on
  * every row: not read (a string a row).
  */
-export const CHUNK_QUERY = `SELECT id, time_ms, lat, lon, odometer, temp_c FROM readings
+export const CHUNK_QUERY = `SELECT id, time_ms, lat, lon, odometer, temp_c, trace_id FROM readings
   WHERE resource_id = ? AND id > ? AND id <= ? AND time_ms >= ? AND time_ms < ? ORDER BY id LIMIT ${PAGE_ROWS}`;
 
 /** The chunk query's range with every column of a StoredReading but the resource and load (iterateReadings). */
@@ -65,7 +65,7 @@ const WINDOW_QUERY = CHUNK_QUERY.replace('lat, lon, odometer', 'lat, lon, speed,
 export const PURGE_RANGE = `DELETE FROM readings AS r WHERE r.id > ? AND r.id <= ? AND r.state = ${ReadingState.WAITING} AND NOT ${AWAITED}`;
 
 /** The columns of a StoredReading but the load, from `readings r`. */
-const READING_COLS = 'r.id, r.resource_id, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c';
+const READING_COLS = 'r.id, r.resource_id, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c, r.trace_id';
 
 interface RawFix {
   resource_id: string;
@@ -230,7 +230,7 @@ export class Readings {
   *iterateReadings(loadNumber: string, afterId = 0): IterableIterator<StoredReading> {
     for (const { rows, resourceId } of this.pagesInWindow(this.readingsInWindow, loadNumber, afterId, FAR)) {
       for (const r of rows as RawReading[]) {
-        yield { id: r[0], resource_id: resourceId, load_number: loadNumber, time_ms: r[1], lat: r[2], lon: r[3], speed: r[4], heading: r[5], odometer: r[6], temp_c: r[7] };
+        yield { id: r[0], resource_id: resourceId, load_number: loadNumber, time_ms: r[1], lat: r[2], lon: r[3], speed: r[4], heading: r[5], odometer: r[6], temp_c: r[7], trace_id: r[8] };
       }
     }
   }

@@ -3,27 +3,42 @@
  * set aside (corrupt, or from another device) into the running buffer, so its milestones
  * and undelivered readings still reach the service.
  *
- * The old file is only read (a read-only connection: nothing is written to it or its WAL).
- * Rows are read by id in windows; a window that hits a damaged page is halved until the
- * damage is fenced off to single ids, which are counted as unreadable. What is copied:
+ * The old file is only read (salvage-read.ts). What is copied:
  * - loads the running buffer does not have, active or ended as they were, each with its
  *   window;
  * - every milestone, sent or not, with its idempotency reference (one already here is
  *   skipped); pending ones go out within seconds, and the service sees the same reference;
- * - readings some load had not yet delivered, with new ids, each to the loads here whose
- *   windows hold it, less those that had it already; parked ones with their dead letters;
- *   geofence state of the loads copied; the last fix of each resource if newer.
- * A file is salvaged once: its identity is recorded, and a second run needs `--force`.
+ * - readings some load had not yet delivered, with new ids and the traceIds they had, each
+ *   to the loads here whose windows hold it, less those that had it already; parked ones
+ *   with their dead letters; geofence state of the loads copied; the last fix of each
+ *   resource if newer.
+ *
+ * Beside the daemon (docs/operations.md: move aside, start, then salvage), which commits to
+ * the same buffer meanwhile. A copied reading gets an id above every one the buffer gave, so
+ * it is above the cursor of every load that is to take it. A copied load that had ended is
+ * closed from the start (the daemon's next commit would otherwise close it at its own
+ * highest id, and the readings copied after that commit would fall outside the load), and
+ * each batch moves its last id (end_id) up to the readings it gave it, in the batch's own
+ * transaction: what is in the load's window is always there, and what is due is delivered
+ * once, whenever the daemon reads it.
+ *
+ * Resumable: every batch records in the same transaction how far it got (meta
+ * `salvage:<identity>`), so a run cut off (a power cut, a full disk, kill -9) continues where
+ * it stopped when started again, and no reading is copied twice. A complete one is
+ * recorded as `salvaged:<identity>`; a second run then needs `--force`.
  */
 import Database from 'better-sqlite3';
-import { BufferError, isCorruption } from '../errors.js';
+import { BufferError } from '../errors.js';
 import { bufferIdentity } from './db.js';
-import { FAR, HIGHEST_READING_ID, NEXT_READING_ID, SETTLE_LOADS } from './migrations.js';
+import { HIGHEST_READING_ID } from './migrations.js';
+import { allRows, columns, highestId, identityOf, type OldLoad, oldLoads, type Row, readable, type Unreadable } from './salvage-read.js';
 import type { Store } from './store.js';
-import { MarkState, ReadingState } from './types.js';
+import { readingCopier, traceIdKeeper } from './salvage-readings.js';
 
 export interface SalvageReport {
   file: string;
+  /** This run continued one that was cut off; the counts are of this run. */
+  resumed: boolean;
   loads: number;
   milestones: number;
   pendingMilestones: number;
@@ -33,76 +48,23 @@ export interface SalvageReport {
   /** Readings of a load that is here already and whose window here does not hold them. */
   skippedNoLoad: number;
   /** Ids (or whole tables) that could not be read. */
-  unreadable: Record<string, number | 'table'>;
+  unreadable: Unreadable;
 }
 
-type Row = Record<string, unknown>;
-
-/** Rows of a table by id, in windows, fencing damaged pages off down to single ids. */
-function* readable(db: Database.Database, table: string, report: SalvageReport): Generator<Row> {
-  let max: number;
-  try {
-    max = (db.prepare(`SELECT max(id) FROM ${table}`).pluck().get() as number | null) ?? 0;
-  } catch (err) {
-    if (!isCorruption(err)) throw err;
-    // The table's root is damaged: the sequence still says how far ids went. For readings
-    // it moves only when the newest are deleted (migration 5 -> 6): the other records of how
-    // far they went count too, each as far as it can be read.
-    const bounds = [`SELECT seq FROM sqlite_sequence WHERE name = '${table}'`];
-    if (table === 'readings') {
-      bounds.push(
-        "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'last_fix_upto'",
-        'SELECT max(acked_id) FROM loads',
-        'SELECT max(id) FROM readings INDEXED BY readings_by_load',
-        'SELECT max(id) FROM readings INDEXED BY readings_by_resource',
-      );
-    }
-    const known = bounds.flatMap((sql) => {
-      try {
-        return [(db.prepare(sql).pluck().get() as number | null | undefined) ?? 0];
-      } catch {
-        return [];
-      }
-    });
-    if (known.length === 0) {
-      report.unreadable[table] = 'table';
-      return;
-    }
-    max = Math.max(...known);
-  }
-  const window = db.prepare(`SELECT * FROM ${table} WHERE id >= ? AND id < ? ORDER BY id`);
-  const bad = (n: number) => {
-    report.unreadable[table] = ((report.unreadable[table] as number | undefined) ?? 0) + n;
-  };
-  const read = function* (from: number, to: number): Generator<Row> {
-    let rows: Row[];
-    try {
-      rows = window.all(from, to) as Row[];
-    } catch (err) {
-      if (!isCorruption(err)) throw err;
-      if (to - from <= 1) {
-        bad(1);
-        return;
-      }
-      const mid = Math.floor((from + to) / 2);
-      yield* read(from, mid);
-      yield* read(mid, to);
-      return;
-    }
-    yield* rows;
-  };
-  for (let from = 0; from <= max; from += 1000) yield* read(from, from + 1000);
+/** How far a salvage has got, kept in the buffer it copies into (meta `salvage:<identity>`). */
+interface Progress {
+  /** The loads it copied (their readings are given as the old file said). */
+  loads: string[];
+  milestonesAfter: number;
+  readingsAfter: number;
+  /**
+   * The buffer's highest reading id when the salvage began. A traceId of the same device with
+   * an id up to this one may name a reading of this buffer: such readings get new traceIds.
+   */
+  floor: number;
 }
 
-function columns(db: Database.Database, table: string): Set<string> {
-  try {
-    return new Set((db.prepare(`PRAGMA table_info(${table})`).all() as Array<{ name: string }>).map((c) => c.name));
-  } catch {
-    return new Set();
-  }
-}
-
-export function salvage(file: string, target: Store, opts: { force?: boolean; nowMs?: number } = {}): SalvageReport {
+export function salvage(file: string, target: Store, opts: { force?: boolean; nowMs?: number; deviceId?: string } = {}): SalvageReport {
   const nowMs = opts.nowMs ?? Date.now();
   let src: Database.Database;
   try {
@@ -111,268 +73,167 @@ export function salvage(file: string, target: Store, opts: { force?: boolean; no
   } catch (err) {
     throw new BufferError('corrupt', file, `${file}: cannot be read as a buffer at all (${(err as Error).message}); nothing was copied`);
   }
-  const report: SalvageReport = { file, loads: 0, milestones: 0, pendingMilestones: 0, readings: 0, deadLetters: 0, skippedDelivered: 0, skippedNoLoad: 0, unreadable: {} };
+  const unreadable: Unreadable = {};
+  const report: SalvageReport = { file, resumed: false, loads: 0, milestones: 0, pendingMilestones: 0, readings: 0, deadLetters: 0, skippedDelivered: 0, skippedNoLoad: 0, unreadable };
   try {
-    let identity: string | undefined;
-    try {
-      identity = bufferIdentity(src);
-    } catch {
-      identity = undefined;
-    }
-    const mark = `salvaged:${identity ?? file}`;
+    const { key, identity } = identityOf(src, file);
     const db = target.db;
-    const done = db.prepare('SELECT value FROM meta WHERE key = ?').pluck().get(mark) as string | undefined;
-    if (done && !opts.force) {
+    const meta = db.prepare('SELECT value FROM meta WHERE key = ?').pluck();
+    const setMeta = db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value');
+    const progressKey = `salvage:${key}`;
+    const saved = meta.get(progressKey) as string | undefined;
+    const done = meta.get(`salvaged:${key}`) as string | undefined;
+    if (done && !saved && !opts.force) {
       throw new BufferError('corrupt', file, `${file} was salvaged into this buffer already (${done}); copying it again would send its readings twice. Add --force to copy it anyway`);
     }
     if (identity !== undefined && identity === bufferIdentity(db)) {
       throw new BufferError('corrupt', file, `${file} is this buffer itself (same identity ${identity}); nothing to copy`);
     }
 
-    // Loads first: readings and milestones refer to them.
-    const copiedLoads = new Set<string>();
     const loadCols = columns(src, 'loads');
     // Schema 7 and later: loads have windows, and a reading is each load's whose window holds it.
     const windowed = loadCols.has('window_from_ms');
-    let loads: Row[] = [];
-    try {
-      loads = src.prepare('SELECT * FROM loads').all() as Row[];
-    } catch (err) {
-      if (!isCorruption(err)) throw err;
-      report.unreadable.loads = 'table';
+    const loads = allRows(src, 'SELECT * FROM loads', 'loads', unreadable);
+    const old = oldLoads(src, loads, windowed, loadCols.has('acked_id'));
+    const srcMax = highestId(src, 'readings') ?? 0;
+
+    let progress: Progress;
+    if (saved) {
+      progress = JSON.parse(saved) as Progress;
+      report.resumed = true;
+    } else {
+      progress = { loads: [], milestonesAfter: 0, readingsAfter: 0, floor: 0 };
+      db.transaction(() => {
+        progress.floor = db.prepare(HIGHEST_READING_ID).pluck().get() as number;
+        // Readings this buffer commits from now on get ids above every one of the old file,
+        // so a traceId a copied reading keeps never names one of them.
+        db.prepare("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'readings'").run(srcMax);
+        copyLoads(src, target, loads, old, progress, unreadable);
+        report.loads = progress.loads.length;
+        setMeta.run(progressKey, JSON.stringify(progress));
+      }).immediate();
     }
-    const readingCols = columns(src, 'readings');
-    const milestoneCols = columns(src, 'milestones');
-    const insertLoad = db.prepare(
-      `INSERT INTO loads (load_number, resource_id, resource_type, stops, started_ms, ended_ms, window_from_ms, window_until_ms, next_stop, last_sample_ms, acked_id)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (${HIGHEST_READING_ID}))`,
-    );
-    // Ids past every one the buffer ever gave (the table is not AUTOINCREMENT: migration 5 -> 6).
-    const insertReading = db.prepare(`INSERT INTO readings (id, resource_id, time_ms, lat, lon, speed, heading, odometer, temp_c, source, state) VALUES ((${NEXT_READING_ID}), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
-    const insertMark = db.prepare('INSERT INTO load_marks (load_number, reading_id, state) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET state = excluded.state');
-    const insertMilestone = db.prepare(
-      `INSERT INTO milestones (load_number, ref, body, created_ms, attempts, last_error, sent_ms, parked_ms, code, stop_seq, origin, last_status, correlation_id)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    );
-    const insertDead = db.prepare('INSERT INTO dead_letters (kind, load_number, record_id, status, response, headers, body, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)');
-    const upsertFix = db.prepare(
-      `INSERT INTO last_fix (resource_id, time_ms, lat, lon, speed, heading) VALUES (?, ?, ?, ?, ?, ?)
-         ON CONFLICT (resource_id) DO UPDATE SET time_ms = excluded.time_ms, lat = excluded.lat, lon = excluded.lon,
-           speed = excluded.speed, heading = excluded.heading WHERE excluded.time_ms > last_fix.time_ms`,
-    );
+    const copiedLoads = new Set(progress.loads);
+    const save = () => setMeta.run(progressKey, JSON.stringify(progress));
 
     // Dead letters of the old file, by what they park (a trace point: for which load).
     const deadByRecord = new Map<string, Row>();
-    for (const d of readable(src, 'dead_letters', report)) deadByRecord.set(`${String(d.kind)}:${String(d.record_id)}${d.kind === 'trace' ? `:${String(d.load_number)}` : ''}`, d);
+    for (const d of readable(src, 'dead_letters', unreadable)) deadByRecord.set(`${String(d.kind)}:${String(d.record_id)}${d.kind === 'trace' ? `:${String(d.load_number)}` : ''}`, d);
+    const insertDead = db.prepare('INSERT INTO dead_letters (kind, load_number, record_id, status, response, headers, body, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)');
     const copyDead = (d: Row | undefined, recordId: number) => {
       if (!d) return;
       insertDead.run(d.kind, d.load_number, recordId, d.status ?? null, d.response ?? null, d.headers ?? null, d.body, d.created_ms);
       report.deadLetters += 1;
     };
 
-    // Where each load of the old file stood, and its window: as the old file kept it, or
-    // (before schema 7, where a reading named its load) wide enough for the load's readings.
-    interface Old {
-      n: string;
-      resource: string;
-      acked: number;
-      endId: number;
-      from: number;
-      until: number;
-      ended: number | null;
-    }
-    const old = new Map<string, Old>();
-    for (const l of loads) {
-      const ended = (l.ended_ms as number | null) ?? null;
-      old.set(String(l.load_number), {
-        n: String(l.load_number),
-        resource: String(l.resource_id),
-        acked: loadCols.has('acked_id') ? Number(l.acked_id) : 0,
-        endId: windowed && l.end_id !== null ? Number(l.end_id) : FAR,
-        from: windowed ? Number(l.window_from_ms) : Number(l.started_ms),
-        until: windowed ? ((l.window_until_ms as number | null) ?? FAR) : ended === null ? FAR : ended,
-        ended,
-      });
-    }
-    if (!windowed) {
-      for (const r of readable(src, 'readings', { ...report, unreadable: {} })) {
-        const o = r.load_number === null ? undefined : old.get(String(r.load_number));
-        if (!o) continue;
-        o.from = Math.min(o.from, Number(r.time_ms));
-        if (o.ended !== null) o.until = Math.max(o.until, Number(r.time_ms) + 1);
-      }
-    }
-    const oldMarks = new Map<string, number>();
-    if (windowed) {
-      try {
-        for (const m of src.prepare('SELECT * FROM load_marks').all() as Row[]) oldMarks.set(`${String(m.load_number)}:${String(m.reading_id)}`, Number(m.state));
-      } catch (err) {
-        if (!isCorruption(err)) throw err;
-        report.unreadable.load_marks = 'table';
-      }
-    }
-    const oldByResource = new Map<string, Old[]>();
-    for (const o of old.values()) oldByResource.set(o.resource, [...(oldByResource.get(o.resource) ?? []), o]);
-    const holds = (o: { from: number; until: number }, timeMs: number) => timeMs >= o.from && timeMs < o.until;
-
-    db.transaction(() => {
-      for (const l of loads) {
-        const n = String(l.load_number);
-        if (target.getLoad(n)) continue;
-        const o = old.get(n)!;
-        insertLoad.run(n, l.resource_id, l.resource_type, l.stops, l.started_ms, o.ended, o.from, o.ended === null ? null : o.until, l.next_stop ?? null, l.last_sample_ms ?? null);
-        copiedLoads.add(n);
-        report.loads += 1;
-      }
-      // Geofence state of the loads copied, so arrivals are not detected a second time.
-      try {
-        for (const st of src.prepare('SELECT * FROM stop_state').all() as Row[]) {
-          if (!copiedLoads.has(String(st.load_number))) continue;
-          db.prepare(
-            `INSERT OR IGNORE INTO stop_state (load_number, stop_sequence, state, first_inside_ms, last_inside_ms, inside_fixes, outside_fixes, arrived_ms, departed_ms, delay_reported_s)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-          ).run(st.load_number, st.stop_sequence, st.state, st.first_inside_ms, st.last_inside_ms, st.inside_fixes, st.outside_fixes, st.arrived_ms, st.departed_ms, st.delay_reported_s);
-        }
-      } catch (err) {
-        if (!isCorruption(err)) throw err;
-        report.unreadable.stop_state = 'table';
-      }
-    }).immediate();
-
     // Every write transaction here is IMMEDIATE: the daemon may be committing to this buffer
     // meanwhile, and a deferred one that read first could not take the write lock after the
     // daemon's commit ("database is locked" at once, whatever busy_timeout says).
-    // Milestones, each in the same transaction as its dead letter.
-    const haveRef = db.prepare('SELECT 1 FROM milestones WHERE ref = ?');
-    const copyMilestones = db.transaction((rows: Row[]) => {
-      for (const m of rows) {
-        if (haveRef.get(m.ref)) continue;
-        const load = String(m.load_number);
-        if (!target.getLoad(load)) continue;
-        const body = JSON.parse(String(m.body)) as Record<string, unknown>;
-        const info = insertMilestone.run(
-          load,
-          m.ref,
-          m.body,
-          m.created_ms,
-          m.attempts ?? 0,
-          m.last_error ?? null,
-          m.sent_ms ?? null,
-          milestoneCols.has('parked_ms') ? (m.parked_ms ?? null) : null,
-          milestoneCols.has('code') && m.code ? m.code : String(body.eventCode),
-          milestoneCols.has('stop_seq') ? (m.stop_seq ?? null) : typeof body.stopsequenceNumber === 'number' ? body.stopsequenceNumber : null,
-          milestoneCols.has('origin') ? (m.origin ?? null) : null,
-          milestoneCols.has('last_status') ? (m.last_status ?? null) : null,
-          milestoneCols.has('correlation_id') ? (m.correlation_id ?? null) : null,
-        );
-        report.milestones += 1;
-        if (m.sent_ms === null && (m.parked_ms ?? null) === null) report.pendingMilestones += 1;
-        if ((m.parked_ms ?? null) !== null) copyDead(deadByRecord.get(`milestone:${String(m.id)}`), Number(info.lastInsertRowid));
-      }
+    const copyMilestones = milestoneCopier(src, target, report, (m, newId) => copyDead(deadByRecord.get(`milestone:${String(m.id)}`), newId));
+    const milestoneBatch = db.transaction((rows: Row[]) => {
+      copyMilestones(rows);
+      progress.milestonesAfter = Number(rows[rows.length - 1].id);
+      save();
     });
-    let batch: Row[] = [];
-    for (const m of readable(src, 'milestones', report)) {
-      batch.push(m);
-      if (batch.length >= 500) {
-        copyMilestones.immediate(batch);
-        batch = [];
-      }
-    }
-    copyMilestones.immediate(batch);
+    for (const rows of batches(readable(src, 'milestones', unreadable, progress.milestonesAfter), 500)) milestoneBatch.immediate(rows);
 
-    // Readings some load had not delivered, in id order, with new ids. Each goes to the loads
-    // here whose windows hold it: the copied loads (their windows from the old file) and the
-    // loads already here that are open. A copied load that had it already, or for which it
-    // was parked, is told so (load_marks), so nothing is sent twice.
-    const copiedByResource = new Map<string, Old[]>();
-    for (const n of copiedLoads) {
-      const o = old.get(n)!;
-      copiedByResource.set(o.resource, [...(copiedByResource.get(o.resource) ?? []), o]);
-    }
-    const openHere = db.prepare('SELECT load_number, window_from_ms, window_until_ms FROM loads WHERE resource_id = ? AND end_id IS NULL AND (end_id IS NULL OR acked_id < end_id)').raw();
-    const copyReadings = db.transaction((rows: Row[]) => {
-      const here = new Map<string, Array<[string, number, number | null]>>();
-      for (const r of rows) {
-        const id = Number(r.id);
-        const resource = String(r.resource_id);
-        const timeMs = Number(r.time_ms);
-        const state = readingCols.has('state') ? Number(r.state) : 0;
-        // What each load of the old file still wanted of it, or had parked.
-        const wanted = new Set<string>();
-        const parked = new Set<string>();
-        let unassigned = false;
-        if (windowed) {
-          unassigned = state === ReadingState.UNASSIGNED;
-          for (const o of oldByResource.get(resource) ?? []) {
-            if (!holds(o, timeMs) || id > o.endId) continue;
-            const mark = oldMarks.get(`${o.n}:${id}`);
-            if (mark === MarkState.PARKED) parked.add(o.n);
-            else if (mark === MarkState.RETRY || (mark === undefined && id > o.acked)) wanted.add(o.n);
-          }
-        } else if (r.load_number === null) {
-          unassigned = true;
-        } else {
-          const n = String(r.load_number);
-          if (state === 1) parked.add(n);
-          else if (state === 2 || id > (old.get(n)?.acked ?? 0)) wanted.add(n);
-        }
-        if (!unassigned && wanted.size === 0 && parked.size === 0) {
-          report.skippedDelivered += 1;
-          continue;
-        }
-        for (const n of [...wanted, ...parked]) {
-          if (!target.getLoad(n)) {
-            wanted.delete(n);
-            parked.delete(n);
-          }
-        }
-        const copiedHolding = (copiedByResource.get(resource) ?? []).filter((o) => holds(o, timeMs)).map((o) => o.n);
-        let open = here.get(resource);
-        if (!open) {
-          open = (openHere.all(resource) as Array<[string, number, number | null]>).filter(([n]) => !copiedLoads.has(n));
-          here.set(resource, open);
-        }
-        const heldHere = open.some(([, from, until]) => timeMs >= from && (until === null || timeMs < until));
-        if (!unassigned && parked.size === 0 && copiedHolding.length === 0 && !heldHere) {
-          report.skippedNoLoad += 1;
-          continue;
-        }
-        const dead = [...parked].map((n) => deadByRecord.get(`trace:${id}:${n}`));
-        const rowState = unassigned ? ReadingState.UNASSIGNED : parked.size > 0 ? ReadingState.HELD : ReadingState.WAITING;
-        const info = insertReading.run(resource, timeMs, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c, r.source ?? null, rowState);
-        const newId = Number(info.lastInsertRowid);
-        if (!unassigned) {
-          for (const n of copiedHolding) if (!wanted.has(n) && !parked.has(n)) insertMark.run(n, newId, MarkState.SENT);
-          for (const [i, n] of [...parked].entries()) {
-            insertMark.run(n, newId, MarkState.PARKED);
-            copyDead(dead[i], newId);
-          }
-        }
-        if (r.lat !== null && r.lon !== null) upsertFix.run(r.resource_id, r.time_ms, r.lat, r.lon, r.speed, r.heading);
-        report.readings += 1;
-      }
+    const copyReadings = readingCopier(src, target, { old, windowed, copiedLoads, report, copyDead, deadByRecord, traceIds: traceIdKeeper(src, opts.deviceId, progress.floor) });
+    const readingBatch = db.transaction((rows: Row[]) => {
+      copyReadings(rows);
+      progress.readingsAfter = Number(rows[rows.length - 1].id);
+      save();
     });
-    batch = [];
-    for (const r of readable(src, 'readings', report)) {
-      batch.push(r);
-      if (batch.length >= 1000) {
-        copyReadings.immediate(batch);
-        batch = [];
-      }
-    }
-    copyReadings.immediate(batch);
-    // The copied loads that had ended are closed: no reading committed from now on is theirs.
+    for (const rows of batches(readable(src, 'readings', unreadable, progress.readingsAfter), 1000)) readingBatch.immediate(rows);
+
     db.transaction(() => {
-      const close = db.prepare(`UPDATE loads SET end_id = (${HIGHEST_READING_ID}) WHERE load_number = ? AND ended_ms IS NOT NULL AND end_id IS NULL`);
-      for (const n of copiedLoads) close.run(n);
-      db.prepare(SETTLE_LOADS).run();
+      setMeta.run(
+        `salvaged:${key}`,
+        `${new Date(nowMs).toISOString()}: ${report.milestones} milestones, ${report.readings} readings from ${file}${report.resumed ? ' (the rest of a salvage cut off before)' : ''}`,
+      );
+      db.prepare('DELETE FROM meta WHERE key = ?').run(progressKey);
     }).immediate();
-    db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value').run(
-      mark,
-      `${new Date(nowMs).toISOString()}: ${report.milestones} milestones, ${report.readings} readings from ${file}`,
-    );
     return report;
   } finally {
     src.close();
   }
+}
+
+/** Rows in batches of `size` (none empty). */
+function* batches(rows: Iterable<Row>, size: number): Generator<Row[]> {
+  let batch: Row[] = [];
+  for (const r of rows) {
+    batch.push(r);
+    if (batch.length >= size) {
+      yield batch;
+      batch = [];
+    }
+  }
+  if (batch.length > 0) yield batch;
+}
+
+/**
+ * The loads the running buffer does not have, with the geofence state of each (so arrivals
+ * are not detected a second time). One that had ended is closed at once, empty (its cursor
+ * at its last id): the readings copied for it move its last id up (readingCopier).
+ */
+function copyLoads(src: Database.Database, target: Store, loads: Row[], old: Map<string, OldLoad>, progress: Progress, unreadable: Unreadable): void {
+  const db = target.db;
+  const insertLoad = db.prepare(
+    `INSERT INTO loads (load_number, resource_id, resource_type, stops, started_ms, ended_ms, window_from_ms, window_until_ms, next_stop, last_sample_ms, acked_id, end_id)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (${HIGHEST_READING_ID}), CASE WHEN ? THEN (${HIGHEST_READING_ID}) END)`,
+  );
+  for (const l of loads) {
+    const n = String(l.load_number);
+    if (target.getLoad(n)) continue;
+    const o = old.get(n)!;
+    const ended = o.ended !== null;
+    insertLoad.run(n, l.resource_id, l.resource_type, l.stops, l.started_ms, o.ended, o.from, ended ? o.until : null, l.next_stop ?? null, l.last_sample_ms ?? null, ended ? 1 : 0);
+    progress.loads.push(n);
+  }
+  const copied = new Set(progress.loads);
+  const insertState = db.prepare(
+    `INSERT OR IGNORE INTO stop_state (load_number, stop_sequence, state, first_inside_ms, last_inside_ms, inside_fixes, outside_fixes, arrived_ms, departed_ms, delay_reported_s)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+  );
+  for (const st of allRows(src, 'SELECT * FROM stop_state', 'stop_state', unreadable)) {
+    if (!copied.has(String(st.load_number))) continue;
+    insertState.run(st.load_number, st.stop_sequence, st.state, st.first_inside_ms, st.last_inside_ms, st.inside_fixes, st.outside_fixes, st.arrived_ms, st.departed_ms, st.delay_reported_s);
+  }
+}
+
+/** Copies a batch of milestones, each in the same transaction as its dead letter. */
+function milestoneCopier(src: Database.Database, target: Store, report: SalvageReport, copyDead: (milestone: Row, newId: number) => void) {
+  const db = target.db;
+  const milestoneCols = columns(src, 'milestones');
+  const haveRef = db.prepare('SELECT 1 FROM milestones WHERE ref = ?');
+  const insertMilestone = db.prepare(
+    `INSERT INTO milestones (load_number, ref, body, created_ms, attempts, last_error, sent_ms, parked_ms, code, stop_seq, origin, last_status, correlation_id)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+  );
+  return (rows: Row[]) => {
+    for (const m of rows) {
+      if (haveRef.get(m.ref)) continue;
+      const load = String(m.load_number);
+      if (!target.getLoad(load)) continue;
+      const body = JSON.parse(String(m.body)) as Record<string, unknown>;
+      const info = insertMilestone.run(
+        load,
+        m.ref,
+        m.body,
+        m.created_ms,
+        m.attempts ?? 0,
+        m.last_error ?? null,
+        m.sent_ms ?? null,
+        milestoneCols.has('parked_ms') ? (m.parked_ms ?? null) : null,
+        milestoneCols.has('code') && m.code ? m.code : String(body.eventCode),
+        milestoneCols.has('stop_seq') ? (m.stop_seq ?? null) : typeof body.stopsequenceNumber === 'number' ? body.stopsequenceNumber : null,
+        milestoneCols.has('origin') ? (m.origin ?? null) : null,
+        milestoneCols.has('last_status') ? (m.last_status ?? null) : null,
+        milestoneCols.has('correlation_id') ? (m.correlation_id ?? null) : null,
+      );
+      report.milestones += 1;
+      if (m.sent_ms === null && (m.parked_ms ?? null) === null) report.pendingMilestones += 1;
+      if ((m.parked_ms ?? null) !== null) copyDead(m, Number(info.lastInsertRowid));
+    }
+  };
 }

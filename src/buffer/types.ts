@@ -59,13 +59,15 @@ export interface StoredReading {
   heading: number | null;
   odometer: number | null;
   temp_c: number | null;
+  /** The traceId it had in a buffer it was salvaged from (null: the device and its id). */
+  trace_id?: string | null;
 }
 
 /**
  * A reading as a trace point takes it, a row of the chunk query as SQLite returns it: no
  * object per row, no resource or load (the same on every row of a chunk).
  */
-export type TraceRow = readonly [id: number, timeMs: number, lat: number | null, lon: number | null, odometer: number | null, tempC: number | null];
+export type TraceRow = readonly [id: number, timeMs: number, lat: number | null, lon: number | null, odometer: number | null, tempC: number | null, traceId?: string | null];
 
 export type MilestoneOrigin = 'detected' | 'manual';
 

@@ -70,7 +70,7 @@ export type TraceReadings = Iterable<StoredReading> | { pages: Iterable<readonly
 function* pagesOf(readings: Iterable<StoredReading>): Generator<TraceRow[]> {
   let page: TraceRow[] = [];
   for (const r of readings) {
-    page.push([r.id, r.time_ms, r.lat, r.lon, r.odometer, r.temp_c]);
+    page.push([r.id, r.time_ms, r.lat, r.lon, r.odometer, r.temp_c, r.trace_id]);
     if (page.length >= 256) {
       yield page;
       page = [];
@@ -134,7 +134,7 @@ function walkChunk(load: LoadRow, readings: TraceReadings, stopAt: (timeMs: numb
       lastLat = round(rawLat, 6);
       lastLon = round(rawLon, 6);
       sink(r, lastLat, lastLon, time, stopAt(timeMs), tempValue, tempDateTime);
-      keyText += keyLine(traceIdOf(opts.deviceId, id), time.dateTime);
+      keyText += keyLine(r[6] ?? traceIdOf(opts.deviceId, id), time.dateTime);
       readingIds.push(id);
       lastSampleMs = timeMs;
       lastPointId = id;
@@ -161,7 +161,7 @@ export function buildTraceChunk(load: LoadRow, readings: TraceReadings, stopAt: 
       resourceId: load.resourceId,
       resourceType: load.resourceType,
       coordinate: { latitude, longitude },
-      references: [{ name: 'traceId', value: traceIdOf(opts.deviceId, r[0]) }],
+      references: [{ name: 'traceId', value: r[6] ?? traceIdOf(opts.deviceId, r[0]) }],
     };
     if (stop !== undefined) trace.stopsequenceNumber = stop;
     if (r[4] !== null) trace.odometer = round(r[4], 1);
@@ -233,9 +233,11 @@ let scratch = Buffer.allocUnsafe(0);
  * against JSON.stringify of buildTraceChunk's body.
  */
 export function buildTraceJson(load: LoadRow, readings: TraceReadings, stopAt: (timeMs: number) => number | undefined, opts: TraceBuildOptions, final = false): TraceJsonChunk | undefined {
-  // The parts every point shares, escaped once: `"bench-device-` waits for the reading's id.
+  // The parts every point shares, escaped once: `"bench-device-` waits for the reading's id
+  // (a traceId kept from a salvaged buffer is written whole after `reference`).
   const resource = `,"resourceId":${JSON.stringify(load.resourceId)},"resourceType":${JSON.stringify(load.resourceType)},"coordinate":{"latitude":`;
-  const traceId = `},"references":[{"name":"traceId","value":${JSON.stringify(`${opts.deviceId}-`).slice(0, -1)}`;
+  const reference = '},"references":[{"name":"traceId","value":';
+  const traceId = `${reference}${JSON.stringify(`${opts.deviceId}-`).slice(0, -1)}`;
   const unit = `,"temperature":{"unitOfMeasure":${JSON.stringify(opts.temperatureUnit)},"value":`;
   let length = 0;
   // A time's zone fields, written once while they stay the same (the same strings: formatTime
@@ -256,7 +258,8 @@ export function buildTraceJson(load: LoadRow, readings: TraceReadings, stopAt: (
       zoneText = `",${JSON.stringify({ timeZoneCode: zoneCode, timeZoneOffset: zoneOffset }).slice(1)}`;
       encoding = sharedAscii && !NON_ASCII.test(zoneText) ? 'latin1' : 'utf8';
     }
-    let text = `${length === 0 ? '{' : ',{'}"time":{"dateTime":"${time.dateTime}${zoneText}${resource}${decimalText(lat, 6)},"longitude":${decimalText(lon, 6)}${traceId}${r[0]}"}]`;
+    const kept = r[6];
+    let text = `${length === 0 ? '{' : ',{'}"time":{"dateTime":"${time.dateTime}${zoneText}${resource}${decimalText(lat, 6)},"longitude":${decimalText(lon, 6)}${kept == null ? `${traceId}${r[0]}"` : `${reference}${JSON.stringify(kept)}`}}]`;
     if (stop !== undefined) text += `,"stopsequenceNumber":${num(stop)}`;
     if (r[4] !== null) text += `,"odometer":${decimalText(round(r[4], 1), 1)}`;
     if (tempValue !== undefined) text += `${unit}${decimalText(tempValue, 2)},"dateTime":"${tempDateTime}"}`;
@@ -267,7 +270,7 @@ export function buildTraceJson(load: LoadRow, readings: TraceReadings, stopAt: (
       scratch.copy(grown, 0, 0, length);
       scratch = grown;
     }
-    length += scratch.write(text, length, encoding);
+    length += scratch.write(text, length, kept == null || !NON_ASCII.test(kept) ? encoding : 'utf8');
   });
   if (!walk) return undefined;
   const { keyText, lastLat, lastLon, ...rest } = walk;

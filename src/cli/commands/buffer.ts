@@ -14,16 +14,17 @@ export function addBufferCommand(program: Command): void {
     .command('salvage')
     .description('copy every readable milestone and undelivered reading of a buffer that was set aside (e.g. buffer.db.corrupt-<time>) into the running buffer')
     .argument('<file>', 'the old buffer file (its -wal beside it is read too; their content is never changed, though SQLite may add its -shm index beside them)')
-    .option('--force', 'copy it again although it was salvaged into this buffer before (its readings would be sent twice)')
+    .option('--force', 'copy it again although it was salvaged into this buffer before (its readings would be sent twice); a salvage that was cut off continues without it')
     .option('--json', 'print the report as JSON')
     .addOption(configOption())
     .action(async (file: string, opts: { force?: boolean; json?: boolean; config?: string }) => {
       const { salvage } = await import('../../buffer/salvage.js');
       const loaded = load(opts.config);
       if (resolve(file) === resolve(loaded.config.buffer.path)) throw new CliError(`${file} is the running buffer itself; give the file that was set aside`, EXIT.USAGE);
-      const report = withStore(loaded, (store) => salvage(file, store, { force: opts.force }));
+      const report = withStore(loaded, (store) => salvage(file, store, { force: opts.force, deviceId: loaded.deviceId }));
       if (opts.json) return out(JSON.stringify(report, null, 2));
       const unreadable = Object.entries(report.unreadable).map(([t, n]) => (n === 'table' ? `table ${t}` : `${n} ${t} row(s)`));
+      if (report.resumed) out(`continued the salvage of ${file} that was cut off before; the counts are of this run`);
       out(
         `salvaged from ${file}: ${report.loads} load(s), ${report.milestones} milestone(s) (${report.pendingMilestones} still to send), ${report.readings} reading(s) not yet delivered, ${report.deadLetters} dead letter(s); ${report.skippedDelivered} reading(s) skipped as delivered`,
       );
