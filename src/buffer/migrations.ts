@@ -271,6 +271,12 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
             AND NOT EXISTS (SELECT 1 FROM load_marks m WHERE m.load_number = l.load_number AND m.reading_id = r.id));
     `);
   },
+  // 7 -> 8: a trace request the service refuses as a whole (every part of it, the same answer)
+  // is one dead letter, not one per point: record_ids lists every reading it parks (a JSON
+  // array, record_id its first); NULL for a dead letter of one record, as before.
+  (db) => {
+    db.exec('ALTER TABLE dead_letters ADD COLUMN record_ids TEXT;');
+  },
 ];
 
 /** Far beyond any reading id or time: the open end of a window. */
