@@ -1,7 +1,8 @@
 /**
  * Optional loopback endpoint for monitoring (off by default: `health.listen`).
  *   /healthz  200 "ok", or 503 with the reasons: the last successful push is older than twice
- *             the push interval while data waits, delivery is paused (key refused), or a
+ *             the push interval while data waits, delivery is paused (key refused), a
+ *             load's traces wait because the service refuses every request of it, or a
  *             source is unhealthy or silent for `health.source_silent_s`.
  *   /metrics  Prometheus text: queue depths, oldest unsent age, pushes by class, dead
  *             letters, dropped readings, source health, last fix age, buffer size.
@@ -22,6 +23,7 @@ export function healthProblems(agent: Agent, nowMs = Date.now()): string[] {
     problems.push(`no successful push for ${Math.round((nowMs - since) / 1000)} s while data waits (push interval ${Math.round(interval / 1000)} s)`);
   }
   if (s.paused) problems.push(`delivery paused: ${s.paused}`);
+  for (const [load, w] of Object.entries(s.refusedLoads ?? {})) problems.push(`traces of load ${load} wait: ${w.reason}`);
   const trouble = agent.ingest.stats.trouble;
   if (trouble) {
     const since = Math.round((nowMs - trouble.sinceMs) / 1000);

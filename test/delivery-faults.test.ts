@@ -358,10 +358,8 @@ describe('409 Conflict', () => {
     await waitFor(drained, 5000, 'the readings parked');
     expect(s.status.duplicates).toBe(0);
     const dead = store.listDeadLetters();
-    expect(dead.map((d) => [d.kind, d.status])).toEqual([
-      ['trace', 409],
-      ['trace', 409],
-    ]);
+    // Both halves refused alike: the request's refusal, one dead letter for both points.
+    expect(dead.map((d) => [d.kind, d.status, d.recordIds])).toEqual([['trace', 409, [1, 2]]]);
     expect(dead[0].headers).toMatchObject({ 'content-type': 'application/json' });
   });
 });

@@ -4,7 +4,7 @@
  */
 import type { DB } from './db.js';
 import type { BufferContext } from './store.js';
-import { MAX_ANSWER_CHARS, MarkState, ReadingState, type DeadLetter, type MilestoneRow } from './types.js';
+import { MAX_ANSWER_CHARS, MarkState, ReadingState, type DeadLetter, type MilestoneRow, type StoredReading } from './types.js';
 
 interface RawDeadLetter {
   id: number;
@@ -16,7 +16,21 @@ interface RawDeadLetter {
   headers: string | null;
   body: string;
   created_ms: number;
+  record_ids: string | null;
 }
+
+/** A trace request the service refused as a whole, parked as one dead letter (see parkRequest). */
+export interface RefusedRequest {
+  id: number;
+  loadNumber: string;
+  status: number | null;
+  response: string;
+  readingIds: number[];
+  createdMs: number;
+}
+
+/** The readings a dead letter parks: its list, or its one record. */
+const readingIdsOf = (r: RawDeadLetter): number[] => (r.record_ids === null ? [r.record_id] : (JSON.parse(r.record_ids) as number[]));
 
 export class DeadLetters {
   private readonly db: DB;
@@ -54,12 +68,62 @@ export class DeadLetters {
     );
   }
 
+  /**
+   * The service refused this trace request as a whole (the same answer to both its halves):
+   * one dead letter for all its points, each reading parked for the load as parkReading
+   * parks one. Returns the dead letter's id.
+   */
+  parkRequest(readingIds: number[], loadNumber: string, status: number | null, response: string, body: unknown, nowMs: number, headers?: Record<string, string>): number {
+    return this.ctx.withReserve(() =>
+      this.db.transaction(() => {
+        const hold = this.db.prepare(`UPDATE readings SET state = ${ReadingState.HELD} WHERE id = ? AND state = ${ReadingState.WAITING}`);
+        const park = this.db.prepare(`INSERT INTO load_marks (load_number, reading_id, state) VALUES (?, ?, ${MarkState.PARKED}) ON CONFLICT DO UPDATE SET state = excluded.state`);
+        for (const id of readingIds) {
+          hold.run(id);
+          park.run(loadNumber, id);
+        }
+        const info = this.db
+          .prepare('INSERT INTO dead_letters (kind, load_number, record_id, record_ids, status, response, headers, body, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)')
+          .run('trace', loadNumber, readingIds[0], JSON.stringify(readingIds), status, response.slice(0, MAX_ANSWER_CHARS), headers ? JSON.stringify(headers) : null, JSON.stringify(body), nowMs);
+        return Number(info.lastInsertRowid);
+      })(),
+    );
+  }
+
+  /** Trace requests refused as a whole and still parked, oldest first: their loads' traces wait (delivery/refusals.ts). */
+  refusedRequests(): RefusedRequest[] {
+    return (this.db.prepare("SELECT * FROM dead_letters WHERE kind = 'trace' AND record_ids IS NOT NULL ORDER BY id").all() as RawDeadLetter[]).map((r) => ({
+      id: r.id,
+      loadNumber: r.load_number,
+      status: r.status,
+      response: r.response ?? '',
+      readingIds: readingIdsOf(r),
+      createdMs: r.created_ms,
+    }));
+  }
+
+  /** The readings a refused request parks, oldest first (held: never purged while it is parked). */
+  parkedReadings(req: RefusedRequest): StoredReading[] {
+    return this.db
+      .prepare(
+        `SELECT r.id, r.resource_id, ? AS load_number, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c
+           FROM readings r WHERE r.id IN (SELECT value FROM json_each(?)) ORDER BY r.id`,
+      )
+      .all(req.loadNumber, JSON.stringify(req.readingIds)) as StoredReading[];
+  }
+
+  /** The dead letter is settled (the service took its records at last): it goes. */
+  dropDeadLetter(id: number): void {
+    this.ctx.withReserve(() => this.db.prepare('DELETE FROM dead_letters WHERE id = ?').run(id));
+  }
+
   listDeadLetters(): DeadLetter[] {
     return (this.db.prepare('SELECT * FROM dead_letters ORDER BY id').all() as RawDeadLetter[]).map((r) => ({
       id: r.id,
       kind: r.kind,
       loadNumber: r.load_number,
       recordId: r.record_id,
+      recordIds: r.record_ids === null ? null : readingIdsOf(r),
       status: r.status,
       response: r.response,
       headers: r.headers === null ? null : (JSON.parse(r.headers) as Record<string, string>),
@@ -86,13 +150,15 @@ export class DeadLetters {
         for (const r of rows) {
           if (r.kind === 'milestone') this.db.prepare('UPDATE milestones SET parked_ms = NULL, last_error = NULL WHERE id = ?').run(r.record_id);
           else {
-            this.db
-              .prepare(
-                `INSERT INTO load_marks (load_number, reading_id, state) SELECT ?, id, ${MarkState.RETRY} FROM readings WHERE id = ?
-                   ON CONFLICT DO UPDATE SET state = excluded.state`,
-              )
-              .run(r.load_number, r.record_id);
-            this.db.prepare(`UPDATE readings SET state = ${ReadingState.HELD} WHERE id = ? AND state = ${ReadingState.WAITING}`).run(r.record_id);
+            for (const id of readingIdsOf(r)) {
+              this.db
+                .prepare(
+                  `INSERT INTO load_marks (load_number, reading_id, state) SELECT ?, id, ${MarkState.RETRY} FROM readings WHERE id = ?
+                     ON CONFLICT DO UPDATE SET state = excluded.state`,
+                )
+                .run(r.load_number, id);
+              this.db.prepare(`UPDATE readings SET state = ${ReadingState.HELD} WHERE id = ? AND state = ${ReadingState.WAITING}`).run(id);
+            }
           }
           this.db.prepare('DELETE FROM dead_letters WHERE id = ?').run(r.id);
         }

@@ -300,6 +300,12 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
   (db) => {
     db.exec('ALTER TABLE readings ADD COLUMN trace_id TEXT;');
   },
+  // 9 -> 10: a trace request the service refuses as a whole (every part of it, the same answer)
+  // is one dead letter, not one per point: record_ids lists every reading it parks (a JSON
+  // array, record_id its first); NULL for a dead letter of one record, as before.
+  (db) => {
+    db.exec('ALTER TABLE dead_letters ADD COLUMN record_ids TEXT;');
+  },
 ];
 
 /** Far beyond any reading id or time: the open end of a window. */

@@ -115,14 +115,25 @@ export function salvage(file: string, target: Store, opts: { force?: boolean; no
     }
     const copiedLoads = new Set(progress.loads);
     const save = () => setMeta.run(progressKey, JSON.stringify(progress));
+    const insertDead = db.prepare('INSERT INTO dead_letters (kind, load_number, record_id, record_ids, status, response, headers, body, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)');
+    const addRecord = db.prepare("UPDATE dead_letters SET record_ids = json_insert(record_ids, '$[#]', ?) WHERE id = ?");
 
     // Dead letters of the old file, by what they park (a trace point: for which load).
+    // A trace request refused whole (schema 8) parks each of its readings.
     const deadByRecord = new Map<string, Row>();
-    for (const d of readable(src, 'dead_letters', unreadable)) deadByRecord.set(`${String(d.kind)}:${String(d.record_id)}${d.kind === 'trace' ? `:${String(d.load_number)}` : ''}`, d);
-    const insertDead = db.prepare('INSERT INTO dead_letters (kind, load_number, record_id, status, response, headers, body, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)');
+    for (const d of readable(src, 'dead_letters', unreadable)) {
+      const ids = typeof d.record_ids === 'string' ? (JSON.parse(d.record_ids) as number[]) : [d.record_id];
+      for (const id of ids) deadByRecord.set(`${String(d.kind)}:${String(id)}${d.kind === 'trace' ? `:${String(d.load_number)}` : ''}`, d);
+    }
+    // The copy of each request refused whole, which the new id of each of its readings joins.
+    const copiedWhole = new Map<Row, number>();
     const copyDead = (d: Row | undefined, recordId: number) => {
       if (!d) return;
-      insertDead.run(d.kind, d.load_number, recordId, d.status ?? null, d.response ?? null, d.headers ?? null, d.body, d.created_ms);
+      const whole = typeof d.record_ids === 'string';
+      const copy = copiedWhole.get(d);
+      if (copy !== undefined) return void addRecord.run(recordId, copy);
+      const info = insertDead.run(d.kind, d.load_number, recordId, whole ? JSON.stringify([recordId]) : null, d.status ?? null, d.response ?? null, d.headers ?? null, d.body, d.created_ms);
+      if (whole) copiedWhole.set(d, Number(info.lastInsertRowid));
       report.deadLetters += 1;
     };
 

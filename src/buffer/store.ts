@@ -20,6 +20,7 @@ export * from './types.js';
 export { LoadError } from './loads.js';
 export { DuplicateEventError } from './milestones.js';
 export type { FixedRequest, RequestKind } from './requests.js';
+export type { RefusedRequest } from './dead-letters.js';
 
 /** `buffer.reserve_kb` when none is given. */
 export const DEFAULT_RESERVE_KB = 2048;
@@ -106,6 +107,9 @@ export class Store implements BufferContext {
     this.saveStopStates = m.saveStopStates.bind(m);
     this.parkMilestone = d.parkMilestone.bind(d);
     this.parkReading = d.parkReading.bind(d);
+    this.parkRequest = d.parkRequest.bind(d);
+    this.refusedRequests = d.refusedRequests.bind(d);
+    this.parkedReadings = d.parkedReadings.bind(d);
     this.listDeadLetters = d.listDeadLetters.bind(d);
     this.retryDeadLetters = d.retryDeadLetters.bind(d);
     this.setState = s.setState.bind(s);
@@ -157,12 +161,30 @@ export class Store implements BufferContext {
   saveStopStates: Milestones['saveStopStates'];
   parkMilestone: DeadLetters['parkMilestone'];
   parkReading: DeadLetters['parkReading'];
+  parkRequest: DeadLetters['parkRequest'];
+  refusedRequests: DeadLetters['refusedRequests'];
+  parkedReadings: DeadLetters['parkedReadings'];
   listDeadLetters: DeadLetters['listDeadLetters'];
   retryDeadLetters: DeadLetters['retryDeadLetters'];
   setState: StateTable['setState'];
   getState: StateTable['getState'];
   bump: StateTable['bump'];
   counters: StateTable['counters'];
+
+  /**
+   * A trace request the service had refused as a whole is settled (it took it at last, or
+   * nothing of it is left to send): its readings are done for the load, as a retried dead
+   * letter's are, and its dead letter goes, in one transaction, so no reading is left held by
+   * a dead letter that is gone.
+   */
+  settleRefusedRequest(deadLetterId: number, loadNumber: string, readingIds: number[]): void {
+    this.withReserve(() =>
+      this.db.transaction(() => {
+        this.readings.retryDone(loadNumber, readingIds);
+        this.deadLetters.dropDeadLetter(deadLetterId);
+      })(),
+    );
+  }
 
   /** A new synchronous level or page cache (a reload), applied to this connection at once. */
   tune(opts: { synchronous?: 'OFF' | 'NORMAL' | 'FULL'; cacheKb?: number }): void {

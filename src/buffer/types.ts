@@ -141,6 +141,8 @@ export interface DeadLetter {
   loadNumber: string;
   /** Milestone id or reading id. */
   recordId: number;
+  /** Every reading a trace request refused as a whole parks (recordId is the first); null for one record. */
+  recordIds: number[] | null;
   status: number | null;
   response: string | null;
   /** The answer's headers, when there was an answer. */

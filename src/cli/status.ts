@@ -133,6 +133,9 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
   if (dropped.length) row('dropped', dropped.map(([k, v]) => `${v} readings (${k.replace('readings_dropped_', '').replace('_', ' ')})`).join(', '));
   const d = r.delivery;
   if (d?.paused) row('PAUSED', `${d.paused}; data is kept. Fix the config or key, then: systemctl reload telematics-agent`);
+  for (const [load, w] of Object.entries(d?.refusedLoads ?? {})) {
+    row('REFUSED', `load ${load}: ${w.reason}; its traces wait (${w.points} points parked as dead letter ${w.deadLetter}), tried again ${ago(w.nextTryMs, nowMs)}`);
+  }
   row('last success', ago(d?.lastSuccessMs, nowMs));
   row('last push', ago(d?.lastTracePushMs, nowMs));
   if (r.nextTracePushMs) row('next push', ago(r.nextTracePushMs, nowMs));

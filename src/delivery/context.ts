@@ -28,6 +28,22 @@ export interface SenderStatus {
   duplicates: number;
   deadLettered: { milestones: number; tracePoints: number };
   failures: Record<string, number>;
+  /**
+   * Loads whose trace delivery waits because the service refused a whole request of theirs
+   * (refusals.ts), by load number: what it answered, the dead letter holding the request,
+   * and when its one request goes again.
+   */
+  refusedLoads: Record<string, RefusedLoad>;
+}
+
+/** A load whose traces wait: the service refuses every trace request of it (see refusals.ts). */
+export interface RefusedLoad {
+  /** "the service refuses every trace request: HTTP 400: ..." */
+  reason: string;
+  deadLetter: number;
+  points: number;
+  sinceMs: number;
+  nextTryMs: number;
 }
 
 export interface SenderDeps {

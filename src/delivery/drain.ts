@@ -9,11 +9,12 @@
  * most one request, with the same Idempotency-Key. After an outage, each load's newest
  * position goes first, alone, so the service learns where the truck is now.
  */
-import type { FixedRequest, LoadRow } from '../buffer/store.js';
+import type { FixedRequest, LoadRow, StoredReading } from '../buffer/store.js';
 import type { DeliveryContext, Step } from './context.js';
 import type { MilestoneSender } from './milestones.js';
 import type { Delivered, Prepared, TracePoster } from './post-traces.js';
 import type { Purger } from './purge.js';
+import type { RefusedLoads } from './refusals.js';
 import { buildTraceChunk, buildTraceJson, nextStopResolver, type TraceBuildOptions, type TraceReadings } from './traces.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -42,6 +43,7 @@ export class Drain {
     private readonly poster: TracePoster,
     private readonly milestones: MilestoneSender,
     private readonly purger: Purger,
+    private readonly refusals: RefusedLoads,
   ) {}
 
   /** A new push begins: each load's newest position may go first again. */
@@ -57,7 +59,7 @@ export class Drain {
     // push, so a push ends even while many loads keep adding points faster than a pass takes.
     const lastId = store.lastReadingId();
     let queue = store.loadsWithReadings();
-    if ((await this.sendNewestFirst(queue.filter((n) => !this.newestFirstDone.has(n)))) === 'failed') return 'failed';
+    if ((await this.sendNewestFirst(queue.filter((n) => !this.newestFirstDone.has(n) && !this.refusals.waits(n)))) === 'failed') return 'failed';
     // Per drain: the load and its stop resolver, and where the next chunk of each load starts
     // (ahead of the buffer's cursor while a chunk is in flight).
     const loads = new Map<string, LoadEntry | null>();
@@ -66,6 +68,8 @@ export class Drain {
       for (;;) {
         const loadNumber = queue.shift();
         if (loadNumber === undefined) return undefined;
+        // The service refuses every request of this load: its traces wait (refusals.ts).
+        if (this.refusals.waits(loadNumber)) continue;
         let entry = loads.get(loadNumber);
         if (entry === undefined) {
           const load = store.getLoad(loadNumber);
@@ -134,6 +138,11 @@ export class Drain {
         current = build();
         continue;
       }
+      if (this.refusals.waits(current.load.loadNumber)) {
+        // Built while the request before it had the load's traces refused as a whole.
+        current = build();
+        continue;
+      }
       // A backlog drains at a steady pace, not as fast as the service will take it.
       if (!first && config.delivery.drain_interval_ms > 0) await sleep(config.delivery.drain_interval_ms);
       first = false;
@@ -196,7 +205,7 @@ export class Drain {
         );
         continue;
       }
-      const chunk = buildTraceChunk({ ...load, lastSampleMs: null }, readings, this.stopResolver(load), { ...this.traceOptions(), samplingMs: 0 }, true);
+      const chunk = this.retryChunk(load, readings);
       if (!chunk?.body) {
         store.retryDone(
           loadNumber,
@@ -211,6 +220,22 @@ export class Drain {
       if (result === 'failed') return 'failed';
     }
     return 'sent';
+  }
+
+  /** A parked request of a load whose traces wait goes again, once (refusals.ts). */
+  retryRefused(): Promise<Step> {
+    return this.refusals.retryDue({
+      sendOnce: (load, traces, readingIds, delivered) => this.poster.sendOnce(load, traces, readingIds, delivered, true),
+      chunkOf: (load, readings) => {
+        const chunk = this.retryChunk(load, readings);
+        return chunk?.body ? { traces: chunk.body.traces, readingIds: chunk.readingIds } : undefined;
+      },
+    });
+  }
+
+  /** Parked readings as trace points again, each one a point (no sampling). */
+  private retryChunk(load: LoadRow, readings: StoredReading[]) {
+    return buildTraceChunk({ ...load, lastSampleMs: null }, readings, this.stopResolver(load), { ...this.traceOptions(), samplingMs: 0 }, true);
   }
 
   /**

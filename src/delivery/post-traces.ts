@@ -2,13 +2,16 @@
  * Sending trace points, and finding the refused ones. A request the service refuses (400,
  * 422...) or finds too large (413) is split in halves until the refused points are found;
  * they are parked in the dead-letter table with the answer, and everything else is
- * delivered in the same cycle. On 413 the chunk size is halved for what follows.
+ * delivered in the same cycle. On 413 the chunk size is halved for what follows. When both
+ * halves of the first split are refused with the same answer, the refusal is the request's,
+ * not a point's: the chunk is parked whole and the load's traces wait (refusals.ts).
  */
 import type { PostOutcome } from '../api/client.js';
 import type { Trace } from '../api/schemas.js';
 import type { FixedRequest, LoadRow } from '../buffer/store.js';
 import { correlationIdOf, describeOutcome, isDelivered } from './classify.js';
 import type { DeliveryContext } from './context.js';
+import { sameAnswer, type RefusedLoads } from './refusals.js';
 import { idempotencyKeyFor, traceBody, type TraceChunk } from './traces.js';
 
 /** A trace chunk built ahead of sending. */
@@ -33,6 +36,12 @@ export interface Prepared {
 
 export type Delivered = 'delivered' | 'failed';
 
+/** A refusal of a request sent once, not split (see sendOnce). */
+export interface Refusal {
+  cls: 'refused' | 'too-large';
+  outcome: PostOutcome;
+}
+
 export class TracePoster {
   /** The correlation id of the last trace request delivered, for the load's row. */
   lastCorrelation: string | undefined;
@@ -42,30 +51,51 @@ export class TracePoster {
    */
   lastFailureAnswered = false;
 
-  constructor(private readonly ctx: DeliveryContext) {}
+  constructor(
+    private readonly ctx: DeliveryContext,
+    private readonly refusals: RefusedLoads,
+  ) {}
 
   /**
    * Deliver these trace points: as one request, or, when the service refuses it or finds it
    * too large, as halves, down to single points that are parked. `delivered` collects the
-   * reading ids the service accepted. Resolves 'failed' when delivery must pause.
+   * reading ids the service accepted. Resolves 'failed' when delivery must pause. `whole`:
+   * the points are a request of their own, not a part of a split one.
    */
-  deliverTraces(load: LoadRow, traces: Trace[], readingIds: number[], delivered: number[], sentBefore: boolean): Promise<Delivered> {
-    const { config, deviceId } = this.ctx.deps;
-    const body = traceBody(load.loadNumber, traces, config.api.extra_fields);
-    const key = idempotencyKeyFor('trace', deviceId, load.loadNumber, traces);
-    return this.post(load, body, key, readingIds, delivered, sentBefore, undefined, () => ({ traces, readingIds }));
+  deliverTraces(load: LoadRow, traces: Trace[], readingIds: number[], delivered: number[], sentBefore: boolean, whole = true): Promise<Delivered> {
+    return this.post(load, this.bodyOf(load, traces), this.keyOf(load, traces), readingIds, delivered, sentBefore, undefined, (cls, outcome) =>
+      this.split(load, traces, readingIds, delivered, sentBefore, cls, outcome, whole),
+    );
+  }
+
+  /** These points as one request, never split: delivered, failed (delivery pauses), or the service's refusal. */
+  async sendOnce(load: LoadRow, traces: Trace[], readingIds: number[], delivered: number[], sentBefore: boolean): Promise<Delivered | Refusal> {
+    let refusal: Refusal | undefined;
+    const result = await this.post(load, this.bodyOf(load, traces), this.keyOf(load, traces), readingIds, delivered, sentBefore, undefined, async (cls, outcome) => {
+      refusal = { cls, outcome };
+      return 'delivered';
+    });
+    return refusal ?? result;
+  }
+
+  private bodyOf(load: LoadRow, traces: Trace[]) {
+    return traceBody(load.loadNumber, traces, this.ctx.deps.config.api.extra_fields);
+  }
+
+  private keyOf(load: LoadRow, traces: Trace[]) {
+    return idempotencyKeyFor('trace', this.ctx.deps.deviceId, load.loadNumber, traces);
   }
 
   /** A chunk built ahead, sent as serialised; its trace objects are built again only if it must be split. */
   deliverPrepared(p: Prepared, body: Buffer, delivered: number[], onWritten?: () => void): Promise<Delivered> {
-    return this.post(p.load, body, p.key, p.readingIds, delivered, p.sentBefore, onWritten, () => {
+    return this.post(p.load, body, p.key, p.readingIds, delivered, p.sentBefore, onWritten, (cls, outcome) => {
       const again = p.rebuild();
       // Every reading of the chunk went meanwhile (a limit dropped them): nothing left to split.
-      return again?.body ? { traces: again.body.traces, readingIds: again.readingIds } : undefined;
+      return again?.body ? this.split(p.load, again.body.traces, again.readingIds, delivered, p.sentBefore, cls, outcome, true) : Promise.resolve('delivered');
     });
   }
 
-  /** One trace request; on a refusal the points from `toSplit` are sent as halves (see split). */
+  /** One trace request; a refusal goes to `refused` (split, for a request of points). */
   private async post(
     load: LoadRow,
     body: object | string | Buffer,
@@ -74,7 +104,7 @@ export class TracePoster {
     delivered: number[],
     sentBefore: boolean,
     onWritten: (() => void) | undefined,
-    toSplit: () => { traces: Trace[]; readingIds: number[] } | undefined,
+    refused: (cls: Refusal['cls'], outcome: PostOutcome) => Promise<Delivered>,
   ): Promise<Delivered> {
     const { ctx } = this;
     if (ctx.stopping) return 'failed';
@@ -94,17 +124,19 @@ export class TracePoster {
       }
       return 'delivered';
     }
-    if (cls === 'refused' || cls === 'too-large') {
-      const points = toSplit();
-      return points ? this.split(load, points.traces, points.readingIds, delivered, sentBefore, cls, outcome) : 'delivered';
-    }
+    if (cls === 'refused' || cls === 'too-large') return refused(cls, outcome);
     this.lastFailureAnswered = outcome.kind === 'response';
     ctx.fail(cls, describeOutcome(outcome), outcome, { load: load.loadNumber, points: readingIds.length });
     return 'failed';
   }
 
-  /** The service refused these points or found them too many: park a single point, else send halves. */
-  private async split(load: LoadRow, traces: Trace[], readingIds: number[], delivered: number[], sentBefore: boolean, cls: 'refused' | 'too-large', outcome: PostOutcome): Promise<Delivered> {
+  /**
+   * The service refused these points or found them too many: park a single point, else send
+   * halves. `whole`: the points were a request of their own (the first split, see splitWhole).
+   * `sentBefore`: the request may have gone out before, and so may its halves (a retry splits
+   * the same way).
+   */
+  private async split(load: LoadRow, traces: Trace[], readingIds: number[], delivered: number[], sentBefore: boolean, cls: Refusal['cls'], outcome: PostOutcome, whole: boolean): Promise<Delivered> {
     const { ctx } = this;
     const { store, config, log } = ctx.deps;
     const why = describeOutcome(outcome);
@@ -123,8 +155,44 @@ export class TracePoster {
       log.warn({ load: load.loadNumber, points: traces.length }, `trace request refused, splitting it to find the refused points: ${why}`);
     }
     const half = Math.ceil(traces.length / 2);
-    // The halves of a request that may have gone out may have gone out too (a retry splits the same way).
-    if ((await this.deliverTraces(load, traces.slice(0, half), readingIds.slice(0, half), delivered, sentBefore)) === 'failed') return 'failed';
-    return this.deliverTraces(load, traces.slice(half), readingIds.slice(half), delivered, sentBefore);
+    if (whole) return this.splitWhole(load, traces, readingIds, delivered, sentBefore, half);
+    if ((await this.deliverTraces(load, traces.slice(0, half), readingIds.slice(0, half), delivered, sentBefore, false)) === 'failed') return 'failed';
+    return this.deliverTraces(load, traces.slice(half), readingIds.slice(half), delivered, sentBefore, false);
+  }
+
+  /**
+   * The first split of a request: each half goes once. Both refused with the same answer
+   * (status and body) is the service refusing the request, not a point of it (a field it
+   * requires on every body, a load it does not know): bisecting on would cost 2n-1 requests
+   * and n dead letters at every push. The points are parked as one dead letter with that
+   * answer, and the load's traces wait for the service (refusals.ts). Otherwise each refused
+   * half is split on as before.
+   */
+  private async splitWhole(load: LoadRow, traces: Trace[], readingIds: number[], delivered: number[], sentBefore: boolean, half: number): Promise<Delivered> {
+    const parts = [
+      { traces: traces.slice(0, half), readingIds: readingIds.slice(0, half) },
+      { traces: traces.slice(half), readingIds: readingIds.slice(half) },
+    ];
+    const answers: Array<Refusal | undefined> = [];
+    for (const part of parts) {
+      const result = await this.sendOnce(load, part.traces, part.readingIds, delivered, sentBefore);
+      if (result === 'failed') return 'failed';
+      answers.push(result === 'delivered' ? undefined : result);
+    }
+    const [a, b] = answers;
+    if (a?.cls === 'refused' && b?.cls === 'refused' && sameAnswer(a.outcome, b.outcome)) {
+      const { store, config } = this.ctx.deps;
+      const answer = b.outcome.kind === 'response' ? b.outcome : undefined;
+      const body = traceBody(load.loadNumber, traces, config.api.extra_fields);
+      const id = store.parkRequest(readingIds, load.loadNumber, answer?.status ?? null, answer ? answer.body : describeOutcome(b.outcome), body, this.ctx.now(), answer?.headers);
+      this.ctx.status.deadLettered.tracePoints += readingIds.length;
+      this.refusals.parked(load.loadNumber, id, readingIds.length, b.outcome);
+      return 'delivered';
+    }
+    for (const [i, part] of parts.entries()) {
+      const refusal = answers[i];
+      if (refusal && (await this.split(load, part.traces, part.readingIds, delivered, sentBefore, refusal.cls, refusal.outcome, false)) === 'failed') return 'failed';
+    }
+    return 'delivered';
   }
 }

@@ -19,6 +19,7 @@ import { Drain } from './drain.js';
 import { MilestoneSender } from './milestones.js';
 import { TracePoster } from './post-traces.js';
 import { Purger } from './purge.js';
+import { RefusedLoads } from './refusals.js';
 import { RetryPolicy } from './retry.js';
 import { TraceSchedule } from './schedule.js';
 
@@ -40,6 +41,7 @@ export class Sender implements DeliveryContext {
   private readonly purger: Purger;
   private readonly milestones: MilestoneSender;
   private readonly drain: Drain;
+  private readonly refusals: RefusedLoads;
 
   constructor(private currentDeps: SenderDeps & { schedule?: TraceSchedule }) {
     this.nowFn = currentDeps.now ?? Date.now;
@@ -59,6 +61,7 @@ export class Sender implements DeliveryContext {
       duplicates: 0,
       deadLettered: { milestones: 0, tracePoints: 0 },
       failures: {},
+      refusedLoads: {},
     };
     this.retry = new RetryPolicy(
       this.status,
@@ -72,7 +75,8 @@ export class Sender implements DeliveryContext {
       () => this.isStopping || this.running !== undefined,
     );
     this.milestones = new MilestoneSender(this);
-    this.drain = new Drain(this, new TracePoster(this), this.milestones, this.purger);
+    this.refusals = new RefusedLoads(this, () => this.schedule.request());
+    this.drain = new Drain(this, new TracePoster(this, this.refusals), this.milestones, this.purger, this.refusals);
     this.schedule = currentDeps.schedule ?? new TraceSchedule(undefined, 0);
     this.schedule.onDue = (fresh) => {
       if (fresh) this.drain.newPush();
@@ -121,6 +125,8 @@ export class Sender implements DeliveryContext {
   updateConfig(config: Config, client?: ApiClient): void {
     this.currentDeps = { ...this.currentDeps, config, client: client ?? this.currentDeps.client };
     this.status.chunkLimit = config.delivery.max_traces_per_request;
+    // The fix may be in the config (a field the service requires): loads whose traces wait try now.
+    this.refusals.retryNow();
     if (this.timer && config.delivery.poll_interval_ms !== this.pollMs) {
       clearInterval(this.timer);
       this.timer = undefined;
@@ -220,6 +226,7 @@ export class Sender implements DeliveryContext {
     if (this.isStopping || this.retry.waiting()) return;
     if (!(await this.milestones.send())) return;
     if ((await this.drain.sendRetriedReadings()) === 'failed') return;
+    if ((await this.drain.retryRefused()) === 'failed') return;
     if (!this.schedule.due) return;
     if ((await this.drain.run()) === 'failed') return;
     this.schedule.completed();

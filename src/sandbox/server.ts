@@ -258,6 +258,8 @@ export class Sandbox {
       emit({ status: 400, problem: `body is not JSON: ${(err as Error).message}` });
       return this.json(res, 400, { error: 'body is not JSON', problems: [(err as Error).message] });
     }
+    // A refused request's event carries what was sent too, so a test can tell which records it held.
+    const sent = { body: data as MilestoneBody | TraceBody, idempotencyKey: typeof req.headers['idempotency-key'] === 'string' ? req.headers['idempotency-key'] : undefined };
     const schema = kind === 'milestone' ? milestoneBodySchema : traceBodySchema;
     const parsed = check(schema, data);
     // Every problem in one answer, so a sender fixes them in one go; a field the schema
@@ -267,27 +269,27 @@ export class Sandbox {
     const problems = [...schemaProblems, ...ruleProblems(kind, data, this.rules).filter((p) => !schemaPaths.has(p.path))].map(problemLine);
     if (!parsed.success || problems.length > 0) {
       this.stats.invalid += 1;
-      emit({ status: 400, problem: problems.join('; ') });
+      emit({ status: 400, problem: problems.join('; '), ...sent });
       return this.json(res, 400, { error: 'invalid body', problems });
     }
     const body = parsed.data as MilestoneBody | TraceBody;
     if (f.rejectLoads.includes(body.loadNumber)) {
       this.stats.faults.rejected += 1;
-      emit({ status: 400, problem: `loadNumber ${body.loadNumber} refused (fault)` });
+      emit({ status: 400, problem: `loadNumber ${body.loadNumber} refused (fault)`, ...sent });
       return this.json(res, 400, { error: 'refused', problems: [`loadNumber: ${body.loadNumber} is not a load of this carrier`] });
     }
     if (kind === 'trace') {
       const tb = body as TraceBody;
       if (f.maxTracesPerRequest > 0 && tb.traces.length > f.maxTracesPerRequest) {
         this.stats.faults.tooLarge += 1;
-        emit({ status: 413, problem: `${tb.traces.length} traces > ${f.maxTracesPerRequest}` });
+        emit({ status: 413, problem: `${tb.traces.length} traces > ${f.maxTracesPerRequest}`, ...sent });
         return this.json(res, 413, { error: `at most ${f.maxTracesPerRequest} traces per request` });
       }
       if (f.rejectTraceRefs.length > 0) {
         const bad = tb.traces.findIndex((t) => t.references?.some((r) => f.rejectTraceRefs.includes(r.value)));
         if (bad >= 0) {
           this.stats.faults.rejected += 1;
-          emit({ status: 400, problem: `traces[${bad}] refused (fault)` });
+          emit({ status: 400, problem: `traces[${bad}] refused (fault)`, ...sent });
           return this.json(res, 400, { error: 'refused', problems: [`traces[${bad}]: refused by the service`] });
         }
       }

@@ -20,7 +20,12 @@ export function addDeadLetterCommand(program: Command): void {
       if (opts.json) return out(JSON.stringify(rows, null, 2));
       if (rows.length === 0) return out('no dead letters');
       for (const r of rows) {
-        const what = r.kind === 'milestone' ? `milestone ${String((r.body as { eventCode?: string }).eventCode)}` : `trace point (reading ${r.recordId})`;
+        const what =
+          r.kind === 'milestone'
+            ? `milestone ${String((r.body as { eventCode?: string }).eventCode)}`
+            : r.recordIds
+              ? `trace request refused whole (${r.recordIds.length} points, readings ${r.recordIds[0]}-${r.recordIds[r.recordIds.length - 1]})`
+              : `trace point (reading ${r.recordId})`;
         out(`${r.id}\t${new Date(r.createdMs).toISOString()}\tload ${r.loadNumber}\t${what}\tHTTP ${r.status ?? '-'}\t${(r.response ?? '').replace(/\s+/g, ' ').slice(0, 200)}`);
       }
     });
