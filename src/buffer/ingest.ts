@@ -53,6 +53,8 @@ export interface IngestOptions {
   keepWithoutLoad: boolean;
   /** Cap on readings waiting in memory (e.g. while the disk is full); the oldest go first. */
   maxPending?: number;
+  /** `loads.late_readings_s` in ms: how long after `load end` a reading of its window still joins it (0 or none: not after the close). */
+  lateReadingsMs?: number;
 }
 
 /** Why readings are not being committed, while they are not. */
@@ -335,15 +337,12 @@ export class Ingest {
           throw Object.assign(new Error('database or disk is full (no room left beyond what delivery needs to make more)'), { code: 'SQLITE_FULL' });
         }
         const alongside = [...this.alongside];
-        kept = this.store.insertReadings(
-          batch,
-          this.opts.keepWithoutLoad,
-          sources,
-          alongside.map(([, write]) => write),
-          // The whole queue: every reading admitted until now is in the buffer with this
-          // commit, so the loads ended before now can be closed (see Readings.insertReadings).
-          all ? this.now() : undefined,
-        );
+        const writes = alongside.map(([, write]) => write);
+        const now = this.now();
+        const late = this.opts.lateReadingsMs;
+        // The whole queue: every reading admitted until now is in the buffer with this commit, so
+        // the loads ended before now can be closed (see Readings.insertReadings).
+        kept = this.store.insertReadings(batch, this.opts.keepWithoutLoad, sources, writes, all ? now : undefined, late ? now - late : undefined);
         for (const [owner, write] of alongside) if (this.alongside.get(owner) === write) this.alongside.delete(owner);
       } catch (err) {
         this.failed(err);
