@@ -10,7 +10,7 @@ import { Ingest } from '../src/buffer/ingest.js';
 import { Store } from '../src/buffer/store.js';
 import type { Reading } from '../src/sources/types.js';
 import { loadOf, resourceOf, syntheticReading } from './common.js';
-import { BUFFER_DEFAULTS, SIZES } from './options.js';
+import { BUFFER_DEFAULTS, LOADS_DEFAULTS, SIZES } from './options.js';
 
 function ingestReadings(n: number): Reading[] {
   const trucks = 10;
@@ -40,7 +40,8 @@ function agentInsert(path: string, readings: Reading[], batchSize: number, flush
   // Started when the trucks' readings begin: a load's window holds readings from its start on.
   for (let t = 0; t < 10; t++) store.startLoad({ loadNumber: loadOf(t), resourceId: resourceOf(t), resourceType: 'Truck', stops: [], nowMs: readings[0].timeMs });
   const log = pino({ level: 'silent' });
-  const ingest = new Ingest(store, { batchSize, flushIntervalMs, keepWithoutLoad: false }, log);
+  // As the daemon runs it: each batch also looks for closed loads taking late readings.
+  const ingest = new Ingest(store, { batchSize, flushIntervalMs, keepWithoutLoad: false, lateReadingsMs: LOADS_DEFAULTS.late_readings_s * 1000 }, log);
   const bench = ingest.intake('bench', log);
   const t0 = performance.now();
   for (const r of readings) ingest.admit(r, bench);

@@ -57,6 +57,7 @@ export const LATENCY_MS = 150;
 /** Drains of the large backlog, each in turns with the ceiling (bench/drain.ts): 2a is their median (one in a quick run). */
 export const DRAIN_RUNS = QUICK ? 1 : 5;
 export const BUFFER_DEFAULTS = configSchema.shape.buffer.parse({});
+export const LOADS_DEFAULTS = configSchema.shape.loads.parse({});
 /** The agent's processes (drain worker, daemon) run with the unit's heap flags; reference clients with Node's defaults. */
 export const AGENT_NODE_OPTIONS = unitNodeOptions();
 /** And with the V8 flags `run` sets on itself (src/v8-tuning.ts; the drain worker sets them the same way). */

@@ -7,7 +7,8 @@ import type { Logger } from 'pino';
 import { ApiClient } from './api/client.js';
 import { addProxySecrets, proxyInUse } from './api/transport.js';
 import { enforceBounds } from './buffer/bounds.js';
-import { Ingest, type IngestOptions } from './buffer/ingest.js';
+import { Ingest } from './buffer/ingest.js';
+import { ingestOptionsOf } from './buffer/ingest-options.js';
 import { ReserveKeeper } from './buffer/disk.js';
 import { BufferLock } from './buffer/lock.js';
 import { corruptWhileRunning, openBuffer } from './buffer/recover.js';
@@ -111,7 +112,7 @@ export class Agent {
     this.store.onReserveReleased = () => this.reserve.released();
     this.reserve.start();
     this.clock.noteCommitted(this.store.newestReadingTime() ?? Number.NaN);
-    this.ingest = new Ingest(this.store, this.ingestOptions(config), this.log.child({ component: 'buffer' }));
+    this.ingest = new Ingest(this.store, ingestOptionsOf(config), this.log.child({ component: 'buffer' }));
     this.ingest.onError = (err) => this.checkFatal(err);
     // Positions become arrival, departure and delay milestones as they come (onAdmitted below).
     const detector = new MilestoneDetector(
@@ -219,15 +220,6 @@ export class Agent {
     this.opts.onFatal?.(fatal);
   }
 
-  private ingestOptions(config: Config): IngestOptions {
-    return {
-      batchSize: config.buffer.batch_size,
-      flushIntervalMs: config.buffer.flush_interval_ms,
-      keepWithoutLoad: config.privacy.record_without_load,
-      maxPending: config.buffer.max_pending,
-    };
-  }
-
   /** The key and any proxy password are scrubbed from logs from now on; a key file open to others is warned about. */
   private takeSecrets(key: KeyLookup, config: Config): void {
     addSecret(key.key);
@@ -312,7 +304,7 @@ export class Agent {
       synchronous: b.synchronous !== old.buffer.synchronous ? b.synchronous : undefined,
       cacheKb: b.cache_kb !== old.buffer.cache_kb ? b.cache_kb : undefined,
     });
-    this.ingest.configure(this.ingestOptions(config));
+    this.ingest.configure(ingestOptionsOf(config));
     const oldClient = this.client;
     this.client = client;
     this.sender.updateConfig(config, this.client);
@@ -348,6 +340,7 @@ export class Agent {
       'buffer.flush_interval_ms': this.ingest.options.flushIntervalMs,
       'buffer.max_pending': this.ingest.options.maxPending,
       'privacy.record_without_load': this.ingest.options.keepWithoutLoad,
+      'loads.late_readings_s': (this.ingest.options.lateReadingsMs ?? 0) / 1000,
       'delivery.poll_interval_ms': this.sender.pollIntervalMs,
       'health.listen': this.healthListen,
       'health.port': this.healthPort,

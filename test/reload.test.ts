@@ -104,6 +104,7 @@ function configs(url: string): { a: Config; b: Config } {
       shutdown_timeout_s: 9,
       conflict_is_delivered: false,
     },
+    loads: { late_readings_s: 600 },
     privacy: { record_without_load: true },
     codes: {
       default_reason: 'AI',
@@ -184,6 +185,7 @@ describe('reload (SIGHUP)', () => {
       'buffer.flush_interval_ms': 150,
       'buffer.max_pending': 777,
       'privacy.record_without_load': true,
+      'loads.late_readings_s': 600,
       'delivery.poll_interval_ms': 333,
       'api.base_url': b.api.base_url,
       'api.timeout_s': 7,

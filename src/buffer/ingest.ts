@@ -31,6 +31,8 @@ export interface IngestOptions {
   keepWithoutLoad: boolean;
   /** Cap on readings waiting in memory (e.g. while the disk is full); the oldest go first. */
   maxPending?: number;
+  /** `loads.late_readings_s` in ms: how long after `load end` a reading of its window still joins it (0 or none: not after the close). */
+  lateReadingsMs?: number;
 }
 
 export interface IngestStats {
@@ -304,6 +306,8 @@ export class Ingest {
         }
         this.countDrops();
         const { riders, committed } = this.riders.board();
+        const now = this.now();
+        const late = this.opts.lateReadingsMs;
         kept = this.store.insertReadings(
           batch,
           this.opts.keepWithoutLoad,
@@ -311,7 +315,9 @@ export class Ingest {
           riders,
           // The whole queue: every reading admitted until now is in the buffer with this
           // commit, so the loads ended before now can be closed (see Readings.insertReadings).
-          all ? this.now() : undefined,
+          all ? now : undefined,
+          // Closed loads ended since then still take the readings of their window (late readings).
+          late ? now - late : undefined,
         );
         committed();
       } catch (err) {

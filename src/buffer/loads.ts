@@ -129,6 +129,11 @@ export class Loads {
     ).map(toLoad);
   }
 
+  /** Loads ended at or after `sinceMs` (those still taking late readings, for `status`), the first ended first. */
+  endedSince(sinceMs: number): LoadRow[] {
+    return (this.db.prepare('SELECT * FROM loads WHERE ended_ms >= ? ORDER BY ended_ms, load_number').all(sinceMs) as RawLoad[]).map(toLoad);
+  }
+
   listLoads(includeEnded = false): LoadRow[] {
     const sql = includeEnded ? 'SELECT * FROM loads ORDER BY started_ms, load_number' : 'SELECT * FROM loads WHERE ended_ms IS NULL ORDER BY started_ms, load_number';
     return (this.db.prepare(sql).all() as RawLoad[]).map(toLoad);

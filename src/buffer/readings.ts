@@ -19,6 +19,7 @@ import { DUE, FAR, NEXT_READING_ID, SETTLE_LOADS, UNDONE } from './migrations.js
 import type { FixedRequest, Requests } from './requests.js';
 import { rideAlong, type Rider } from './riders.js';
 import type { BufferContext } from './store.js';
+import { LoadWindows } from './windows.js';
 import { MarkState, ReadingState, type LastFix, type StoredReading, type TraceRow } from './types.js';
 
 /** Room a committed reading takes, row and index, for the free-space check (measured about 90 B; rounded up). */
@@ -88,7 +89,7 @@ export class Readings {
   private readonly db: DB;
   private readonly insertRow: Statement;
   private readonly nextId: Statement;
-  private readonly openWindows: Statement;
+  private readonly windows: LoadWindows;
   private readonly closeEnded: Statement;
   private readonly settleLoads: Statement;
   private readonly windowOf: Statement;
@@ -113,8 +114,7 @@ export class Readings {
     this.db = db;
     this.nextId = db.prepare(NEXT_READING_ID).pluck();
     this.insertRow = db.prepare('INSERT INTO readings (id, resource_id, time_ms, lat, lon, speed, heading, odometer, temp_c, source, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)');
-    // The windows a new reading of the resource may fall in: its open loads (ended or not).
-    this.openWindows = db.prepare(`SELECT l.window_from_ms, l.window_until_ms FROM loads l WHERE l.resource_id = ? AND ${UNDONE} AND l.end_id IS NULL`).raw();
+    this.windows = new LoadWindows(db);
     this.closeEnded = db.prepare(`UPDATE loads SET end_id = (${NEXT_READING_ID}) - 1 WHERE end_id IS NULL AND ended_ms IS NOT NULL AND ended_ms <= ?`);
     this.settleLoads = db.prepare(SETTLE_LOADS);
     this.windowOf = db.prepare('SELECT resource_id, acked_id, end_id, window_from_ms, window_until_ms FROM loads WHERE load_number = ?');
@@ -154,8 +154,8 @@ export class Readings {
 
   /**
    * Commit a batch of validated readings in one transaction. Returns how many were kept: a
-   * reading is kept when an open load of its resource has its time in its window, or else
-   * (as unassigned) when `keepWithoutLoad`.
+   * reading is kept when an open load of its resource, or a closed one taking late readings,
+   * has its time in its window, or else (as unassigned) when `keepWithoutLoad`.
    */
   insertReadings(
     batch: ReadonlyArray<Reading & { source?: string }>,
@@ -170,35 +170,30 @@ export class Readings {
      * then are closed at the highest id, so their queries and the purge stop there.
      */
     committedBefore?: number,
+    /** Closed loads ended at or after this time (epoch ms) still take late readings of their window (see windows.ts). */
+    lateSince?: number,
   ): number {
     let kept = 0;
     // IMMEDIATE: the write lock is taken before the loads are read, so a load the CLI starts
     // or ends concurrently is seen either wholly before or wholly after this batch.
     this.db
       .transaction(() => {
-        // The windows are looked up in the batch's own transaction, once per resource, so a
-        // load started by the CLI a moment ago applies to the very next batch.
-        const windows = new Map<string, Array<[number, number | null]>>();
+        // The windows are looked up in the batch's own transaction, so a load started by the
+        // CLI a moment ago applies to the very next batch.
+        const windows = this.windows.batch(lateSince);
         let id = this.nextId.get() as number;
         for (let i = 0; i < batch.length; i++) {
           const r = batch[i];
-          let open = windows.get(r.resourceId);
-          if (open === undefined) {
-            open = this.openWindows.all(r.resourceId) as Array<[number, number | null]>;
-            windows.set(r.resourceId, open);
-          }
           const timeMs = Math.round(r.timeMs);
-          let state: number = ReadingState.UNASSIGNED;
-          for (const [from, until] of open) {
-            if (timeMs >= from && (until === null || timeMs < until)) {
-              state = ReadingState.WAITING;
-              break;
-            }
-          }
+          const state = windows.stateOf(r.resourceId, timeMs, id);
           if (state === ReadingState.UNASSIGNED && !keepWithoutLoad) continue;
           this.insertRow.run(id++, r.resourceId, timeMs, r.lat ?? null, r.lon ?? null, r.speed ?? null, r.heading ?? null, r.odometer ?? null, r.temperatureC ?? null, sources?.[i] ?? r.source ?? null, state);
           kept += 1;
         }
+        const adopted = windows.close();
+        // Rows that joined a load just now may lie below where the purge has got to.
+        if (adopted !== undefined) this.purgeFloor = Math.min(this.purgeFloor, adopted);
+        if (adopted !== undefined && this.purgePass) this.purgePass.floor = Math.min(this.purgePass.floor, adopted);
         // No row changes (and no page is written) unless a load ended since the last commit.
         if (committedBefore !== undefined && this.closeEnded.run(committedBefore).changes > 0) this.settleLoads.run();
         rideAlong(this.db, alongside);

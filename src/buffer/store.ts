@@ -91,6 +91,7 @@ export class Store implements BufferContext {
     this.activeLoadsOf = l.activeLoadsOf.bind(l);
     this.openLoadsOf = l.openLoadsOf.bind(l);
     this.listLoads = l.listLoads.bind(l);
+    this.endedSince = l.endedSince.bind(l);
     this.setNextStop = l.setNextStop.bind(l);
     this.commitMilestones = m.commitMilestones.bind(m);
     this.insertMilestone = m.insertMilestone.bind(m);
@@ -145,6 +146,7 @@ export class Store implements BufferContext {
   activeLoadsOf: Loads['activeLoadsOf'];
   openLoadsOf: Loads['openLoadsOf'];
   listLoads: Loads['listLoads'];
+  endedSince: Loads['endedSince'];
   setNextStop: Loads['setNextStop'];
   commitMilestones: Milestones['commitMilestones'];
   insertMilestone: Milestones['insertMilestone'];

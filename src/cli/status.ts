@@ -25,6 +25,8 @@ export interface StatusReport {
   nextTracePushMs: number | null;
   /** Every active load, by resource (a resource may carry several), with the readings it still has to send. */
   activeLoads: Array<{ loadNumber: string; resourceId: string; resourceType: string; nextStop: number | null; startedMs: number; backlog: number }>;
+  /** Ended loads still taking late readings of their window (loads.late_readings_s), until lateUntilMs, the first ended first. */
+  lateLoads: Array<{ loadNumber: string; resourceId: string; resourceType: string; endedMs: number; lateUntilMs: number; backlog: number }>;
   sources: DaemonState['sources'];
   /** The last fix of each resource (what a milestone without a position of its own uses), newest first. */
   lastFixes: Array<LastFix & { ageS: number }>;
@@ -43,7 +45,7 @@ function pidAlive(pid: number): boolean {
   }
 }
 
-export function buildStatus(store: Store, info: { deviceId: string; configFile: string; buffer: string }, nowMs = Date.now()): StatusReport {
+export function buildStatus(store: Store, info: { deviceId: string; configFile: string; buffer: string; lateReadingsS?: number }, nowMs = Date.now()): StatusReport {
   const state = store.getState<DaemonState>(DAEMON_STATE_KEY)?.value;
   let running = false;
   let note = 'the daemon has never run with this buffer';
@@ -67,6 +69,7 @@ export function buildStatus(store: Store, info: { deviceId: string; configFile: 
     delivery: state?.sender ?? null,
     nextTracePushMs: running ? (state?.nextTracePushMs ?? null) : null,
     activeLoads: activeLoads(store),
+    lateLoads: lateLoads(store, (info.lateReadingsS ?? 0) * 1000, nowMs),
     sources: state?.sources ?? [],
     lastFixes: store.lastFixes().map((f) => ({ ...f, ageS: Math.round((nowMs - f.timeMs) / 1000) })),
     commits: running ? (state?.ingest.trouble ?? null) : null,
@@ -85,6 +88,21 @@ function activeLoads(store: Store): StatusReport['activeLoads'] {
     resourceType: l.resourceType,
     nextStop: l.nextStop,
     startedMs: l.startedMs,
+    backlog: backlogs.get(l.loadNumber) ?? 0,
+  }));
+}
+
+/** The ended loads whose late readings still join them: ended less than `lateMs` ago. */
+function lateLoads(store: Store, lateMs: number, nowMs: number): StatusReport['lateLoads'] {
+  if (lateMs <= 0) return [];
+  const loads = store.endedSince(nowMs - lateMs);
+  const backlogs = store.backlogs(loads.map((l) => l.loadNumber));
+  return loads.map((l) => ({
+    loadNumber: l.loadNumber,
+    resourceId: l.resourceId,
+    resourceType: l.resourceType,
+    endedMs: l.endedMs!,
+    lateUntilMs: l.endedMs! + lateMs,
     backlog: backlogs.get(l.loadNumber) ?? 0,
   }));
 }
@@ -153,6 +171,10 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
   for (const [i, [resource, loads]] of [...byResource].entries()) {
     const each = loads.map((l) => `${l.loadNumber} (${l.resourceType}${l.nextStop ? `, next stop ${l.nextStop}` : ''}, ${l.backlog} reading${l.backlog === 1 ? '' : 's'} to send)`);
     row(i === 0 ? 'active loads' : '', `${resource}: ${each.join(', ')}`);
+  }
+  for (const [i, l] of r.lateLoads.entries()) {
+    const what = `${l.loadNumber} (ended ${ago(l.endedMs, nowMs)}, takes late readings of its window until ${ago(l.lateUntilMs, nowMs)}, ${l.backlog} reading${l.backlog === 1 ? '' : 's'} to send)`;
+    row(i === 0 ? 'ended loads' : '', `${l.resourceId}: ${what}`);
   }
   if (r.lastFixes.length === 0) row('last fix', 'none yet');
   for (const [i, f] of r.lastFixes.entries()) {

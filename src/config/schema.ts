@@ -186,6 +186,16 @@ export const configSchema = z
         if (d.retry_initial_s > d.retry_max_s) ctx.addIssue({ code: 'custom', path: ['retry_initial_s'], message: `expected at most retry_max_s (${d.retry_max_s}), got ${d.retry_initial_s}` });
       })
       .prefault({}),
+    loads: z
+      .strictObject({
+        /**
+         * A reading stamped inside an ended load's window that arrives this long after `load end`
+         * (an MQTT persistent session replayed, a gateway uploading its backlog) is still the
+         * load's and is sent; later, it is dropped and counted. 0: none is after the end's commit.
+         */
+        late_readings_s: nonNegative.max(7 * 86_400).default(21_600),
+      })
+      .prefault({}),
     privacy: z
       .strictObject({
         /** Keep readings of resources with no active load (they are never sent as traces). */

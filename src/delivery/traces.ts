@@ -3,7 +3,9 @@
  *
  * Sampling keeps at most one point per `samplingMs` of reading time, continuing from the
  * last point sent (`load.lastSampleMs`), so the same readings always give the same chunk:
- * a retry after a lost response sends the same body with the same idempotency key.
+ * a retry after a lost response sends the same body with the same idempotency key. A
+ * reading an interval or more older than that point (a late reading, docs/delivery.md) is
+ * thinned against the older points of its chunk instead.
  */
 import { createHash } from 'node:crypto';
 import type { TimeObject, Trace, TraceBody } from '../api/schemas.js';
@@ -104,6 +106,9 @@ interface Walk {
 function walkChunk(load: LoadRow, readings: TraceReadings, stopAt: (timeMs: number) => number | undefined, opts: TraceBuildOptions, final: boolean, sink: PointSink): Walk | undefined {
   const readingIds: number[] = [];
   let lastSampleMs = load.lastSampleMs;
+  // The last point older than lastSampleMs: late readings (which fill a gap of the trace the
+  // load sent before) are thinned among themselves, not dropped for being older.
+  let backSampleMs: number | null = null;
   let lastPointId = 0;
   let lastSeenId = 0;
   let tempC: number | undefined;
@@ -122,7 +127,12 @@ function walkChunk(load: LoadRow, readings: TraceReadings, stopAt: (timeMs: numb
         tempMs = timeMs;
       }
       if (rawLat === null || rawLon === null) continue;
-      if (opts.pointIds ? !opts.pointIds.has(id) : lastSampleMs !== null && timeMs - lastSampleMs < opts.samplingMs) continue;
+      if (opts.pointIds) {
+        if (!opts.pointIds.has(id)) continue;
+      } else if (lastSampleMs !== null) {
+        const behind = lastSampleMs - timeMs;
+        if (behind <= 0 ? -behind < opts.samplingMs : behind < opts.samplingMs || (backSampleMs !== null && Math.abs(timeMs - backSampleMs) < opts.samplingMs)) continue;
+      }
       const time = eventTime(new Date(timeMs), rawLat, rawLon, opts.dateForm);
       let tempValue: number | undefined;
       let tempDateTime: string | undefined;
@@ -136,7 +146,8 @@ function walkChunk(load: LoadRow, readings: TraceReadings, stopAt: (timeMs: numb
       sink(r, lastLat, lastLon, time, stopAt(timeMs), tempValue, tempDateTime);
       keyText += keyLine(r[6] ?? traceIdOf(opts.deviceId, id), time.dateTime);
       readingIds.push(id);
-      lastSampleMs = timeMs;
+      if (lastSampleMs === null || timeMs >= lastSampleMs) lastSampleMs = timeMs;
+      else backSampleMs = timeMs;
       lastPointId = id;
       if (readingIds.length >= opts.maxPoints) break pages;
     }

@@ -18,7 +18,7 @@ export function addStatusCommand(program: Command): void {
     .action((opts: { config?: string; json?: boolean }) => {
       const loaded = load(opts.config);
       const buffer = loaded.config.buffer.path;
-      const info = { deviceId: loaded.deviceId, configFile: loaded.file, buffer };
+      const info = { deviceId: loaded.deviceId, configFile: loaded.file, buffer, lateReadingsS: loaded.config.loads.late_readings_s };
       let report: StatusReport;
       if (buffer !== ':memory:' && !existsSync(buffer)) {
         // status only reads: a buffer that is not there is not created (by root, in a directory
