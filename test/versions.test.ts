@@ -95,6 +95,7 @@ describe('a newer CLI beside a daemon of an older schema', () => {
     ['load end', ['load', 'end', 'LB']],
     ['milestone', ['milestone', '--load', 'LC', '--code', 'X1', '--stop', '2']],
     ['dead-letter retry', ['dead-letter', 'retry', '--all']],
+    ['buffer salvage', ['buffer', 'salvage', FIXTURE]],
   ])('%s refuses to migrate a buffer the daemon holds: exit 75, the file untouched', async (_name, args) => {
     await holdLock();
     const before = files();
