@@ -43,7 +43,7 @@ export class CliError extends AgentError {
   }
 }
 
-export type BufferProblem = 'corrupt' | 'newer' | 'foreign-wal' | 'access' | 'locked';
+export type BufferProblem = 'corrupt' | 'newer' | 'foreign-wal' | 'access' | 'locked' | 'held' | 'older';
 
 const BUFFER_EXIT: Record<BufferProblem, number> = {
   // The file's content cannot be used as it is: someone must decide what to do with it.
@@ -54,6 +54,10 @@ const BUFFER_EXIT: Record<BufferProblem, number> = {
   access: EXIT.CANTCREAT,
   // Another daemon runs on this buffer: a second one must not start.
   locked: EXIT.CONFIG,
+  // Older than this version and held by a running daemon (or too large to read from a copy
+  // upgraded in memory): restarting the service upgrades it, then the same command works.
+  held: EXIT.TEMPFAIL,
+  older: EXIT.TEMPFAIL,
 };
 
 /** The buffer cannot be used; the message names the file and what to do. */

@@ -75,10 +75,12 @@ describe('buffer file', () => {
       tmp.cleanup();
       mkdirSync(tmp.dir, { recursive: true });
       agentConfig(tmp.dir, 'http://127.0.0.1:9');
-      const results = await Promise.all(Array.from({ length: 6 }, () => runCli(['load', 'list', '--config', cfg])));
+      // Commands that write: one that only reads creates no buffer (src/buffer/read.ts).
+      const results = await Promise.all(Array.from({ length: 6 }, (_, i) => runCli(['load', 'start', `L${i}`, '--resource', `T${i}`, '--config', cfg])));
       for (const r of results) expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 0, stderr: '' });
       const db = new Database(path, { readonly: true });
       expect(db.pragma('user_version', { simple: true })).toBe(SCHEMA_VERSION);
+      expect(db.prepare('SELECT count(*) FROM loads').pluck().get()).toBe(6);
       db.close();
     }
   }, 60_000);

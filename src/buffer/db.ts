@@ -1,6 +1,7 @@
 /**
  * Opening the buffer: every way a file can be unusable becomes a BufferError naming it and
- * what to do, and the schema is brought up to date (migrations.ts).
+ * what to do, and the schema is brought up to date (migrations.ts), by the daemon, or by
+ * another process only while no daemon holds the buffer. Reading only: read.ts.
  */
 import { accessSync, chownSync, closeSync, constants, existsSync, mkdirSync, openSync, readSync, statSync } from 'node:fs';
 import { userInfo } from 'node:os';
@@ -8,6 +9,7 @@ import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { BufferError, isCorruption } from '../errors.js';
 
+import { daemonHolding, lockFileOf } from './lock-holder.js';
 import { migrate, SCHEMA_VERSION } from './migrations.js';
 
 export type DB = Database.Database;
@@ -30,15 +32,22 @@ export interface OpenOptions {
    * stopped because it found the buffer corrupt.
    */
   verify?: boolean | 'full';
+  /**
+   * This process holds the daemon's lock (lock.ts): it may migrate the buffer. Any other
+   * process migrates an older buffer only while no daemon holds it (see refuseUpgradeBeside).
+   */
+  daemon?: boolean;
 }
 
 /** What the first 100 bytes of a database file say about it, read without SQLite. */
-interface Header {
+export interface Header {
   bytes: number;
   pageSize: number;
   /** Pages the header says the file has; undefined when that field is not maintained. */
   pages: number | undefined;
   applicationId: number;
+  /** `user_version`: the schema, as the file has it (a WAL beside it may hold a newer one). */
+  userVersion: number;
 }
 
 function readHeader(path: string): Header | 'empty' | 'not-sqlite' {
@@ -56,7 +65,7 @@ function readHeader(path: string): Header | 'empty' | 'not-sqlite' {
   const pageSize = raw === 1 ? 65536 : raw;
   // The page count in the header is valid only when its "version-valid-for" matches the change counter.
   const pages = buf.readUInt32BE(24) === buf.readUInt32BE(92) ? buf.readUInt32BE(28) : undefined;
-  return { bytes: size, pageSize, pages, applicationId: buf.readUInt32BE(68) };
+  return { bytes: size, pageSize, pages, applicationId: buf.readUInt32BE(68), userVersion: buf.readUInt32BE(60) };
 }
 
 /** How many times a header that looks truncated is read again, 50 ms apart. */
@@ -113,7 +122,7 @@ function accessError(file: string, detail: string): BufferError {
 }
 
 /** An error from SQLite or the file system, as a BufferError when it is one of ours to explain. */
-function explain(err: unknown, file: string): unknown {
+export function explain(err: unknown, file: string): unknown {
   if (err instanceof BufferError) return err;
   if (isCorruption(err)) return corrupt(file, (err as Error).message);
   const code = (err as { code?: string }).code ?? '';
@@ -124,6 +133,28 @@ function explain(err: unknown, file: string): unknown {
     return accessError(file, accessProblem(file) ?? (err as Error).message);
   }
   return err;
+}
+
+/**
+ * What the header of the file at `path` says, read without SQLite ('empty': no file, or no
+ * bytes yet), or a BufferError when it is no SQLite database or is cut short.
+ */
+export function checkFile(path: string): Header | 'empty' {
+  let header = existsSync(path) ? readHeader(path) : 'empty';
+  if (header === 'not-sqlite') throw corrupt(path, 'not an SQLite database');
+  // A checkpoint in another process (the daemon's, or the first open of a new buffer)
+  // writes page 1 before the pages that make the file longer: a header read in between
+  // claims pages the file does not have yet, and a sound buffer was called truncated. A
+  // truncated file stays truncated: look again for up to a second before saying so.
+  for (let i = 0; i < TRUNCATED_CHECKS && isTruncated(header); i++) {
+    Atomics.wait(PAUSE, 0, 0, 50);
+    header = readHeader(path);
+  }
+  if (isTruncated(header)) {
+    throw corrupt(path, `truncated: ${header.bytes} bytes where its header says ${header.pages * header.pageSize}`);
+  }
+  if (header === 'not-sqlite') throw corrupt(path, 'not an SQLite database');
+  return header;
 }
 
 /** Page size of a new buffer, bytes. */
@@ -138,20 +169,7 @@ export function openDatabase(path: string, opts: OpenOptions = {}): DB {
   const memory = path === ':memory:';
   try {
     if (!memory && !opts.readonly) mkdirSync(dirname(path), { recursive: true });
-    let header = !memory && existsSync(path) ? readHeader(path) : 'empty';
-    if (header === 'not-sqlite') throw corrupt(path, 'not an SQLite database');
-    // A checkpoint in another process (the daemon's, or the first open of a new buffer)
-    // writes page 1 before the pages that make the file longer: a header read in between
-    // claims pages the file does not have yet, and a sound buffer was called truncated. A
-    // truncated file stays truncated: look again for up to a second before saying so.
-    for (let i = 0; i < TRUNCATED_CHECKS && isTruncated(header); i++) {
-      Atomics.wait(PAUSE, 0, 0, 50);
-      header = readHeader(path);
-    }
-    if (isTruncated(header)) {
-      throw corrupt(path, `truncated: ${header.bytes} bytes where its header says ${header.pages * header.pageSize}`);
-    }
-    if (header === 'not-sqlite') throw corrupt(path, 'not an SQLite database');
+    const header = memory ? 'empty' : checkFile(path);
     if (header !== 'empty' && !opts.readonly) checkWalIdentity(path, header.applicationId);
     const db = new Database(path, { readonly: opts.readonly ?? false, fileMustExist: opts.readonly ?? false });
     try {
@@ -175,6 +193,7 @@ export function openDatabase(path: string, opts: OpenOptions = {}): DB {
           const result = db.pragma(opts.verify === 'full' ? 'integrity_check(1)' : 'quick_check(1)', { simple: true }) as string;
           if (result !== 'ok') throw corrupt(path, result);
         }
+        if (!memory && !opts.daemon) refuseUpgradeBeside(db, path);
         migrate(db, SCHEMA_VERSION, path);
         checkIdentity(db, path);
         // A new or just migrated buffer: put its identity into the main file now, so the
@@ -190,6 +209,26 @@ export function openDatabase(path: string, opts: OpenOptions = {}): DB {
   } catch (err) {
     throw explain(err, path);
   }
+}
+
+/**
+ * After a package upgrade the CLI is newer than the daemon still running: migrating the
+ * buffer under that daemon would leave it writing with the old schema's SQL into the new one
+ * (its window and acknowledgement rules, its columns), and its next start would find a
+ * buffer it calls "written by a newer version". Only a daemon migrates a buffer a daemon
+ * holds: this refuses, before anything is written, and says how to get there.
+ */
+function refuseUpgradeBeside(db: DB, path: string): void {
+  const version = db.pragma('user_version', { simple: true }) as number;
+  // 0: a buffer being created (a daemon starting beside this command creates it the same way).
+  if (version === 0 || version >= SCHEMA_VERSION) return;
+  const holder = daemonHolding(path);
+  if (!holder) return;
+  throw new BufferError(
+    'held',
+    path,
+    `${path}: this version of telematics-agent would upgrade the buffer (schema ${version} to ${SCHEMA_VERSION}), but the daemon holds it; restart the service to upgrade (systemctl restart telematics-agent: the daemon upgrades the buffer as it starts; ${holder.pid ? `pid ${holder.pid}` : 'a daemon'} holds ${lockFileOf(path)}), then run this again. Nothing was changed.`,
+  );
 }
 
 /** The identity the buffer records in `meta`, or undefined before version 5. */
@@ -241,7 +280,7 @@ export function walSalts(path: string): string | undefined {
  * on the header page, which a WAL holds only if a transaction of its generation wrote that
  * page; the daemon makes sure one does (Store.keepIdentityInWal).
  */
-function checkWalIdentity(path: string, mainIdentity: number): void {
+export function checkWalIdentity(path: string, mainIdentity: number): void {
   // The last connection of another process deletes its WAL when it closes: gone between
   // an exists and a stat, it failed the open with ENOENT.
   const wal = statSync(`${path}-wal`, { throwIfNoEntry: false });

@@ -4,13 +4,15 @@
  * own (a POSIX record lock on a tiny database file in exclusive locking mode): the kernel
  * drops it when the process dies, however it dies, so a kill -9 or a power cut never leaves
  * a stale lock behind. The CLI does not take it: `status`, `load` and `milestone` keep working
- * beside the daemon.
+ * beside the daemon; it only looks whether a daemon holds it before it would migrate the
+ * buffer (lock-holder.ts, db.ts).
  */
-import { mkdirSync, readFileSync, statSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { BufferError } from '../errors.js';
 import { accessProblem, keepOwner } from './db.js';
+import { lockFileOf, lockHolder } from './lock-holder.js';
 
 export class BufferLock {
   private constructor(
@@ -20,11 +22,14 @@ export class BufferLock {
 
   /** Take the lock or throw a BufferError ('locked') naming the pid that holds it. */
   static acquire(bufferPath: string): BufferLock {
-    const file = `${bufferPath}.lock`;
+    const file = lockFileOf(bufferPath);
     let db: Database.Database | undefined;
     try {
       mkdirSync(dirname(file), { recursive: true });
-      db = new Database(file, { timeout: 0 });
+      // A second daemon gives up after this wait. Not at once: a CLI about to migrate the
+      // buffer reads the file (lock-holder.ts) to see whether a daemon holds it, and a daemon
+      // starting in that moment must not take the reader for another daemon.
+      db = new Database(file, { timeout: 1000 });
       db.pragma('locking_mode = EXCLUSIVE');
       // No journal file beside it: the one row it holds is only for people reading the file.
       db.pragma('journal_mode = MEMORY');
@@ -64,29 +69,4 @@ export class BufferLock {
   release(): void {
     if (this.db.open) this.db.close();
   }
-}
-
-/**
- * The pid holding a POSIX lock on the file, from /proc/locks (the kernel's own table, so it
- * is right even when the holder never got to write its pid anywhere).
- */
-export function lockHolder(file: string): number | undefined {
-  let ino: number;
-  try {
-    ino = statSync(file).ino;
-  } catch {
-    return undefined;
-  }
-  let text: string;
-  try {
-    text = readFileSync('/proc/locks', 'utf8');
-  } catch {
-    return undefined;
-  }
-  for (const line of text.split('\n')) {
-    // "1: POSIX  ADVISORY  WRITE 6609 fd:01:1234567 1073741824 1073742335"
-    const m = /^\d+:\s+POSIX\s+\S+\s+\S+\s+(\d+)\s+[0-9a-f]+:[0-9a-f]+:(\d+)\s/.exec(line);
-    if (m && Number(m[2]) === ino && Number(m[1]) !== process.pid) return Number(m[1]);
-  }
-  return undefined;
 }

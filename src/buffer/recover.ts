@@ -36,7 +36,8 @@ export function moveAside(path: string, nowMs = Date.now(), foreignWal = false):
 
 /** Open the daemon's buffer (see the top of this file). */
 export function openBuffer(b: BufferConfig, log: Logger): Store {
-  const opts = { synchronous: b.synchronous, cacheKb: b.cache_kb, reserveKb: b.reserve_kb };
+  // daemon: the agent took the buffer's lock before this, so it is the one that migrates it.
+  const opts = { synchronous: b.synchronous, cacheKb: b.cache_kb, reserveKb: b.reserve_kb, daemon: true };
   const last = b.path !== ':memory:' && existsSync(b.path) ? lastStop(b.path) : 'clean';
   const verify = last === 'clean' ? false : last === 'corrupt' ? 'full' : true;
   try {

@@ -1,8 +1,12 @@
 /**
  * What the commands share: writing lines, the --config option, loading the config with its
- * warnings, a buffer opened for one command, and checks of numbers typed as options.
+ * warnings, a buffer opened for one command (to write, or only to read), and checks of
+ * numbers typed as options.
  */
+import { existsSync } from 'node:fs';
 import { Option } from 'commander';
+import { SCHEMA_VERSION } from '../buffer/db.js';
+import { openForReading } from '../buffer/read.js';
 import { Store } from '../buffer/store.js';
 import { loadConfig, resolveConfigPath, type LoadedConfig } from '../config/load.js';
 import { CliError } from '../errors.js';
@@ -24,10 +28,33 @@ export function load(configPath: string | undefined): LoadedConfig {
   return loaded;
 }
 
-/** Open the buffer for one command and close it whatever happens. */
+/**
+ * Open the buffer for one command that writes, and close it whatever happens. An older
+ * buffer is migrated, unless a daemon holds it (exit 75, see db.ts).
+ */
 export function withStore<T>(loaded: LoadedConfig, fn: (store: Store) => T): T {
   const b = loaded.config.buffer;
-  const store = Store.open(b.path, { synchronous: b.synchronous, cacheKb: b.cache_kb, reserveKb: b.reserve_kb });
+  return closing(Store.open(b.path, { synchronous: b.synchronous, cacheKb: b.cache_kb, reserveKb: b.reserve_kb }), fn);
+}
+
+/**
+ * Open the buffer for one command that only reads, and close it whatever happens: nothing is
+ * written, migrated or created (../buffer/read.ts). A buffer that is not there reads as empty;
+ * one of an older schema is read from a copy upgraded in memory, and the command says so.
+ */
+export function withReader<T>(loaded: LoadedConfig, fn: (store: Store) => T): T {
+  const b = loaded.config.buffer;
+  if (b.path === ':memory:' || !existsSync(b.path)) return closing(Store.open(':memory:'), fn);
+  const { db, upgradedFrom } = openForReading(b.path, { cacheKb: b.cache_kb });
+  if (upgradedFrom !== undefined) {
+    err(
+      `note: ${b.path} is at buffer schema ${upgradedFrom} (this version's is ${SCHEMA_VERSION}): read from a copy upgraded in memory, the file is unchanged; the daemon upgrades it at its next start (restart the service after upgrading the package)`,
+    );
+  }
+  return closing(new Store(db), fn);
+}
+
+function closing<T>(store: Store, fn: (store: Store) => T): T {
   try {
     return fn(store);
   } finally {

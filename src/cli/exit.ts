@@ -19,6 +19,12 @@ export const EXIT = {
   DATA: 65,
   /** EX_CANTCREAT: the buffer (or its directory) cannot be opened or created by this user. */
   CANTCREAT: 73,
+  /**
+   * EX_TEMPFAIL: the buffer needs the schema of this (newer) version and the daemon that holds
+   * it is older: a command that would migrate it refuses (restart the service to upgrade), and
+   * one that reads it says so when it cannot read it as it is.
+   */
+  TEMPFAIL: 75,
   /** EX_CONFIG: the configuration is invalid, the key is missing, or another daemon holds the buffer. */
   CONFIG: 78,
 } as const;

@@ -41,7 +41,8 @@ export function buildProgram(): Command {
       `
 Exit status: 0 ok, 1 run-time failure, 3 daemon not running (status), 64 usage error,
 65 bad input data or an unusable buffer (corrupt, newer version), 73 buffer cannot be
-opened or created, 78 invalid configuration, no key, or another daemon on the buffer.`,
+opened or created, 75 the buffer's schema needs an upgrade that the daemon still running must
+do (restart the service), 78 invalid configuration, no key, or another daemon on the buffer.`,
     )
     .hook('preAction', (_program, command) => {
       daemon = command.name() === 'run';

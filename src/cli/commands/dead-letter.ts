@@ -4,7 +4,7 @@
  */
 import { type Command, Option } from 'commander';
 import { CliError } from '../../errors.js';
-import { configOption, load, out, parseIntArg, withStore } from '../common.js';
+import { configOption, load, out, parseIntArg, withReader, withStore } from '../common.js';
 import { EXIT } from '../exit.js';
 
 export function addDeadLetterCommand(program: Command): void {
@@ -16,7 +16,7 @@ export function addDeadLetterCommand(program: Command): void {
     .addOption(configOption())
     .action((opts: { json?: boolean; config?: string }) => {
       const loaded = load(opts.config);
-      const rows = withStore(loaded, (store) => store.listDeadLetters());
+      const rows = withReader(loaded, (store) => store.listDeadLetters());
       if (opts.json) return out(JSON.stringify(rows, null, 2));
       if (rows.length === 0) return out('no dead letters');
       for (const r of rows) {

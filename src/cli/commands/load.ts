@@ -7,7 +7,7 @@ import { CliError } from '../../errors.js';
 import { resourceTypeOf, RESOURCE_TYPES } from '../../milestones/codes.js';
 import { checkLoadNumber } from '../../milestones/record.js';
 import { readStopsFile } from '../../milestones/stops.js';
-import { configOption, err, load, out, withStore } from '../common.js';
+import { configOption, err, load, out, withReader, withStore } from '../common.js';
 import { EXIT } from '../exit.js';
 
 export function addLoadCommand(program: Command): void {
@@ -60,7 +60,7 @@ export function addLoadCommand(program: Command): void {
     .addOption(configOption())
     .action((opts: { all?: boolean; json?: boolean; config?: string }) => {
       const loaded = load(opts.config);
-      const loads = withStore(loaded, (store) => {
+      const loads = withReader(loaded, (store) => {
         // By resource, each one's loads oldest first: what a truck carries reads together.
         const rows = store.listLoads(opts.all ?? false).sort((a, b) => (a.resourceId < b.resourceId ? -1 : a.resourceId > b.resourceId ? 1 : a.startedMs - b.startedMs));
         const backlogs = store.backlogs(rows.map((l) => l.loadNumber));

@@ -6,7 +6,7 @@ import type { Command } from 'commander';
 import { CliError } from '../../errors.js';
 import { formatTime } from '../../geo/timezone.js';
 import { MilestoneError, recordMilestone } from '../../milestones/record.js';
-import { configOption, err, load, out, parseCoordinate, parseIntArg, withStore } from '../common.js';
+import { configOption, err, load, out, parseCoordinate, parseIntArg, withReader, withStore } from '../common.js';
 import { EXIT } from '../exit.js';
 
 export function addMilestoneCommand(program: Command): void {
@@ -76,7 +76,7 @@ any, it goes without a city and state, in this device's zone (a warning says so)
     .action((opts: { load: string; json?: boolean; config?: string }) => {
       // `milestone --config F list ...` gives the option to the parent command.
       const loaded = load(opts.config ?? (milestone.opts() as { config?: string }).config);
-      const rows = withStore(loaded, (store) => {
+      const rows = withReader(loaded, (store) => {
         if (!store.getLoad(opts.load)) throw new MilestoneError(`load ${opts.load}: no such load`);
         return store.listMilestones(opts.load);
       });

@@ -4,8 +4,7 @@
  */
 import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
-import { Store } from '../../buffer/store.js';
-import { configOption, load, out, withStore } from '../common.js';
+import { configOption, load, out, withReader } from '../common.js';
 import { EXIT } from '../exit.js';
 import { buildStatus, formatStatus, type StatusReport } from '../status.js';
 
@@ -19,20 +18,12 @@ export function addStatusCommand(program: Command): void {
       const loaded = load(opts.config);
       const buffer = loaded.config.buffer.path;
       const info = { deviceId: loaded.deviceId, configFile: loaded.file, buffer, lateReadingsS: loaded.config.loads.late_readings_s };
-      let report: StatusReport;
-      if (buffer !== ':memory:' && !existsSync(buffer)) {
-        // status only reads: a buffer that is not there is not created (by root, in a directory
-        // the service user could then not use, or at a path the daemon has not taken up yet).
-        const empty = Store.open(':memory:');
-        try {
-          report = buildStatus(empty, info);
-        } finally {
-          empty.close();
-        }
-        report.daemon.note = `no buffer at ${buffer}: the daemon has never run with this config`;
-      } else {
-        report = withStore(loaded, (store) => buildStatus(store, info));
-      }
+      // status only reads (withReader): a buffer that is not there is not created (by root, in
+      // a directory the service user could then not use, or at a path the daemon has not taken
+      // up yet), and an older one is not migrated under the daemon still running on it.
+      const missing = buffer !== ':memory:' && !existsSync(buffer);
+      const report: StatusReport = withReader(loaded, (store) => buildStatus(store, info));
+      if (missing) report.daemon.note = `no buffer at ${buffer}: the daemon has never run with this config`;
       out(opts.json ? JSON.stringify(report, null, 2) : formatStatus(report));
       if (!report.daemon.running) process.exitCode = EXIT.NOT_RUNNING;
     });
