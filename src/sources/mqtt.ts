@@ -10,15 +10,18 @@
  * The connection is MQTT.js's, with the reconnecting done here: MQTT.js retries at a fixed
  * period, and a broker that is away for a day should not be knocked on every second. With
  * QoS 1 and `clean = false` (the defaults) the broker keeps the session under the client id:
- * messages published while the agent is down or reconnecting are handed over when it is back.
+ * messages published while the agent is down or reconnecting are handed over when it is back,
+ * and a QoS 1 message is acknowledged only once its reading is committed (acks.ts), so one the
+ * agent took but had not committed when it was killed comes again too.
  */
 import { readFileSync } from 'node:fs';
 import { rootCertificates } from 'node:tls';
 import { connect, type IClientOptions, type MqttClient } from 'mqtt';
 import { Backoff } from '../backoff.js';
-import type { MqttSourceConfig } from '../config/schema.js';
+import { MQTT_RECEIVE_MAXIMUM, type MqttSourceConfig } from '../config/schema.js';
 import { defaultDeviceId, mqttClientId } from '../config/load.js';
 import { addSecret } from '../log.js';
+import { ACK_LATER, AckQueue, CAN_ACK_LATER, sendPuback } from './acks.js';
 import { AttemptLog, sourceHealth, timer } from './common.js';
 import { MqttDecoder } from './mqtt-decode.js';
 import type { Source, SourceContext, SourceHealth } from './types.js';
@@ -83,6 +86,10 @@ export class MqttSource implements Source {
   private lastError: string | undefined;
   private lastMessageMs: number | undefined;
   private connectedAtMs = 0;
+  /** Unacknowledged QoS 1 messages the broker may send (MQTT 5 tells it). */
+  private readonly window: number;
+  /** QoS 1 messages acknowledged once committed; undefined: on arrival (QoS 0, or a context that cannot tell commits). */
+  private readonly acks: AckQueue | undefined;
   readonly counters = { messages: 0, tooLarge: 0, notJson: 0, invalid: 0, otherTopic: 0, retainedWithoutTime: 0, connects: 0, connectFailures: 0 };
 
   constructor(
@@ -95,6 +102,13 @@ export class MqttSource implements Source {
     this.backoff = new Backoff({ initialMs: cfg.reconnect_initial_s * 1000, maxMs: cfg.reconnect_max_s * 1000, jitter: false });
     this.stableMs = Math.max(10_000, cfg.reconnect_max_s * 1000);
     this.attempts = new AttemptLog(ctx.log, `MQTT broker at ${this.broker}`);
+    this.window = cfg.receive_maximum ?? MQTT_RECEIVE_MAXIMUM[cfg.protocol_version];
+    if (ctx.commits && cfg.qos === 1 && CAN_ACK_LATER) {
+      const ack = (messageId: number) => {
+        if (this.client?.connected) sendPuback(this.client, messageId);
+      };
+      this.acks = new AckQueue(ctx.commits, { delayMs: cfg.ack_delay_ms, batch: Math.max(1, Math.floor(this.window / 2)) }, ack, () => this.reconnect());
+    }
   }
 
   /** The client id the broker knows this agent's session by. */
@@ -104,6 +118,8 @@ export class MqttSource implements Source {
 
   async start(): Promise<void> {
     this.active = true;
+    if (this.ctx.commits && this.cfg.qos === 1 && !CAN_ACK_LATER)
+      this.ctx.log.error('this MQTT.js cannot acknowledge a message after its commit: QoS 1 messages are acknowledged on arrival, and a crash loses those not yet committed');
     // Not awaited: a broker that drops packets must not hold up the other sources.
     this.open();
   }
@@ -112,6 +128,10 @@ export class MqttSource implements Source {
     // First: a message that arrives from here on is neither taken nor acknowledged, so the
     // broker keeps it for the next start (taken and acknowledged late, it came twice).
     this.active = false;
+    // What waits for its commit: committed and acknowledged now, before the DISCONNECT (the
+    // broker would send it again at the next start, and it would be committed twice).
+    this.acks?.commitNow();
+    this.acks?.stop();
     clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
     const client = this.client;
@@ -150,7 +170,7 @@ export class MqttSource implements Source {
     } else if (this.backoff.failures > 0) detail = `not connected to ${this.broker}: ${this.lastError ?? 'connection closed'} (${this.backoff.failures} attempts; retrying)`;
     else detail = `connecting to ${this.broker}`;
     if (tooLarge + notJson + invalid > 0) detail += `; refused: ${notJson} not JSON, ${tooLarge} too large, ${invalid} invalid`;
-    return sourceHealth(this.ctx, { healthy: this.active && this.connected && this.subscribed && !silent, detail }, { ...this.counters });
+    return sourceHealth(this.ctx, { healthy: this.active && this.connected && this.subscribed && !silent, detail }, { ...this.counters, droppedBeforeCommit: this.acks?.dropped ?? 0 });
   }
 
   private open(): void {
@@ -167,13 +187,15 @@ export class MqttSource implements Source {
     const client = connect(this.cfg.url, options);
     this.client = client;
     const current = () => client === this.client && this.active;
-    // MQTT.js acknowledges a QoS 1 message once this calls back: not for a client being
-    // replaced or stopped, so the broker keeps the message.
-    client.handleMessage = (_packet, callback) => {
-      if (current()) callback();
+    // MQTT.js acknowledges a QoS 1 message once this calls back without an error: not for a
+    // client being replaced or stopped, so the broker keeps the message; and not when the
+    // acknowledgement waits for the commit (acks.ts).
+    client.handleMessage = (packet, callback) => {
+      if (current()) callback(this.acks && packet.qos === 1 ? ACK_LATER : undefined);
     };
     client.on('connect', (connack) => {
       if (!current()) return;
+      this.acks?.newConnection();
       this.connected = true;
       this.subscribed = false;
       this.subscribeError = undefined;
@@ -203,13 +225,17 @@ export class MqttSource implements Source {
       });
     });
     client.on('message', (topic, payload, packet) => {
-      if (current()) this.onMessage(topic, payload, packet.retain);
+      if (!current()) return;
+      const from = this.acks?.position;
+      this.onMessage(topic, payload, packet.retain);
+      if (from !== undefined && packet.qos === 1 && packet.messageId !== undefined) this.acks!.take(packet.messageId, from);
     });
     client.on('error', (err) => {
       if (client === this.client) this.lastError = describe(err);
     });
     client.on('close', () => {
       if (!current()) return;
+      this.acks?.newConnection();
       if (this.connected) {
         this.ctx.log.warn({ broker: this.broker }, 'connection to the MQTT broker closed; reconnecting');
         // Only a connection that lasted starts the backoff over: a broker that takes us and
@@ -242,7 +268,7 @@ export class MqttSource implements Source {
     if (c.protocol_version === 5) {
       // MQTT 5 ends a session at the disconnect unless told otherwise; and the broker does
       // not send a message the agent would only drop (max_message_bytes, and the topic).
-      options.properties = { maximumPacketSize: c.max_message_bytes + PUBLISH_OVERHEAD, ...(c.clean ? {} : { sessionExpiryInterval: SESSION_EXPIRY_S }) };
+      options.properties = { maximumPacketSize: c.max_message_bytes + PUBLISH_OVERHEAD, receiveMaximum: this.window, ...(c.clean ? {} : { sessionExpiryInterval: SESSION_EXPIRY_S }) };
     }
     if (c.username) options.username = c.username;
     if (c.password_file) {
@@ -273,6 +299,16 @@ export class MqttSource implements Source {
       }
       this.open();
     }, wait);
+  }
+
+  /**
+   * A message's reading was dropped from memory before its commit (buffer.max_pending): the
+   * connection is closed ('close' opens it again, with the backoff), so the broker, which
+   * never had its PUBACK, sends it again.
+   */
+  private reconnect(): void {
+    this.ctx.log.error({ broker: this.broker }, 'a message was dropped from memory before its commit (buffer.max_pending): reconnecting, so the broker sends it again');
+    this.client?.end(true);
   }
 
   private onMessage(topic: string, payload: Buffer, retained: boolean): void {
