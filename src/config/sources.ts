@@ -169,6 +169,12 @@ const topicFilter = z
     });
   });
 
+/**
+ * receive_maximum when not set, by protocol_version: MQTT 5 tells the broker; 3.1.1 cannot, and
+ * mosquitto sends such a client 20 unacknowledged messages at most (max_inflight_messages).
+ */
+export const MQTT_RECEIVE_MAXIMUM = { 5: 1000, 4: 20 } as const;
+
 /** Readings published to an MQTT broker (depot gateways, sensor hubs). */
 export const mqttSourceSchema = z
   .strictObject({
@@ -212,6 +218,18 @@ export const mqttSourceSchema = z
      * published while the agent is away, and hands them over when it comes back.
      */
     clean: z.boolean().default(false),
+    /**
+     * QoS 1 messages the broker may send before the agent acknowledges them (it does once their
+     * readings are committed; a commit is made when half of them wait). MQTT 5 tells the broker
+     * (Receive Maximum); with 3.1.1 the broker's own limit applies, and this must not be above
+     * it (mosquitto: max_inflight_messages). Default: MQTT_RECEIVE_MAXIMUM.
+     */
+    receive_maximum: z.number().int().min(2).max(65_535).optional(),
+    /**
+     * The longest a QoS 1 message waits for the commit that lets it be acknowledged: a commit is
+     * made for it then. Longer: fewer commits from a slow feed (flash wear), later acknowledgements.
+     */
+    ack_delay_ms: z.number().int().min(10).max(60_000).default(500),
     /** The resource id is this level of the topic, counted from 1 (`fleet/+/telemetry`: 2). */
     resource_from_topic: z.number().int().min(1).max(64).optional(),
     /** Payload names of the reading fields, e.g. { temperature = "temp_c", time = "ts" }; a dotted name reaches inside an object ("gps.lat"). */

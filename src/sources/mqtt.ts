@@ -10,150 +10,23 @@
  * The connection is MQTT.js's, with the reconnecting done here: MQTT.js retries at a fixed
  * period, and a broker that is away for a day should not be knocked on every second. With
  * QoS 1 and `clean = false` (the defaults) the broker keeps the session under the client id:
- * messages published while the agent is down or reconnecting are handed over when it is back.
+ * messages published while the agent is down or reconnecting are handed over when it is back,
+ * and a QoS 1 message is acknowledged only once its reading is committed (acks.ts), so one the
+ * agent took but had not committed when it was killed comes again too.
  */
 import { readFileSync } from 'node:fs';
 import { rootCertificates } from 'node:tls';
 import { connect, type IClientOptions, type MqttClient } from 'mqtt';
 import { Backoff } from '../backoff.js';
-import type { MqttSourceConfig } from '../config/schema.js';
+import { MQTT_RECEIVE_MAXIMUM, type MqttSourceConfig } from '../config/schema.js';
 import { defaultDeviceId, mqttClientId } from '../config/load.js';
 import { addSecret } from '../log.js';
-import { AttemptLog, preview, sourceHealth, timer } from './common.js';
-import type { Reading, Source, SourceContext, SourceHealth } from './types.js';
+import { ACK_LATER, AckQueue, CAN_ACK_LATER, sendPuback } from './acks.js';
+import { AttemptLog, sourceHealth, timer } from './common.js';
+import { MqttDecoder } from './mqtt-decode.js';
+import type { Source, SourceContext, SourceHealth } from './types.js';
 
-type Json = Record<string, unknown>;
-
-/** Why a message, or one reading of it, was refused: the counters `status` shows. */
-export type MqttRejectReason = 'tooLarge' | 'notJson' | 'invalid';
-
-export interface MqttMapping {
-  /** Reading field -> name in the payload (dotted: inside an object). */
-  fields: Record<string, string>;
-  /** The topic level (from 1) that is the resource id. */
-  resourceFromTopic?: number;
-  temperatureUnit: 'C' | 'F';
-  maxMessageBytes: number;
-}
-
-export interface DecodedMessage {
-  /** Readings in good form, each with where it came from (for admission's log line), and whether the message gave its time. */
-  readings: Array<{ reading: Reading; where: string; timed: boolean }>;
-  /** One per refused message or reading, with its reason. */
-  problems: Array<{ reason: MqttRejectReason; text: string }>;
-}
-
-/** Epoch numbers below this are seconds (1e11 s is the year 5138; 1e11 ms is 1973). */
-const SECONDS_BELOW = 1e11;
-const ISO_WITH_ZONE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})$/i;
-
-/**
- * A payload's value in words for a problem line: never JSON.stringify, which throws on a value
- * nested a few thousand deep (a 10 KB message) and would take the daemon down with it.
- */
-function describeValue(v: unknown): string {
-  if (typeof v === 'string') return preview(v, 30);
-  if (typeof v === 'number' || typeof v === 'boolean') return String(v);
-  if (v === null) return 'null';
-  return Array.isArray(v) ? 'an array' : typeof v === 'object' ? 'an object' : typeof v;
-}
-
-/** A payload's value at a field's name: own properties only, a dotted name walks into objects. */
-function valueAt(obj: Json, name: string): unknown {
-  let v: unknown = obj;
-  for (const part of name.split('.')) {
-    if (typeof v !== 'object' || v === null || Array.isArray(v) || !Object.hasOwn(v, part)) return undefined;
-    v = (v as Json)[part];
-  }
-  return v;
-}
-
-/** Turns MQTT messages into readings: pure, so every rule is tested without a broker. */
-export class MqttDecoder {
-  constructor(private readonly m: MqttMapping) {}
-
-  decode(topic: string, payload: Buffer, nowMs: number): DecodedMessage {
-    const out: DecodedMessage = { readings: [], problems: [] };
-    if (payload.length > this.m.maxMessageBytes) {
-      out.problems.push({ reason: 'tooLarge', text: `topic ${topic}: message of ${payload.length} bytes, more than max_message_bytes (${this.m.maxMessageBytes}); dropped` });
-      return out;
-    }
-    const text = payload.toString('utf8');
-    let json: unknown;
-    try {
-      json = JSON.parse(text);
-    } catch {
-      out.problems.push({ reason: 'notJson', text: `topic ${topic}: not JSON: ${preview(text)}` });
-      return out;
-    }
-    const items = Array.isArray(json) ? json : [json];
-    if (items.length === 0) out.problems.push({ reason: 'invalid', text: `topic ${topic}: an empty array, no reading` });
-    items.forEach((item, i) => {
-      const where = Array.isArray(json) ? `topic ${topic} [${i}]` : `topic ${topic}`;
-      const r = this.reading(topic, item, nowMs);
-      if (typeof r === 'string') out.problems.push({ reason: 'invalid', text: `${where}: ${r}` });
-      else out.readings.push({ reading: r, where, timed: valueAt(item as Json, this.m.fields.time ?? 'time') != null });
-    });
-    return out;
-  }
-
-  /** One reading, or why not (naming the field as the payload calls it). */
-  private reading(topic: string, item: unknown, nowMs: number): Reading | string {
-    if (typeof item !== 'object' || item === null || Array.isArray(item)) return `expected a JSON object (a reading), got ${Array.isArray(item) ? 'an array' : item === null ? 'null' : typeof item}`;
-    const obj = item as Json;
-    const name = (field: string) => this.m.fields[field] ?? field;
-    const get = (field: string) => {
-      const v = valueAt(obj, name(field));
-      return v === null ? undefined : v;
-    };
-    const num = (field: string): number | undefined | string => {
-      const v = get(field);
-      if (v === undefined) return undefined;
-      if (typeof v === 'number') return Number.isFinite(v) ? v : `${name(field)}: expected a finite number`;
-      return `${name(field)}: expected a number, got ${describeValue(v)}`;
-    };
-
-    let resourceId: string;
-    if (this.m.resourceFromTopic !== undefined) {
-      const level = topic.split('/')[this.m.resourceFromTopic - 1];
-      if (!level) return `topic ${JSON.stringify(topic)} has no level ${this.m.resourceFromTopic} (resource_from_topic)`;
-      resourceId = level;
-    } else {
-      const v = get('resourceId');
-      if (typeof v === 'number' && Number.isSafeInteger(v)) resourceId = String(v);
-      else if (typeof v === 'string') resourceId = v;
-      else return v === undefined ? `${name('resourceId')}: missing (or set resource_from_topic)` : `${name('resourceId')}: expected a string, got ${describeValue(v)}`;
-    }
-    if (resourceId.length === 0 || resourceId.length > 64) return `${this.m.resourceFromTopic !== undefined ? 'resource id from the topic' : name('resourceId')}: expected 1 to 64 characters`;
-
-    const time = get('time');
-    let timeMs: number;
-    if (time === undefined) timeMs = nowMs;
-    else if (typeof time === 'number' && Number.isFinite(time) && time > 0) timeMs = Math.round(time < SECONDS_BELOW ? time * 1000 : time);
-    else if (typeof time === 'string' && ISO_WITH_ZONE.test(time) && Number.isFinite(Date.parse(time))) timeMs = Date.parse(time);
-    else return `${name('time')}: expected an ISO 8601 time with Z or an offset, or epoch seconds or milliseconds, got ${describeValue(time)}`;
-
-    const values: Record<string, number | undefined> = {};
-    for (const field of ['latitude', 'longitude', 'speed', 'heading', 'odometer', 'temperature']) {
-      const v = num(field);
-      if (typeof v === 'string') return v;
-      values[field] = v;
-    }
-    const unit = get('temperatureUnit') ?? this.m.temperatureUnit;
-    if (unit !== 'C' && unit !== 'F') return `${name('temperatureUnit')}: expected "C" or "F", got ${describeValue(unit)}`;
-    const t = values.temperature;
-    return {
-      resourceId,
-      timeMs,
-      lat: values.latitude,
-      lon: values.longitude,
-      speed: values.speed,
-      heading: values.heading,
-      odometer: values.odometer,
-      temperatureC: t === undefined ? undefined : unit === 'F' ? Math.round(((t - 32) / 1.8) * 1000) / 1000 : t,
-    };
-  }
-}
+export { type DecodedMessage, MqttDecoder, type MqttMapping, type MqttRejectReason } from './mqtt-decode.js';
 
 /** What the log and `status` call the broker: the URL without any user name in it. */
 function brokerName(url: string): string {
@@ -213,6 +86,10 @@ export class MqttSource implements Source {
   private lastError: string | undefined;
   private lastMessageMs: number | undefined;
   private connectedAtMs = 0;
+  /** Unacknowledged QoS 1 messages the broker may send (MQTT 5 tells it). */
+  private readonly window: number;
+  /** QoS 1 messages acknowledged once committed; undefined: on arrival (QoS 0, or a context that cannot tell commits). */
+  private readonly acks: AckQueue | undefined;
   readonly counters = { messages: 0, tooLarge: 0, notJson: 0, invalid: 0, otherTopic: 0, retainedWithoutTime: 0, connects: 0, connectFailures: 0 };
 
   constructor(
@@ -225,6 +102,13 @@ export class MqttSource implements Source {
     this.backoff = new Backoff({ initialMs: cfg.reconnect_initial_s * 1000, maxMs: cfg.reconnect_max_s * 1000, jitter: false });
     this.stableMs = Math.max(10_000, cfg.reconnect_max_s * 1000);
     this.attempts = new AttemptLog(ctx.log, `MQTT broker at ${this.broker}`);
+    this.window = cfg.receive_maximum ?? MQTT_RECEIVE_MAXIMUM[cfg.protocol_version];
+    if (ctx.commits && cfg.qos === 1 && CAN_ACK_LATER) {
+      const ack = (messageId: number) => {
+        if (this.client?.connected) sendPuback(this.client, messageId);
+      };
+      this.acks = new AckQueue(ctx.commits, { delayMs: cfg.ack_delay_ms, batch: Math.max(1, Math.floor(this.window / 2)) }, ack, () => this.reconnect());
+    }
   }
 
   /** The client id the broker knows this agent's session by. */
@@ -234,6 +118,8 @@ export class MqttSource implements Source {
 
   async start(): Promise<void> {
     this.active = true;
+    if (this.ctx.commits && this.cfg.qos === 1 && !CAN_ACK_LATER)
+      this.ctx.log.error('this MQTT.js cannot acknowledge a message after its commit: QoS 1 messages are acknowledged on arrival, and a crash loses those not yet committed');
     // Not awaited: a broker that drops packets must not hold up the other sources.
     this.open();
   }
@@ -242,6 +128,10 @@ export class MqttSource implements Source {
     // First: a message that arrives from here on is neither taken nor acknowledged, so the
     // broker keeps it for the next start (taken and acknowledged late, it came twice).
     this.active = false;
+    // What waits for its commit: committed and acknowledged now, before the DISCONNECT (the
+    // broker would send it again at the next start, and it would be committed twice).
+    this.acks?.commitNow();
+    this.acks?.stop();
     clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
     const client = this.client;
@@ -280,7 +170,7 @@ export class MqttSource implements Source {
     } else if (this.backoff.failures > 0) detail = `not connected to ${this.broker}: ${this.lastError ?? 'connection closed'} (${this.backoff.failures} attempts; retrying)`;
     else detail = `connecting to ${this.broker}`;
     if (tooLarge + notJson + invalid > 0) detail += `; refused: ${notJson} not JSON, ${tooLarge} too large, ${invalid} invalid`;
-    return sourceHealth(this.ctx, { healthy: this.active && this.connected && this.subscribed && !silent, detail }, { ...this.counters });
+    return sourceHealth(this.ctx, { healthy: this.active && this.connected && this.subscribed && !silent, detail }, { ...this.counters, droppedBeforeCommit: this.acks?.dropped ?? 0 });
   }
 
   private open(): void {
@@ -297,13 +187,15 @@ export class MqttSource implements Source {
     const client = connect(this.cfg.url, options);
     this.client = client;
     const current = () => client === this.client && this.active;
-    // MQTT.js acknowledges a QoS 1 message once this calls back: not for a client being
-    // replaced or stopped, so the broker keeps the message.
-    client.handleMessage = (_packet, callback) => {
-      if (current()) callback();
+    // MQTT.js acknowledges a QoS 1 message once this calls back without an error: not for a
+    // client being replaced or stopped, so the broker keeps the message; and not when the
+    // acknowledgement waits for the commit (acks.ts).
+    client.handleMessage = (packet, callback) => {
+      if (current()) callback(this.acks && packet.qos === 1 ? ACK_LATER : undefined);
     };
     client.on('connect', (connack) => {
       if (!current()) return;
+      this.acks?.newConnection();
       this.connected = true;
       this.subscribed = false;
       this.subscribeError = undefined;
@@ -333,13 +225,17 @@ export class MqttSource implements Source {
       });
     });
     client.on('message', (topic, payload, packet) => {
-      if (current()) this.onMessage(topic, payload, packet.retain);
+      if (!current()) return;
+      const from = this.acks?.position;
+      this.onMessage(topic, payload, packet.retain);
+      if (from !== undefined && packet.qos === 1 && packet.messageId !== undefined) this.acks!.take(packet.messageId, from);
     });
     client.on('error', (err) => {
       if (client === this.client) this.lastError = describe(err);
     });
     client.on('close', () => {
       if (!current()) return;
+      this.acks?.newConnection();
       if (this.connected) {
         this.ctx.log.warn({ broker: this.broker }, 'connection to the MQTT broker closed; reconnecting');
         // Only a connection that lasted starts the backoff over: a broker that takes us and
@@ -372,7 +268,7 @@ export class MqttSource implements Source {
     if (c.protocol_version === 5) {
       // MQTT 5 ends a session at the disconnect unless told otherwise; and the broker does
       // not send a message the agent would only drop (max_message_bytes, and the topic).
-      options.properties = { maximumPacketSize: c.max_message_bytes + PUBLISH_OVERHEAD, ...(c.clean ? {} : { sessionExpiryInterval: SESSION_EXPIRY_S }) };
+      options.properties = { maximumPacketSize: c.max_message_bytes + PUBLISH_OVERHEAD, receiveMaximum: this.window, ...(c.clean ? {} : { sessionExpiryInterval: SESSION_EXPIRY_S }) };
     }
     if (c.username) options.username = c.username;
     if (c.password_file) {
@@ -403,6 +299,16 @@ export class MqttSource implements Source {
       }
       this.open();
     }, wait);
+  }
+
+  /**
+   * A message's reading was dropped from memory before its commit (buffer.max_pending): the
+   * connection is closed ('close' opens it again, with the backoff), so the broker, which
+   * never had its PUBACK, sends it again.
+   */
+  private reconnect(): void {
+    this.ctx.log.error({ broker: this.broker }, 'a message was dropped from memory before its commit (buffer.max_pending): reconnecting, so the broker sends it again');
+    this.client?.end(true);
   }
 
   private onMessage(topic: string, payload: Buffer, retained: boolean): void {

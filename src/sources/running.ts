@@ -8,6 +8,7 @@ import type { Ingest } from '../buffer/ingest.js';
 import type { TrustedClock } from '../clock.js';
 import type { Config } from '../config/schema.js';
 import type { DaemonState } from '../daemon-state.js';
+import { IngestCommits } from './commits.js';
 import { createSource, sourceName } from './index.js';
 import { systemClockUnset } from './time-guard.js';
 import type { Source, SourceContext } from './types.js';
@@ -18,13 +19,17 @@ export type SourceFactory = (ctx: { intake(name: string): SourceContext; log: Lo
 export class RunningSources {
   list: Source[] = [];
   private timeCounts = new Map<Source, { timeRejected: number }>();
+  /** One for the daemon's life: the sources of a reload see the same numbering of readings. */
+  private readonly commits: IngestCommits;
 
   constructor(
     private readonly ingest: Ingest,
     private readonly clock: TrustedClock,
     private readonly log: Logger,
     private readonly factory?: SourceFactory,
-  ) {}
+  ) {
+    this.commits = new IngestCommits(ingest);
+  }
 
   /** Build the sources of `config` (replacing the list; stop the old ones first). */
   async build(config: Config): Promise<void> {
@@ -41,7 +46,9 @@ export class RunningSources {
       const log = this.log.child({ component: 'source' });
       // The simulator's clock runs ahead of real time on purpose (time_scale): not judged.
       const intake = this.ingest.intake(sourceName(cfg, i), log, cfg.type === 'simulator' ? undefined : time);
-      const source = await createSource(cfg, intake);
+      // The intake itself, with the commits for a source that acknowledges once they are done
+      // (MQTT QoS 1): emit and reject are bound, counts is the intake's object.
+      const source = await createSource(cfg, { emit: intake.emit, reject: intake.reject, log: intake.log, counts: intake.counts, commits: this.commits });
       // The source's own name (e.g. simulator:TRUCK-1) once it exists; the same in logs, rows and status.
       intake.name = source.name;
       log.setBindings({ source: source.name });

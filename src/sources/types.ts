@@ -60,6 +60,31 @@ export interface SourceContext {
   log: Logger;
   /** What admission has counted for this source so far (for `health()`). */
   readonly counts: Readonly<SourceCounts>;
+  /**
+   * When what the source handed over is committed, for a source whose peer keeps a message
+   * until it is acknowledged (MQTT QoS 1). Absent (tools, tests): readings are committed on
+   * the buffer's own schedule and the source cannot tell when.
+   */
+  readonly commits?: Commits;
+}
+
+/**
+ * Readings queued by admission are numbered in order (of every source together); they leave
+ * memory in that order, committed or, past buffer.max_pending, dropped.
+ */
+export interface Commits {
+  /** The number the next reading queued will have: a reading handed over before now has a lower one. */
+  readonly position: number;
+  /**
+   * Calls `done` once every reading numbered below `to` has left memory: with true when those
+   * numbered from `from` on were all committed, false when one of them was dropped instead.
+   * In order: a later call is answered after an earlier one.
+   */
+  whenCommitted(from: number, to: number, done: (committed: boolean) => void): void;
+  /** Commits are failing now (a full disk): what waits is committed once they work again. */
+  readonly failing: boolean;
+  /** Commit what waits now, unless commits are failing (then on their own backoff). */
+  commitNow(): void;
 }
 
 export interface Source {
