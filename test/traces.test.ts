@@ -20,6 +20,7 @@ const load: LoadRow = {
   lastSampleMs: null,
   ackedId: 0,
   correlationId: null,
+  cursorFix: null,
 };
 const T0 = Date.UTC(2026, 0, 15, 18, 0, 0); // 12:00 CST in Chicago
 const opts: TraceBuildOptions = {

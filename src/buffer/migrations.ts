@@ -271,6 +271,30 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
             AND NOT EXISTS (SELECT 1 FROM load_marks m WHERE m.load_number = l.load_number AND m.reading_id = r.id));
     `);
   },
+  // 7 -> 8: a temperature-only reading (a parked reefer's 1-Wire sensor, no fix) is placed at
+  // the resource's newest fix before it. A load keeps that fix as of its cursor (fix_ms,
+  // fix_lat, fix_lon), written with each acknowledgement: the fix's own row is purged once
+  // delivered, long before the temperatures after it go. Loads not yet done take the newest
+  // fix at or below their cursor still in the buffer, else the resource's last fix if it is
+  // no newer than the first reading after the cursor.
+  (db) => {
+    db.exec(`
+      ALTER TABLE loads ADD COLUMN fix_ms INTEGER;
+      ALTER TABLE loads ADD COLUMN fix_lat REAL;
+      ALTER TABLE loads ADD COLUMN fix_lon REAL;
+      UPDATE loads AS l SET (fix_ms, fix_lat, fix_lon) = (
+        SELECT time_ms, lat, lon FROM (
+          SELECT 1 AS k, time_ms, lat, lon FROM (
+            SELECT r.time_ms, r.lat, r.lon FROM readings r
+             WHERE r.resource_id = l.resource_id AND r.id <= l.acked_id AND r.lat IS NOT NULL AND r.lon IS NOT NULL ORDER BY r.id DESC LIMIT 1)
+          UNION ALL
+          SELECT 2, f.time_ms, f.lat, f.lon FROM last_fix f
+           WHERE f.resource_id = l.resource_id AND f.time_ms <= coalesce(
+             (SELECT r.time_ms FROM readings r WHERE r.resource_id = l.resource_id AND r.id > l.acked_id ORDER BY r.id LIMIT 1), f.time_ms))
+        ORDER BY k LIMIT 1)
+       WHERE l.end_id IS NULL OR l.acked_id < l.end_id;
+    `);
+  },
 ];
 
 /** Far beyond any reading id or time: the open end of a window. */

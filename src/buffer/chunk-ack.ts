@@ -1,0 +1,54 @@
+/**
+ * What rides on a chunk's acknowledgement besides the cursor (`traces.temperature_without_fix`):
+ * the load's fix at its new cursor, where the temperature-only readings after it are placed,
+ * and the temperature-only readings the cursor passes without sending them (no fix recent
+ * enough, or "drop"), counted as dropped. All in the transaction that moves the cursor: a
+ * crash never leaves a count without its acknowledgement, or the other way round.
+ */
+import type { Statement } from 'better-sqlite3';
+import type { Readings } from './readings.js';
+import type { StateTable } from './state.js';
+import type { BufferContext } from './store.js';
+import type { Fix } from './types.js';
+
+/** Counter of temperature-only readings acknowledged unsent (`status`: "no fix"). */
+export const COUNTER_DROPPED_NO_FIX = 'readings_dropped_no_fix';
+
+/** What a chunk's acknowledgement carries besides the cursor. */
+export interface ChunkPassed {
+  /** The resource's newest fix at or below the new cursor (null: none yet). */
+  fix: Fix | null;
+  /** Temperature-only readings the cursor passes unsent. */
+  dropped: number;
+}
+
+export class ChunkAck {
+  private readonly setFix: Statement;
+
+  constructor(
+    private readonly ctx: BufferContext,
+    private readonly readings: Readings,
+    private readonly state: StateTable,
+  ) {
+    // Not behind the cursor: an acknowledgement of an older chunk leaves the newer fix.
+    this.setFix = ctx.db.prepare('UPDATE loads SET fix_ms = ?, fix_lat = ?, fix_lon = ? WHERE load_number = ? AND acked_id <= ?');
+  }
+
+  /** Readings.ackReadings, with what the chunk passed (see above) in the same transaction. */
+  ackReadings(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId?: string, passed?: ChunkPassed): void {
+    if (!passed || (passed.fix === null && passed.dropped === 0)) {
+      this.readings.ackReadings(loadNumber, upToId, lastSampleMs, correlationId);
+      return;
+    }
+    const { fix, dropped } = passed;
+    this.ctx.withReserve(() =>
+      this.ctx.db
+        .transaction(() => {
+          if (fix) this.setFix.run(fix.timeMs, fix.lat, fix.lon, loadNumber, upToId);
+          this.state.bump(COUNTER_DROPPED_NO_FIX, dropped);
+          this.readings.ackReadings(loadNumber, upToId, lastSampleMs, correlationId);
+        })
+        .immediate(),
+    );
+  }
+}
