@@ -52,7 +52,7 @@ export class Drain {
     // Per drain: the load and its stop resolver, and where the next chunk of each load starts
     // (ahead of the buffer's cursor while a chunk is in flight).
     const loads = new Map<string, { load: LoadRow; stopAt: (timeMs: number) => number | undefined } | null>();
-    const cursors = new Map<string, { afterId: number; lastSampleMs: number | null }>();
+    const cursors = new Map<string, { afterId: number; lastSampleMs: number | null; fix: LoadRow['cursorFix'] }>();
     const build = (): Prepared | undefined => {
       for (;;) {
         const loadNumber = queue.shift();
@@ -64,15 +64,15 @@ export class Drain {
           loads.set(loadNumber, entry);
         }
         if (!entry) continue;
-        const from = cursors.get(loadNumber) ?? { afterId: 0, lastSampleMs: entry.load.lastSampleMs };
-        const load = { ...entry.load, lastSampleMs: from.lastSampleMs };
+        const from = cursors.get(loadNumber) ?? { afterId: 0, lastSampleMs: entry.load.lastSampleMs, fix: entry.load.cursorFix };
+        const load = { ...entry.load, lastSampleMs: from.lastSampleMs, cursorFix: from.fix };
         const { stopAt } = entry;
         const opts = this.traceOptions();
         const final = load.endedMs !== null;
         // Readings committed after the push began wait for the next push.
         const chunk = buildTraceJson(load, { pages: store.tracePages(loadNumber, from.afterId, lastId) }, stopAt, opts, final);
         if (!chunk) continue;
-        cursors.set(loadNumber, { afterId: chunk.lastId, lastSampleMs: chunk.lastSampleMs });
+        cursors.set(loadNumber, { afterId: chunk.lastId, lastSampleMs: chunk.lastSampleMs, fix: chunk.fix });
         // A full chunk may have more behind it: the load takes its turn again after the others.
         if (chunk.points >= opts.maxPoints) queue.push(loadNumber);
         const upTo = chunk.lastId;
@@ -89,6 +89,8 @@ export class Drain {
           readingIds: chunk.readingIds,
           lastId: chunk.lastId,
           lastSampleMs: chunk.lastSampleMs,
+          dropped: chunk.dropped,
+          fix: chunk.fix,
           // Exactly the points that were sent (less any a limit dropped meanwhile).
           rebuild: () => buildTraceChunk(load, { pages: store.tracePages(loadNumber, from.afterId, upTo) }, stopAt, { ...opts, maxPoints: chunk.points, pointIds: new Set(chunk.readingIds) }, true),
         };
@@ -114,7 +116,8 @@ export class Drain {
       first = false;
       const prepared = current;
       if (prepared.body === null) {
-        // Only readings sampling skipped, at the end of an ended load: consumed, nothing to send.
+        // Only readings to consume (sampling skipped them at the end of an ended load, or
+        // temperatures with no fix to place them): nothing to send.
         this.acknowledge(prepared);
         current = build();
         continue;
@@ -185,7 +188,7 @@ export class Drain {
 
   private acknowledge(p: Prepared): void {
     const { store, roomWanted } = this.ctx.deps;
-    store.ackReadings(p.load.loadNumber, p.lastId, p.lastSampleMs, p.body === null ? undefined : this.poster.lastCorrelation);
+    store.ackReadings(p.load.loadNumber, p.lastId, p.lastSampleMs, p.body === null ? undefined : this.poster.lastCorrelation, { fix: p.fix, dropped: p.dropped });
     this.purger.pending = true;
     // On a full disk the rows just delivered go at once, not after the whole drain: purging is
     // how the room comes back, and on a 4 MB tmpfs the readings in memory waited until the
@@ -204,6 +207,8 @@ export class Drain {
       temperatureMaxAgeMs: c.sampling.temperature_max_age_s * 1000,
       temperatureUnit: c.api.temperature_unit,
       extraFields: c.api.extra_fields,
+      temperatureWithoutFix: c.traces.temperature_without_fix,
+      maxFixAgeMs: c.milestones.max_fix_age_s * 1000,
     };
   }
 
@@ -267,6 +272,8 @@ export class Drain {
       readingIds: chunk.readingIds,
       lastId: chunk.lastId,
       lastSampleMs: chunk.lastSampleMs,
+      dropped: 0,
+      fix: null,
       rebuild: () => chunk,
     };
     return { p, backlogS: Math.round(spanMs / 1000) };

@@ -6,7 +6,7 @@
  */
 import type { PostOutcome } from '../api/client.js';
 import type { Trace } from '../api/schemas.js';
-import type { LoadRow } from '../buffer/store.js';
+import type { Fix, LoadRow } from '../buffer/store.js';
 import { correlationIdOf, describeOutcome, isDelivered } from './classify.js';
 import type { DeliveryContext } from './context.js';
 import { idempotencyKeyFor, traceBody, type TraceChunk } from './traces.js';
@@ -21,6 +21,9 @@ export interface Prepared {
   readingIds: number[];
   lastId: number;
   lastSampleMs: number | null;
+  /** What the acknowledgement carries besides the cursor: temperatures dropped, the fix at lastId (see TraceChunk). */
+  dropped: number;
+  fix: Fix | null;
   /** The chunk's trace objects again, for splitting a refused request. */
   rebuild: () => TraceChunk | undefined;
 }
