@@ -5,7 +5,6 @@
  * enough, or "drop"), counted as dropped. All in the transaction that moves the cursor: a
  * crash never leaves a count without its acknowledgement, or the other way round.
  */
-import type { Statement } from 'better-sqlite3';
 import type { Readings } from './readings.js';
 import type { StateTable } from './state.js';
 import type { BufferContext } from './store.js';
@@ -23,30 +22,26 @@ export interface ChunkPassed {
 }
 
 export class ChunkAck {
-  private readonly setFix: Statement;
-
   constructor(
     private readonly ctx: BufferContext,
     private readonly readings: Readings,
     private readonly state: StateTable,
-  ) {
-    // Not behind the cursor: an acknowledgement of an older chunk leaves the newer fix.
-    this.setFix = ctx.db.prepare('UPDATE loads SET fix_ms = ?, fix_lat = ?, fix_lon = ? WHERE load_number = ? AND acked_id <= ?');
-  }
+  ) {}
 
   /** Readings.ackReadings, with what the chunk passed (see above) in the same transaction. */
   ackReadings(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId?: string, passed?: ChunkPassed): void {
-    if (!passed || (passed.fix === null && passed.dropped === 0)) {
-      this.readings.ackReadings(loadNumber, upToId, lastSampleMs, correlationId);
+    const fix = passed?.fix ?? null;
+    // The common case, one statement: the fix is a column of the cursor's row.
+    if (!passed?.dropped) {
+      this.readings.ackReadings(loadNumber, upToId, lastSampleMs, correlationId, fix);
       return;
     }
-    const { fix, dropped } = passed;
+    const { dropped } = passed;
     this.ctx.withReserve(() =>
       this.ctx.db
         .transaction(() => {
-          if (fix) this.setFix.run(fix.timeMs, fix.lat, fix.lon, loadNumber, upToId);
           this.state.bump(COUNTER_DROPPED_NO_FIX, dropped);
-          this.readings.ackReadings(loadNumber, upToId, lastSampleMs, correlationId);
+          this.readings.ackReadings(loadNumber, upToId, lastSampleMs, correlationId, fix);
         })
         .immediate(),
     );

@@ -17,7 +17,7 @@ import type { Reading } from '../sources/types.js';
 import type { DB } from './db.js';
 import { DUE, FAR, NEXT_READING_ID, SETTLE_LOADS, UNDONE } from './migrations.js';
 import type { BufferContext } from './store.js';
-import { MarkState, ReadingState, type LastFix, type StoredReading, type TraceRow } from './types.js';
+import { type Fix, MarkState, ReadingState, type LastFix, type StoredReading, type TraceRow } from './types.js';
 
 /** Room a committed reading takes, row and index, for the free-space check (measured about 90 B; rounded up). */
 export const READING_BYTES = 128;
@@ -87,7 +87,7 @@ export class Readings {
   private readonly marksAbove: Statement;
   private readonly readingsInWindow: Statement;
   private readonly traceRowsInWindow: Statement;
-  private readonly ack: Transaction<(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId: string | null) => void>;
+  private readonly ack: Transaction<(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId: string | null, fix: Fix | null) => void>;
   private readonly purgeRange: Statement;
   private readonly newestDue: Statement;
   private readonly oldestDue: Statement;
@@ -112,13 +112,13 @@ export class Readings {
     this.readingsInWindow = db.prepare(WINDOW_QUERY).raw();
     this.traceRowsInWindow = db.prepare(CHUNK_QUERY).raw();
     const ackStmt = db.prepare(
-      'UPDATE loads SET acked_id = max(acked_id, ?), last_sample_ms = CASE WHEN ? IS NULL THEN last_sample_ms ELSE max(coalesce(last_sample_ms, 0), ?) END, correlation_id = coalesce(?, correlation_id) WHERE load_number = ?',
+      'UPDATE loads SET acked_id = max(acked_id, ?), last_sample_ms = CASE WHEN ? IS NULL THEN last_sample_ms ELSE max(coalesce(last_sample_ms, 0), ?) END, correlation_id = coalesce(?, correlation_id), fix_ms = coalesce(?, fix_ms), fix_lat = coalesce(?, fix_lat), fix_lon = coalesce(?, fix_lon) WHERE load_number = ?',
     );
     const settleLoad = db.prepare(`${SETTLE_LOADS} AND l.load_number = ?`);
     // One transaction, so one commit (and with synchronous = FULL one fsync) for an
     // acknowledgement, which is in series with every request of a drain.
-    this.ack = db.transaction((loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId: string | null) => {
-      ackStmt.run(upToId, lastSampleMs, lastSampleMs, correlationId, loadNumber);
+    this.ack = db.transaction((loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId: string | null, fix: Fix | null) => {
+      ackStmt.run(upToId, lastSampleMs, lastSampleMs, correlationId, fix?.timeMs ?? null, fix?.lat ?? null, fix?.lon ?? null, loadNumber);
       settleLoad.run(loadNumber);
     });
     // In id order (neighbouring rows, neighbouring pages), each row against the cursors of the
@@ -262,12 +262,12 @@ export class Readings {
 
   /**
    * The service took the readings of this load up to `upToId`: move the load's cursor past
-   * them and remember the sampling point, in one small write. The rows go at the next purge
-   * (once every other load holding them has them too). A closed load with nothing left is
-   * done: its cursor goes to its last id.
+   * them and remember the sampling point and the fix there, in one small write. The rows go
+   * at the next purge (once every other load holding them has them too). A closed load with
+   * nothing left is done: its cursor goes to its last id.
    */
-  ackReadings(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId?: string): void {
-    this.ctx.withReserve(() => this.ack.immediate(loadNumber, upToId, lastSampleMs, correlationId ?? null));
+  ackReadings(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId?: string, fix: Fix | null = null): void {
+    this.ctx.withReserve(() => this.ack.immediate(loadNumber, upToId, lastSampleMs, correlationId ?? null, fix));
   }
 
   /**
