@@ -71,6 +71,8 @@ function traceOptions(config: Config, maxPoints: number, deviceId = BENCH_DEVICE
     temperatureMaxAgeMs: config.sampling.temperature_max_age_s * 1000,
     temperatureUnit: config.api.temperature_unit,
     extraFields: config.api.extra_fields,
+    temperatureWithoutFix: config.traces.temperature_without_fix,
+    maxFixAgeMs: config.milestones.max_fix_age_s * 1000,
   };
 }
 

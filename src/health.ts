@@ -77,7 +77,7 @@ export function metricsText(agent: Agent, nowMs = Date.now()): string {
   metric(
     'telematics_readings_dropped_total',
     'counter',
-    'Readings dropped by the buffer limits.',
+    'Readings dropped: by the buffer limits, and temperatures with no fix to place them (no_fix).',
     Object.entries(dropCounters(agent.store.counters(), agent.ingest.stats.droppedUncounted)).map(([k, v]): [Record<string, string>, number] => [{ reason: k.replace('readings_dropped_', '') }, v]),
   );
   metric('telematics_buffer_bytes', 'gauge', 'Bytes of buffer data in use.', [[{}, agent.store.usedBytes()]]);

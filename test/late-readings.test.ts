@@ -200,6 +200,7 @@ describe('sampling of late readings', () => {
     lastSampleMs: T0 + 9 * MIN,
     ackedId: 10,
     correlationId: null,
+    cursorFix: null,
   };
   const row = (id: number, timeMs: number): StoredReading => ({
     id,
@@ -213,7 +214,17 @@ describe('sampling of late readings', () => {
     odometer: null,
     temp_c: null,
   });
-  const opts = { samplingMs: MIN, maxPoints: 500, dateForm: 'utc' as const, deviceId: 'dev', temperatureMaxAgeMs: 0, temperatureUnit: 'C' as const, extraFields: {} };
+  const opts = {
+    samplingMs: MIN,
+    maxPoints: 500,
+    dateForm: 'utc' as const,
+    deviceId: 'dev',
+    temperatureMaxAgeMs: 0,
+    temperatureUnit: 'C' as const,
+    extraFields: {},
+    temperatureWithoutFix: 'last_fix' as const,
+    maxFixAgeMs: 30 * MIN,
+  };
 
   it('older than the last point by an interval or more: points, a minute apart among themselves; closer to it: sampled away', () => {
     // 10 s apart from 2:00 to 4:50, then one 40 s before the last point sent (8:20).

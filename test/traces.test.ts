@@ -20,6 +20,7 @@ const load: LoadRow = {
   lastSampleMs: null,
   ackedId: 0,
   correlationId: null,
+  cursorFix: null,
 };
 const T0 = Date.UTC(2026, 0, 15, 18, 0, 0); // 12:00 CST in Chicago
 const opts: TraceBuildOptions = {
@@ -30,6 +31,8 @@ const opts: TraceBuildOptions = {
   temperatureMaxAgeMs: 300_000,
   temperatureUnit: 'C',
   extraFields: {},
+  temperatureWithoutFix: 'last_fix',
+  maxFixAgeMs: 1_800_000,
 };
 function readings(n: number, everyS = 10, from = 1): StoredReading[] {
   return Array.from({ length: n }, (_, i) => ({
@@ -130,6 +133,37 @@ describe('trace chunks', () => {
     expect(buildTraceChunk(load, [], noStop, opts)).toBeUndefined();
   });
 
+  it('places a temperature-only reading where the fixes stopped at the last fix before it, kept with the cursor', () => {
+    // The load's fix at its cursor: its row may be long purged.
+    const parked = { ...load, lastSampleMs: T0 - 60_000, cursorFix: { timeMs: T0 - 60_000, lat: 41.85, lon: -87.65 } };
+    const r = readings(4, 60).map((x) => ({ ...x, lat: null, lon: null, temp_c: 3 + x.id / 10 }));
+    const chunk = buildTraceChunk(parked, r, noStop, opts)!;
+    expect(chunk.readingIds).toEqual([1, 2, 3, 4]);
+    expect(chunk.body!.traces.map((t) => [t.coordinate, t.temperature?.value, t.temperature?.dateTime === t.time.dateTime])).toEqual(r.map((x) => [{ latitude: 41.85, longitude: -87.65 }, x.temp_c, true]));
+    expect(chunk.body!.traces[1].time.dateTime).toBe('2026-01-15T12:01:00.000-06:00');
+    expect(chunk).toMatchObject({ lastId: 4, dropped: 0, fix: parked.cursorFix });
+    // Built again from its ids (a split, a retry), the same points.
+    expect(buildTraceChunk(parked, r, noStop, { ...opts, pointIds: new Set(chunk.readingIds) }, true)!.body).toEqual(chunk.body);
+  });
+
+  it('drops one with no fix within maxFixAgeMs (or by option), and lets the cursor pass it; while fixes come it is no point of its own', () => {
+    const stale = { ...load, cursorFix: { timeMs: T0 - 31 * 60_000, lat: 41.85, lon: -87.65 } };
+    const r = readings(6, 60);
+    for (const i of [0, 1, 3, 5]) r[i] = { ...r[i], lat: null, lon: null };
+    r[3] = { ...r[3], time_ms: r[2].time_ms + 30_000 }; // half a minute after a fix: its point carries it
+    const chunk = buildTraceChunk(stale, r, noStop, opts)!;
+    // 1 and 2 have no fix recent enough; 3 is a fix; 4 rides along; 5 a point; 6 is at 5's fix.
+    expect(chunk.readingIds).toEqual([3, 5, 6]);
+    expect(chunk.body!.traces[2].coordinate).toEqual(chunk.body!.traces[1].coordinate);
+    expect(chunk).toMatchObject({ lastId: 6, dropped: 2, fix: { timeMs: r[4].time_ms, lat: r[4].lat, lon: r[4].lon } });
+    // Only drops: nothing to send, the cursor goes past the last of them (the rest may join a point).
+    const only = buildTraceChunk(stale, r.slice(0, 2), noStop, opts)!;
+    expect(only).toMatchObject({ body: null, points: 0, dropped: 2, lastId: 2, fix: stale.cursorFix });
+    // "drop": however recent the fix.
+    const dropped = buildTraceChunk(stale, r, noStop, { ...opts, temperatureWithoutFix: 'drop' })!;
+    expect(dropped).toMatchObject({ readingIds: [3, 5], dropped: 3, lastId: 6 });
+  });
+
   it("consumes an ended load's tail that sampling skipped", () => {
     const r = readings(3, 10);
     const chunk = buildTraceChunk({ ...load, endedMs: 1, lastSampleMs: T0 }, r, noStop, opts, true)!;
@@ -191,11 +225,17 @@ describe('trace chunks written straight to JSON (what the drain sends)', () => {
       ['extra fields named like the body', { samplingMs: 0, extraFields: { traces: 'x', loadNumber: 'other', eventCity: 'Nowhere' } }, false],
       ['a device id to escape, small chunks, ended load', { deviceId: 'dev"1\\', maxPoints: 7, samplingMs: 0 }, true],
       ['old temperatures dropped', { temperatureMaxAgeMs: 5_000, samplingMs: 0 }, false],
+      ['temperatures without a fix dropped', { temperatureWithoutFix: 'drop' }, false],
+      ['fixes too old to place temperatures', { maxFixAgeMs: 10_000, samplingMs: 0 }, false],
     ];
     let compared = 0;
-    // A name outside ASCII (the text is encoded as UTF-8) and one within it (written as it is).
+    let placed = 0;
+    let dropped = 0;
+    // A name outside ASCII (the text is encoded as UTF-8) and one within it (written as it is),
+    // with and without a fix at the cursor.
+    const cursorFixes = [null, { timeMs: T0 - 1000, lat: 19.4326, lon: -99.1332 }];
     for (const [name, o, final, resource] of ['TRK "7"\\ü', 'TRK "7"\\'].flatMap((resourceId) =>
-      variants.map(([n, v, f]) => [`${n}, ${resourceId}`, v, f, { ...load, resourceId, resourceType: 'Truck' }] as const),
+      cursorFixes.flatMap((cursorFix) => variants.map(([n, v, f]) => [`${n}, ${resourceId}, ${cursorFix ? 'a' : 'no'} fix`, v, f, { ...load, resourceId, resourceType: 'Truck', cursorFix }] as const)),
     )) {
       for (const seed of [1, 2, 3]) {
         const rs = mixed(120, seed);
@@ -207,9 +247,14 @@ describe('trace chunks written straight to JSON (what the drain sends)', () => {
         expect(json!.bytes?.toString('utf8'), name).toBe(body === null ? undefined : JSON.stringify(body));
         if (json!.bytes) expect(json!.bytes.length, name).toBe(Buffer.byteLength(JSON.stringify(body)));
         compared += object!.points;
+        placed += object!.readingIds.filter((id) => rs.find((r) => r.id === id)!.lat === null).length;
+        dropped += object!.dropped;
       }
     }
     expect(compared).toBeGreaterThan(500);
+    // Temperature-only readings among them, placed at a fix and dropped.
+    expect(placed).toBeGreaterThan(20);
+    expect(dropped).toBeGreaterThan(20);
     // An ended load whose readings sampling skips: consumed, nothing to send, both ways.
     const tail = readings(3, 10);
     const ended = { ...load, endedMs: 1, lastSampleMs: T0 };

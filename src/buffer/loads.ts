@@ -34,6 +34,9 @@ interface RawLoad {
   window_from_ms: number;
   window_until_ms: number | null;
   end_id: number | null;
+  fix_ms: number | null;
+  fix_lat: number | null;
+  fix_lon: number | null;
 }
 
 const toLoad = (r: RawLoad): LoadRow => ({
@@ -50,6 +53,7 @@ const toLoad = (r: RawLoad): LoadRow => ({
   lastSampleMs: r.last_sample_ms,
   ackedId: r.acked_id,
   correlationId: r.correlation_id,
+  cursorFix: r.fix_ms === null || r.fix_lat === null || r.fix_lon === null ? null : { timeMs: r.fix_ms, lat: r.fix_lat, lon: r.fix_lon },
 });
 
 export class Loads {
@@ -64,7 +68,7 @@ export class Loads {
    * by reading time, and only readings committed from now on can join it: its cursor starts
    * at the highest id so far, so the backlog of the resource's other loads is never walked
    * for it, and a reading from before `nowMs` committed later (it waited in the daemon's
-   * memory) is left out by its time.
+   * memory) is left out by its time. Its fix at the cursor is the resource's newest so far.
    */
   startLoad(load: { loadNumber: string; resourceId: string; resourceType: string; stops: Stop[]; nowMs: number }): LoadRow {
     return this.ctx.durably(() => {
@@ -75,10 +79,10 @@ export class Loads {
       const first = load.stops[0]?.sequence ?? null;
       this.db
         .prepare(
-          `INSERT INTO loads (load_number, resource_id, resource_type, stops, started_ms, window_from_ms, next_stop, acked_id)
-           VALUES (?, ?, ?, ?, ?, ?, ?, (${HIGHEST_READING_ID}))`,
+          `INSERT INTO loads (load_number, resource_id, resource_type, stops, started_ms, window_from_ms, next_stop, acked_id, fix_ms, fix_lat, fix_lon)
+           SELECT ?, ?, ?, ?, ?, ?, ?, (${HIGHEST_READING_ID}), f.time_ms, f.lat, f.lon FROM (SELECT 1) LEFT JOIN newest_fix f ON f.resource_id = ?`,
         )
-        .run(load.loadNumber, load.resourceId, load.resourceType, JSON.stringify(load.stops), load.nowMs, load.nowMs, first);
+        .run(load.loadNumber, load.resourceId, load.resourceType, JSON.stringify(load.stops), load.nowMs, load.nowMs, first, load.resourceId);
       return this.getLoad(load.loadNumber)!;
     });
   }

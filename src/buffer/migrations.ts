@@ -288,6 +288,7 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
         last_sample_ms INTEGER,
         point_ids      TEXT    NOT NULL,
         idem_key       TEXT,
+        dropped        INTEGER NOT NULL DEFAULT 0,
         fixed_ms       INTEGER NOT NULL,
         PRIMARY KEY (load_number, kind)
       ) WITHOUT ROWID;
@@ -305,6 +306,30 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
   // array, record_id its first); NULL for a dead letter of one record, as before.
   (db) => {
     db.exec('ALTER TABLE dead_letters ADD COLUMN record_ids TEXT;');
+  },
+  // 10 -> 11: a temperature-only reading (a parked reefer's 1-Wire sensor, no fix) is placed at
+  // the resource's newest fix before it. A load keeps that fix as of its cursor (fix_ms,
+  // fix_lat, fix_lon), written with each acknowledgement: the fix's own row is purged once
+  // delivered, long before the temperatures after it go. Loads not yet done take the newest
+  // fix at or below their cursor still in the buffer, else the resource's last fix if it is
+  // no newer than the first reading after the cursor.
+  (db) => {
+    db.exec(`
+      ALTER TABLE loads ADD COLUMN fix_ms INTEGER;
+      ALTER TABLE loads ADD COLUMN fix_lat REAL;
+      ALTER TABLE loads ADD COLUMN fix_lon REAL;
+      UPDATE loads AS l SET (fix_ms, fix_lat, fix_lon) = (
+        SELECT time_ms, lat, lon FROM (
+          SELECT 1 AS k, time_ms, lat, lon FROM (
+            SELECT r.time_ms, r.lat, r.lon FROM readings r
+             WHERE r.resource_id = l.resource_id AND r.id <= l.acked_id AND r.lat IS NOT NULL AND r.lon IS NOT NULL ORDER BY r.id DESC LIMIT 1)
+          UNION ALL
+          SELECT 2, f.time_ms, f.lat, f.lon FROM last_fix f
+           WHERE f.resource_id = l.resource_id AND f.time_ms <= coalesce(
+             (SELECT r.time_ms FROM readings r WHERE r.resource_id = l.resource_id AND r.id > l.acked_id ORDER BY r.id LIMIT 1), f.time_ms))
+        ORDER BY k LIMIT 1)
+       WHERE l.end_id IS NULL OR l.acked_id < l.end_id;
+    `);
   },
 ];
 

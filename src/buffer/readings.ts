@@ -20,7 +20,7 @@ import type { FixedRequest, Requests } from './requests.js';
 import { rideAlong, type Rider } from './riders.js';
 import type { BufferContext } from './store.js';
 import { LoadWindows } from './windows.js';
-import { MarkState, ReadingState, type LastFix, type StoredReading, type TraceRow } from './types.js';
+import { type Fix, MarkState, ReadingState, type LastFix, type StoredReading, type TraceRow } from './types.js';
 
 /** Room a committed reading takes, row and index, for the free-space check (measured about 90 B; rounded up). */
 export const READING_BYTES = 128;
@@ -96,7 +96,7 @@ export class Readings {
   private readonly marksAbove: Statement;
   private readonly readingsInWindow: Statement;
   private readonly traceRowsInWindow: Statement;
-  private readonly ack: Transaction<(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId: string | null, fixNext: FixedRequest | undefined) => void>;
+  private readonly ack: Transaction<(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId: string | null, fix: Fix | null, fixNext: FixedRequest | undefined) => void>;
   private readonly purgeRange: Statement;
   private readonly newestDue: Statement;
   private readonly oldestDue: Statement;
@@ -123,14 +123,14 @@ export class Readings {
     this.readingsInWindow = db.prepare(WINDOW_QUERY).raw();
     this.traceRowsInWindow = db.prepare(CHUNK_QUERY).raw();
     const ackStmt = db.prepare(
-      'UPDATE loads SET acked_id = max(acked_id, ?), last_sample_ms = CASE WHEN ? IS NULL THEN last_sample_ms ELSE max(coalesce(last_sample_ms, 0), ?) END, correlation_id = coalesce(?, correlation_id) WHERE load_number = ?',
+      'UPDATE loads SET acked_id = max(acked_id, ?), last_sample_ms = CASE WHEN ? IS NULL THEN last_sample_ms ELSE max(coalesce(last_sample_ms, 0), ?) END, correlation_id = coalesce(?, correlation_id), fix_ms = coalesce(?, fix_ms), fix_lat = coalesce(?, fix_lat), fix_lon = coalesce(?, fix_lon) WHERE load_number = ?',
     );
     const settleLoad = db.prepare(`${SETTLE_LOADS} AND l.load_number = ?`);
     // One transaction, so one commit (and with synchronous = FULL one fsync) for an
     // acknowledgement, which is in series with every request of a drain.
     // The request that goes next is fixed in the same transaction (requests.ts).
-    this.ack = db.transaction((loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId: string | null, fixNext: FixedRequest | undefined) => {
-      ackStmt.run(upToId, lastSampleMs, lastSampleMs, correlationId, loadNumber);
+    this.ack = db.transaction((loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId: string | null, fix: Fix | null, fixNext: FixedRequest | undefined) => {
+      ackStmt.run(upToId, lastSampleMs, lastSampleMs, correlationId, fix?.timeMs ?? null, fix?.lat ?? null, fix?.lon ?? null, loadNumber);
       this.requests.settleIn(loadNumber, 'chunk');
       if (fixNext) this.requests.fixIn(fixNext);
       settleLoad.run(loadNumber);
@@ -261,12 +261,12 @@ export class Readings {
 
   /**
    * The service took the readings of this load up to `upToId`: move the load's cursor past
-   * them and remember the sampling point, in one small write. The rows go at the next purge
-   * (once every other load holding them has them too). A closed load with nothing left is
-   * done: its cursor goes to its last id.
+   * them and remember the sampling point and the fix there, in one small write. The rows go
+   * at the next purge (once every other load holding them has them too). A closed load with
+   * nothing left is done: its cursor goes to its last id.
    */
-  ackReadings(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId?: string, fixNext?: FixedRequest): void {
-    this.ctx.withReserve(() => this.ack.immediate(loadNumber, upToId, lastSampleMs, correlationId ?? null, fixNext));
+  ackReadings(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId?: string, fix: Fix | null = null, fixNext?: FixedRequest): void {
+    this.ctx.withReserve(() => this.ack.immediate(loadNumber, upToId, lastSampleMs, correlationId ?? null, fix, fixNext));
   }
 
   /**

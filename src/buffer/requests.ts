@@ -29,6 +29,8 @@ export interface FixedRequest {
   pointIds: number[];
   /** Its Idempotency-Key; null once some of its points were settled on their own (a split), so the rest's key is derived from them. */
   key: string | null;
+  /** Temperature-only readings it passes unsent (counted with its acknowledgement; see chunk-ack.ts). */
+  dropped: number;
   /** When it was fixed (epoch ms); undefined for one not written yet. */
   fixedMs?: number;
 }
@@ -41,6 +43,7 @@ interface RawRequest {
   last_sample_ms: number | null;
   point_ids: string;
   idem_key: string | null;
+  dropped: number;
   fixed_ms: number;
 }
 
@@ -75,9 +78,9 @@ export class Requests {
     const db = ctx.db;
     this.get = db.prepare('SELECT * FROM requests WHERE load_number = ? AND kind = ?');
     this.put = db.prepare(
-      `INSERT INTO requests (load_number, kind, after_id, last_id, last_sample_ms, point_ids, idem_key, fixed_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO requests (load_number, kind, after_id, last_id, last_sample_ms, point_ids, idem_key, dropped, fixed_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (load_number, kind) DO UPDATE SET after_id = excluded.after_id, last_id = excluded.last_id, last_sample_ms = excluded.last_sample_ms,
-           point_ids = excluded.point_ids, idem_key = excluded.idem_key, fixed_ms = excluded.fixed_ms`,
+           point_ids = excluded.point_ids, idem_key = excluded.idem_key, dropped = excluded.dropped, fixed_ms = excluded.fixed_ms`,
     );
     this.del = db.prepare('DELETE FROM requests WHERE load_number = ? AND kind = ?');
     this.unkeyStmt = db.prepare('UPDATE requests SET idem_key = NULL WHERE load_number = ? AND kind = ?');
@@ -87,7 +90,7 @@ export class Requests {
   fixed(loadNumber: string, kind: RequestKind): FixedRequest | undefined {
     const r = this.get.get(loadNumber, kind) as RawRequest | undefined;
     if (!r) return undefined;
-    return { loadNumber, kind, afterId: r.after_id, lastId: r.last_id, lastSampleMs: r.last_sample_ms, pointIds: decodeIds(r.point_ids), key: r.idem_key, fixedMs: r.fixed_ms };
+    return { loadNumber, kind, afterId: r.after_id, lastId: r.last_id, lastSampleMs: r.last_sample_ms, pointIds: decodeIds(r.point_ids), key: r.idem_key, dropped: r.dropped, fixedMs: r.fixed_ms };
   }
 
   /** Fix a request in a transaction of its own (the first of a push: no answer before it to ride on). */
@@ -97,7 +100,7 @@ export class Requests {
 
   /** Fix a request, inside the caller's transaction. */
   fixIn(req: FixedRequest): void {
-    this.put.run(req.loadNumber, req.kind, req.afterId, req.lastId, req.lastSampleMs, encodeIds(req.pointIds), req.key, Date.now());
+    this.put.run(req.loadNumber, req.kind, req.afterId, req.lastId, req.lastSampleMs, encodeIds(req.pointIds), req.key, req.dropped, Date.now());
   }
 
   /** The load's request of this kind is not fixed any more: the service answered that it did not take it. */

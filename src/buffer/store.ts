@@ -6,6 +6,7 @@
  * share (the room on the disk, durable commits) and hands each call to its module.
  */
 import { closeSync, fsync, openSync } from 'node:fs';
+import { ChunkAck } from './chunk-ack.js';
 import { openDatabase, walSalts, type DB, type OpenOptions } from './db.js';
 import { DeadLetters } from './dead-letters.js';
 import { DiskRoom, diskPlan, isDiskFull } from './disk.js';
@@ -58,6 +59,7 @@ export class Store implements BufferContext {
     this.milestones = new Milestones(this, this.loads);
     this.deadLetters = new DeadLetters(this);
     this.state = new StateTable(this);
+    const ack = new ChunkAck(this, this.readings, this.state);
     const r = this.readings;
     const l = this.loads;
     const m = this.milestones;
@@ -67,7 +69,7 @@ export class Store implements BufferContext {
     this.insertReadings = r.insertReadings.bind(r);
     this.iterateReadings = r.iterateReadings.bind(r);
     this.tracePages = r.tracePages.bind(r);
-    this.ackReadings = r.ackReadings.bind(r);
+    this.ackReadings = ack.ackReadings.bind(ack);
     this.markSent = r.markSent.bind(r);
     this.retryDone = r.retryDone.bind(r);
     this.closeEndedLoads = r.closeEndedLoads.bind(r);
@@ -122,7 +124,7 @@ export class Store implements BufferContext {
   insertReadings: Readings['insertReadings'];
   iterateReadings: Readings['iterateReadings'];
   tracePages: Readings['tracePages'];
-  ackReadings: Readings['ackReadings'];
+  ackReadings: ChunkAck['ackReadings'];
   markSent: Readings['markSent'];
   retryDone: Readings['retryDone'];
   closeEndedLoads: Readings['closeEndedLoads'];

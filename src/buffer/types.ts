@@ -45,6 +45,19 @@ export interface LoadRow {
   ackedId: number;
   /** The correlation id the service gave the last trace request of this load. */
   correlationId: string | null;
+  /**
+   * The resource's newest fix at or below the cursor: where a temperature-only reading just
+   * after it is placed (`traces.temperature_without_fix`). Null when the resource had none.
+   * Kept with the cursor: the fix's own row may be purged long before the temperatures go.
+   */
+  cursorFix: Fix | null;
+}
+
+/** A position and its time. */
+export interface Fix {
+  timeMs: number;
+  lat: number;
+  lon: number;
 }
 
 export interface StoredReading {

@@ -151,6 +151,17 @@ export const configSchema = z
         temperature_max_age_s: nonNegative.default(300),
       })
       .prefault({}),
+    traces: z
+      .strictObject({
+        /**
+         * A temperature-only reading of a load (a parked reefer's 1-Wire sensor, no fix for a
+         * sampling interval before it): `last_fix` sends it as a point at the resource's last
+         * fix before it, if that fix is within milestones.max_fix_age_s of its time; otherwise,
+         * or with `drop`, it is acknowledged unsent and counted as dropped. Never left waiting.
+         */
+        temperature_without_fix: z.enum(['last_fix', 'drop']).default('last_fix'),
+      })
+      .prefault({}),
     delivery: z
       .strictObject({
         max_traces_per_request: positiveInt.max(10_000).default(500),

@@ -63,7 +63,7 @@ export class Drain {
     // Per drain: the load and its stop resolver, and where the next chunk of each load starts
     // (ahead of the buffer's cursor while a chunk is in flight).
     const loads = new Map<string, LoadEntry | null>();
-    const cursors = new Map<string, { afterId: number; lastSampleMs: number | null }>();
+    const cursors = new Map<string, { afterId: number; lastSampleMs: number | null; fix: LoadRow['cursorFix'] }>();
     const build = (): Prepared | undefined => {
       for (;;) {
         const loadNumber = queue.shift();
@@ -85,19 +85,19 @@ export class Drain {
           const fixed = store.requests.fixed(loadNumber, 'chunk');
           if (fixed) {
             const again = this.fromFixed(entry, fixed, opts);
-            cursors.set(loadNumber, { afterId: again.lastId, lastSampleMs: again.lastSampleMs });
+            cursors.set(loadNumber, { afterId: again.lastId, lastSampleMs: again.lastSampleMs, fix: again.cursorFix });
             queue.push(loadNumber);
             return again;
           }
-          from = { afterId: 0, lastSampleMs: entry.load.lastSampleMs };
+          from = { afterId: 0, lastSampleMs: entry.load.lastSampleMs, fix: entry.load.cursorFix };
         }
-        const load = { ...entry.load, lastSampleMs: from.lastSampleMs };
+        const load = { ...entry.load, lastSampleMs: from.lastSampleMs, cursorFix: from.fix };
         const { stopAt } = entry;
         const final = load.endedMs !== null;
         // Readings committed after the push began wait for the next push.
         const chunk = buildTraceJson(load, { pages: store.tracePages(loadNumber, from.afterId, lastId) }, stopAt, opts, final);
         if (!chunk) continue;
-        cursors.set(loadNumber, { afterId: chunk.lastId, lastSampleMs: chunk.lastSampleMs });
+        cursors.set(loadNumber, { afterId: chunk.lastId, lastSampleMs: chunk.lastSampleMs, fix: chunk.fix });
         // A full chunk may have more behind it: the load takes its turn again after the others.
         if (chunk.points >= opts.maxPoints) queue.push(loadNumber);
         const upTo = chunk.lastId;
@@ -115,9 +115,14 @@ export class Drain {
           readingIds: chunk.readingIds,
           lastId: chunk.lastId,
           lastSampleMs: chunk.lastSampleMs,
+          dropped: chunk.dropped,
+          cursorFix: chunk.fix,
           // Exactly the points that were sent (less any a limit dropped meanwhile).
           rebuild: () => buildTraceChunk(load, { pages: store.tracePages(loadNumber, afterId, upTo) }, stopAt, { ...opts, maxPoints: chunk.points, pointIds: new Set(chunk.readingIds) }, true),
-          fix: chunk.bytes === null ? undefined : { loadNumber, kind: 'chunk', afterId, lastId: chunk.lastId, lastSampleMs: from.lastSampleMs, pointIds: chunk.readingIds, key: chunk.idempotencyKey },
+          fix:
+            chunk.bytes === null
+              ? undefined
+              : { loadNumber, kind: 'chunk', afterId, lastId: chunk.lastId, lastSampleMs: from.lastSampleMs, pointIds: chunk.readingIds, key: chunk.idempotencyKey, dropped: chunk.dropped },
           fixed: false,
           sentBefore: false,
         };
@@ -148,7 +153,8 @@ export class Drain {
       first = false;
       const prepared = current;
       if (prepared.body === null) {
-        // Only readings sampling skipped, at the end of an ended load: consumed, nothing to send.
+        // Only readings to consume (sampling skipped them at the end of an ended load, or
+        // temperatures with no fix to place them): nothing to send.
         this.acknowledge(prepared);
         current = build();
         continue;
@@ -245,7 +251,8 @@ export class Drain {
   private fromFixed(entry: LoadEntry, fixed: FixedRequest, opts: TraceBuildOptions): Prepared {
     const { store } = this.ctx.deps;
     const load = { ...entry.load, lastSampleMs: fixed.lastSampleMs };
-    const pointOpts = { ...opts, maxPoints: Math.max(1, fixed.pointIds.length), pointIds: new Set(fixed.pointIds) };
+    // One more than its points: the walk goes on to its last id, so the fix there is the newest it passes.
+    const pointOpts = { ...opts, maxPoints: fixed.pointIds.length + 1, pointIds: new Set(fixed.pointIds) };
     const pages = (): TraceReadings => ({ pages: store.tracePages(load.loadNumber, fixed.afterId, fixed.lastId) });
     const chunk = buildTraceJson(load, pages(), entry.stopAt, pointOpts, true);
     const points = chunk?.bytes ? chunk.points : 0;
@@ -259,6 +266,9 @@ export class Drain {
       readingIds: chunk?.readingIds ?? [],
       lastId: fixed.lastId,
       lastSampleMs: points > 0 && chunk ? chunk.lastSampleMs : fixed.lastSampleMs,
+      // The temperatures it passes unsent were counted when it was built (pointIds counts none).
+      dropped: fixed.dropped,
+      cursorFix: chunk?.fix ?? load.cursorFix,
       rebuild: () => buildTraceChunk(load, pages(), entry.stopAt, pointOpts, true),
       fix: { ...fixed, key },
       fixed: true,
@@ -302,7 +312,7 @@ export class Drain {
 
   private acknowledge(p: Prepared, next?: Prepared): void {
     const { store, roomWanted } = this.ctx.deps;
-    store.ackReadings(p.load.loadNumber, p.lastId, p.lastSampleMs, p.body === null ? undefined : this.poster.lastCorrelation, this.fixNext(next));
+    store.ackReadings(p.load.loadNumber, p.lastId, p.lastSampleMs, p.body === null ? undefined : this.poster.lastCorrelation, { fix: p.cursorFix, dropped: p.dropped }, this.fixNext(next));
     this.purger.pending = true;
     // On a full disk the rows just delivered go at once, not after the whole drain: purging is
     // how the room comes back, and on a 4 MB tmpfs the readings in memory waited until the
@@ -321,6 +331,8 @@ export class Drain {
       temperatureMaxAgeMs: c.sampling.temperature_max_age_s * 1000,
       temperatureUnit: c.api.temperature_unit,
       extraFields: c.api.extra_fields,
+      temperatureWithoutFix: c.traces.temperature_without_fix,
+      maxFixAgeMs: c.milestones.max_fix_age_s * 1000,
     };
   }
 
@@ -397,6 +409,8 @@ export class Drain {
         readingIds: chunk.readingIds,
         lastId: chunk.lastId,
         lastSampleMs: chunk.lastSampleMs,
+        dropped: 0,
+        cursorFix: null,
         rebuild: () => chunk,
         fix: fixed,
         fixed: true,
@@ -418,8 +432,10 @@ export class Drain {
       readingIds: chunk.readingIds,
       lastId: chunk.lastId,
       lastSampleMs: chunk.lastSampleMs,
+      dropped: 0,
+      cursorFix: null,
       rebuild: () => chunk,
-      fix: { loadNumber, kind: 'newest', afterId: newest.id - 1, lastId: newest.id, lastSampleMs: null, pointIds: [newest.id], key: chunk.idempotencyKey },
+      fix: { loadNumber, kind: 'newest', afterId: newest.id - 1, lastId: newest.id, lastSampleMs: null, pointIds: [newest.id], key: chunk.idempotencyKey, dropped: 0 },
       fixed: false,
       sentBefore: false,
     };

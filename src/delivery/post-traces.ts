@@ -8,7 +8,7 @@
  */
 import type { PostOutcome } from '../api/client.js';
 import type { Trace } from '../api/schemas.js';
-import type { FixedRequest, LoadRow } from '../buffer/store.js';
+import type { Fix, FixedRequest, LoadRow } from '../buffer/store.js';
 import { correlationIdOf, describeOutcome, isDelivered } from './classify.js';
 import type { DeliveryContext } from './context.js';
 import { sameAnswer, type RefusedLoads } from './refusals.js';
@@ -24,6 +24,9 @@ export interface Prepared {
   readingIds: number[];
   lastId: number;
   lastSampleMs: number | null;
+  /** What the acknowledgement carries besides the cursor: temperatures dropped, the fix at lastId (see TraceChunk). */
+  dropped: number;
+  cursorFix: Fix | null;
   /** The chunk's trace objects again, for splitting a refused request. */
   rebuild: () => TraceChunk | undefined;
   /** The request as the buffer fixes it before it is sent (requests.ts); undefined when there is nothing to send. */

@@ -6,10 +6,15 @@
  * a retry after a lost response sends the same body with the same idempotency key. A
  * reading an interval or more older than that point (a late reading, docs/delivery.md) is
  * thinned against the older points of its chunk instead.
+ *
+ * A temperature-only reading (a parked reefer's 1-Wire sensor while no fix comes) is a point
+ * of its own where the fixes stopped: placed at the resource's last fix before it, or, with no
+ * fix recent enough (or `traces.temperature_without_fix = "drop"`), passed by the cursor and
+ * counted as dropped. Either way it never waits for a fix that may not come.
  */
 import { createHash } from 'node:crypto';
 import type { TimeObject, Trace, TraceBody } from '../api/schemas.js';
-import type { LoadRow, MilestoneRow, StoredReading, TraceRow } from '../buffer/store.js';
+import type { Fix, LoadRow, MilestoneRow, StoredReading, TraceRow } from '../buffer/store.js';
 import { eventTime } from '../geo/timezone.js';
 import { placeAt } from '../geo/places.js';
 
@@ -22,12 +27,19 @@ export interface TraceBuildOptions {
   temperatureMaxAgeMs: number;
   temperatureUnit: 'C' | 'F';
   extraFields: Record<string, string | number | boolean>;
+  /**
+   * A temperature-only reading with no fix for a sampling interval before it (and a sampling
+   * interval after the last point): a point at the last fix (`last_fix`), or dropped (`drop`).
+   */
+  temperatureWithoutFix: 'last_fix' | 'drop';
+  /** The last fix places such a reading only if taken at most this long from its time. */
+  maxFixAgeMs: number;
   /** Only these readings become points (sampling is not applied): a chunk built again exactly. */
   pointIds?: ReadonlySet<number>;
 }
 
 export interface TraceChunk {
-  /** Null when the chunk only consumes readings that sampling skipped (an ended load's tail). */
+  /** Null when the chunk only consumes readings: what sampling skipped (an ended load's tail), temperatures dropped. */
   body: TraceBody | null;
   /** The reading behind each trace point, in the same order as body.traces. */
   readingIds: number[];
@@ -36,6 +48,10 @@ export interface TraceChunk {
   lastSampleMs: number | null;
   points: number;
   idempotencyKey: string;
+  /** Temperature-only readings up to lastId sent nowhere (no fix recent enough, or "drop"): counted with the acknowledgement. */
+  dropped: number;
+  /** The resource's newest fix at or below lastId: the load's fix at its next cursor (from load.cursorFix on). */
+  fix: Fix | null;
 }
 
 const POWERS_OF_TEN = [1, 10, 100, 1e3, 1e4, 1e5, 1e6];
@@ -96,12 +112,19 @@ interface Walk {
   /** The last point's position (where eventCity/eventState are found). */
   lastLat: number;
   lastLon: number;
+  /** See TraceChunk. */
+  dropped: number;
+  fix: Fix | null;
 }
+
+/** A fix from the walk's numbers (NaN time: none). */
+const fixOf = (timeMs: number, lat: number, lon: number): Fix | null => (Number.isNaN(timeMs) ? null : { timeMs, lat, lon });
 
 /**
  * Which readings become the chunk's points, with their times, stops and temperatures: the one
  * walk behind both forms of a chunk (buildTraceChunk, buildTraceJson). Undefined when there is
- * nothing to send; a Walk with no points when an ended load's skipped tail is only consumed.
+ * nothing to send; a Walk with no points when readings are only consumed (an ended load's
+ * skipped tail, temperatures dropped).
  */
 function walkChunk(load: LoadRow, readings: TraceReadings, stopAt: (timeMs: number) => number | undefined, opts: TraceBuildOptions, final: boolean, sink: PointSink): Walk | undefined {
   const readingIds: number[] = [];
@@ -109,13 +132,30 @@ function walkChunk(load: LoadRow, readings: TraceReadings, stopAt: (timeMs: numb
   // The last point older than lastSampleMs: late readings (which fill a gap of the trace the
   // load sent before) are thinned among themselves, not dropped for being older.
   let backSampleMs: number | null = null;
-  let lastPointId = 0;
   let lastSeenId = 0;
   let tempC: number | undefined;
   let tempMs = 0;
   let keyText = '';
   let lastLat = 0;
   let lastLon = 0;
+  // The resource's newest fix so far (NaN time: none), from the load's at its cursor on: the
+  // fix's own row may be long purged. Numbers, not an object a fix: a million rows a drain.
+  let fixMs = load.cursorFix?.timeMs ?? Number.NaN;
+  let fixLat = load.cursorFix?.lat ?? 0;
+  let fixLon = load.cursorFix?.lon ?? 0;
+  const placeTemperatures = opts.temperatureWithoutFix === 'last_fix';
+  let dropped = 0;
+  // The last reading the chunk covers (its last point or drop), and the newest fix there.
+  let coveredId = 0;
+  let coveredMs = fixMs;
+  let coveredLat = fixLat;
+  let coveredLon = fixLon;
+  /** Whether sampling leaves this reading out: within an interval of the last point, or, behind it, of the last point behind it. */
+  const sampledOut = (timeMs: number): boolean => {
+    if (lastSampleMs === null) return false;
+    const behind = lastSampleMs - timeMs;
+    return behind <= 0 ? -behind < opts.samplingMs : behind < opts.samplingMs || (backSampleMs !== null && Math.abs(timeMs - backSampleMs) < opts.samplingMs);
+  };
 
   pages: for (const page of pagesFrom(readings)) {
     for (let i = 0; i < page.length; i++) {
@@ -126,37 +166,63 @@ function walkChunk(load: LoadRow, readings: TraceReadings, stopAt: (timeMs: numb
         tempC = rawTemp;
         tempMs = timeMs;
       }
-      if (rawLat === null || rawLon === null) continue;
-      if (opts.pointIds) {
-        if (!opts.pointIds.has(id)) continue;
-      } else if (lastSampleMs !== null) {
-        const behind = lastSampleMs - timeMs;
-        if (behind <= 0 ? -behind < opts.samplingMs : behind < opts.samplingMs || (backSampleMs !== null && Math.abs(timeMs - backSampleMs) < opts.samplingMs)) continue;
+      let lat: number;
+      let lon: number;
+      if (rawLat !== null && rawLon !== null) {
+        fixMs = timeMs;
+        fixLat = rawLat;
+        fixLon = rawLon;
+        if (opts.pointIds ? !opts.pointIds.has(id) : sampledOut(timeMs)) continue;
+        lat = rawLat;
+        lon = rawLon;
+      } else {
+        if (rawTemp === null) continue;
+        // A temperature-only reading stands for itself only where the fixes stopped: while
+        // they come, at least one a sampling interval, their points carry its value.
+        if (opts.pointIds ? !opts.pointIds.has(id) : sampledOut(timeMs) || timeMs - fixMs < opts.samplingMs) continue;
+        if (!placeTemperatures || !(Math.abs(timeMs - fixMs) <= opts.maxFixAgeMs)) {
+          // Sent nowhere: the cursor passes it (counted), it does not wait for a fix.
+          if (!opts.pointIds) {
+            dropped += 1;
+            coveredId = id;
+            coveredMs = fixMs;
+            coveredLat = fixLat;
+            coveredLon = fixLon;
+          }
+          continue;
+        }
+        lat = fixLat;
+        lon = fixLon;
       }
-      const time = eventTime(new Date(timeMs), rawLat, rawLon, opts.dateForm);
+      const time = eventTime(new Date(timeMs), lat, lon, opts.dateForm);
       let tempValue: number | undefined;
       let tempDateTime: string | undefined;
       if (tempC !== undefined && timeMs - tempMs <= opts.temperatureMaxAgeMs && tempMs - timeMs <= opts.temperatureMaxAgeMs) {
         tempValue = round(opts.temperatureUnit === 'F' ? toFahrenheit(tempC) : tempC, 2);
         // A temperature from this very reading has this point's time: no second zone lookup.
-        tempDateTime = tempMs === timeMs ? time.dateTime : eventTime(new Date(tempMs), rawLat, rawLon, opts.dateForm).dateTime;
+        tempDateTime = tempMs === timeMs ? time.dateTime : eventTime(new Date(tempMs), lat, lon, opts.dateForm).dateTime;
       }
-      lastLat = round(rawLat, 6);
-      lastLon = round(rawLon, 6);
+      lastLat = round(lat, 6);
+      lastLon = round(lon, 6);
       sink(r, lastLat, lastLon, time, stopAt(timeMs), tempValue, tempDateTime);
       keyText += keyLine(r[6] ?? traceIdOf(opts.deviceId, id), time.dateTime);
       readingIds.push(id);
       if (lastSampleMs === null || timeMs >= lastSampleMs) lastSampleMs = timeMs;
       else backSampleMs = timeMs;
-      lastPointId = id;
+      coveredId = id;
+      coveredMs = fixMs;
+      coveredLat = fixLat;
+      coveredLon = fixLon;
       if (readingIds.length >= opts.maxPoints) break pages;
     }
   }
 
   const points = readingIds.length;
-  if (points === 0) return final && lastSeenId > 0 ? { readingIds, lastId: lastSeenId, lastSampleMs, points, keyText, lastLat, lastLon } : undefined;
-  const lastId = points >= opts.maxPoints || !final ? lastPointId : lastSeenId;
-  return { readingIds, lastId, lastSampleMs, points, keyText, lastLat, lastLon };
+  const walk = { readingIds, lastSampleMs, points, keyText, lastLat, lastLon, dropped };
+  if (points === 0 && dropped === 0) return final && lastSeenId > 0 ? { ...walk, lastId: lastSeenId, fix: fixOf(fixMs, fixLat, fixLon) } : undefined;
+  // An active load's readings after the last point or drop wait: the next may join them.
+  if (points >= opts.maxPoints || !final) return { ...walk, lastId: coveredId, fix: fixOf(coveredMs, coveredLat, coveredLon) };
+  return { ...walk, lastId: lastSeenId, fix: fixOf(fixMs, fixLat, fixLon) };
 }
 
 /**
