@@ -27,12 +27,13 @@
  * it stopped when started again, and no reading is copied twice. A complete one is
  * recorded as `salvaged:<identity>`; a second run then needs `--force`.
  */
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 import { BufferError } from '../errors.js';
 import { bufferIdentity } from './db.js';
 import { HIGHEST_READING_ID } from './migrations.js';
 import { allRows, columns, highestId, identityOf, type OldLoad, oldLoads, type Row, readable, type Unreadable } from './salvage-read.js';
 import type { Store } from './store.js';
+import { openSalvageSource } from './salvage-open.js';
 import { readingCopier, traceIdKeeper } from './salvage-readings.js';
 
 export interface SalvageReport {
@@ -49,6 +50,12 @@ export interface SalvageReport {
   skippedNoLoad: number;
   /** Ids (or whole tables) that could not be read. */
   unreadable: Unreadable;
+  /**
+   * Set when SQLite could not read the file and it was read page by page (salvage-open.ts):
+   * its pages, those that held no rows of a known table (past a cut, damaged), and rows whose
+   * record could not be read.
+   */
+  pageByPage?: { pages: number; unreadablePages: number; unreadableRows: number };
 }
 
 /** How far a salvage has got, kept in the buffer it copies into (meta `salvage:<identity>`). */
@@ -66,15 +73,14 @@ interface Progress {
 
 export function salvage(file: string, target: Store, opts: { force?: boolean; nowMs?: number; deviceId?: string } = {}): SalvageReport {
   const nowMs = opts.nowMs ?? Date.now();
-  let src: Database.Database;
-  try {
-    src = new Database(file, { readonly: true, fileMustExist: true });
-    src.pragma('schema_version'); // reads the header and the schema page: not a database fails here
-  } catch (err) {
-    throw new BufferError('corrupt', file, `${file}: cannot be read as a buffer at all (${(err as Error).message}); nothing was copied`);
-  }
+  const source = openSalvageSource(file);
+  const src = source.db;
   const unreadable: Unreadable = {};
   const report: SalvageReport = { file, resumed: false, loads: 0, milestones: 0, pendingMilestones: 0, readings: 0, deadLetters: 0, skippedDelivered: 0, skippedNoLoad: 0, unreadable };
+  if (source.pages) {
+    const { pages, unreadablePages, unreadableRows } = source.pages;
+    report.pageByPage = { pages, unreadablePages, unreadableRows };
+  }
   try {
     const { key, identity } = identityOf(src, file);
     const db = target.db;
@@ -165,7 +171,7 @@ export function salvage(file: string, target: Store, opts: { force?: boolean; no
     }).immediate();
     return report;
   } finally {
-    src.close();
+    source.close();
   }
 }
 

@@ -25,6 +25,12 @@ export function addBufferCommand(program: Command): void {
       if (opts.json) return out(JSON.stringify(report, null, 2));
       const unreadable = Object.entries(report.unreadable).map(([t, n]) => (n === 'table' ? `table ${t}` : `${n} ${t} row(s)`));
       if (report.resumed) out(`continued the salvage of ${file} that was cut off before; the counts are of this run`);
+      if (report.pageByPage) {
+        const p = report.pageByPage;
+        out(
+          `SQLite could not read ${file}: it was read page by page (${p.pages} page(s); ${p.unreadablePages} held no rows that could be read${p.unreadableRows ? `, ${p.unreadableRows} row(s) could not be read` : ''})`,
+        );
+      }
       out(
         `salvaged from ${file}: ${report.loads} load(s), ${report.milestones} milestone(s) (${report.pendingMilestones} still to send), ${report.readings} reading(s) not yet delivered, ${report.deadLetters} dead letter(s); ${report.skippedDelivered} reading(s) skipped as delivered`,
       );
