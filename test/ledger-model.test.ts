@@ -159,6 +159,9 @@ const sequence = fc
 
 // ---- the model ----------------------------------------------------------------------------
 
+/** When a sequence begins; each command moves the clock (model's and system's alike) 1 s on. */
+const T0 = Date.UTC(2026, 5, 1, 12);
+
 interface ModelReading extends ReadingSpec {
   serial: number;
   timeMs: number;
@@ -258,7 +261,6 @@ class Model {
 
 // ---- the system: the daemon's parts in-process, the CLI's connection, the sandbox -----------
 
-const T0 = Date.UTC(2026, 5, 1, 12);
 const DEVICE = 'dev';
 /** The client's timeout. */
 const TIMEOUT_MS = 200;
