@@ -4,7 +4,7 @@
  */
 import type { DB } from './db.js';
 import type { BufferContext } from './store.js';
-import { MAX_ANSWER_CHARS, MarkState, ReadingState, type DeadLetter, type MilestoneRow, type StoredReading } from './types.js';
+import { type DeadLetter, type Fix, MAX_ANSWER_CHARS, MarkState, type MilestoneRow, ReadingState, type StoredReading } from './types.js';
 
 interface RawDeadLetter {
   id: number;
@@ -106,10 +106,24 @@ export class DeadLetters {
   parkedReadings(req: RefusedRequest): StoredReading[] {
     return this.db
       .prepare(
-        `SELECT r.id, r.resource_id, ? AS load_number, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c
+        `SELECT r.id, r.resource_id, ? AS load_number, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c, r.trace_id
            FROM readings r WHERE r.id IN (SELECT value FROM json_each(?)) ORDER BY r.id`,
       )
       .all(req.loadNumber, JSON.stringify(req.readingIds)) as StoredReading[];
+  }
+
+  /**
+   * The resource's newest fix at or before a reading (its own row, if still held, else the
+   * last fix if it is no newer): where a temperature-only reading sent again is placed, as it
+   * was when it first went (the load's fix at its cursor is newer by then).
+   */
+  fixAtOrBefore(resourceId: string, readingId: number, timeMs: number): Fix | null {
+    const row = this.db
+      .prepare('SELECT time_ms AS timeMs, lat, lon FROM readings WHERE resource_id = ? AND id <= ? AND lat IS NOT NULL AND lon IS NOT NULL ORDER BY id DESC LIMIT 1')
+      .get(resourceId, readingId) as Fix | undefined;
+    if (row) return row;
+    const last = this.db.prepare('SELECT time_ms AS timeMs, lat, lon FROM last_fix WHERE resource_id = ? AND time_ms <= ?').get(resourceId, timeMs) as Fix | undefined;
+    return last ?? null;
   }
 
   /** The dead letter is settled (the service took its records at last): it goes. */

@@ -93,6 +93,11 @@ export class Requests {
     return { loadNumber, kind, afterId: r.after_id, lastId: r.last_id, lastSampleMs: r.last_sample_ms, pointIds: decodeIds(r.point_ids), key: r.idem_key, dropped: r.dropped, fixedMs: r.fixed_ms };
   }
 
+  /** Every request fixed and not yet answered. */
+  all(): FixedRequest[] {
+    return (this.ctx.db.prepare('SELECT load_number, kind FROM requests').all() as Array<{ load_number: string; kind: RequestKind }>).flatMap((r) => this.fixed(r.load_number, r.kind) ?? []);
+  }
+
   /** Fix a request in a transaction of its own (the first of a push: no answer before it to ride on). */
   fix(req: FixedRequest): void {
     this.ctx.withReserve(() => this.ctx.db.transaction(() => this.fixIn(req)).immediate());

@@ -122,7 +122,19 @@ export function readingCopier(src: Database.Database, target: Store, c: Copying)
       }
       const dead = [...parked].map((n) => c.deadByRecord.get(`trace:${id}:${n}`));
       const rowState = unassigned ? ReadingState.UNASSIGNED : parked.size > 0 ? ReadingState.HELD : ReadingState.WAITING;
-      const info = insertReading.run(resource, timeMs, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c, r.source ?? null, rowState, c.traceIds(id) ?? null);
+      const info = insertReading.run(
+        resource,
+        timeMs,
+        r.lat,
+        r.lon,
+        r.speed,
+        r.heading,
+        r.odometer,
+        r.temp_c,
+        r.source ?? null,
+        rowState,
+        (typeof r.trace_id === 'string' ? r.trace_id : c.traceIds(id)) ?? null,
+      );
       const newId = Number(info.lastInsertRowid);
       if (!unassigned) {
         for (const n of copiedHolding) {

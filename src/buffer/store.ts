@@ -113,6 +113,7 @@ export class Store implements BufferContext {
     this.parkRequest = d.parkRequest.bind(d);
     this.refusedRequests = d.refusedRequests.bind(d);
     this.parkedReadings = d.parkedReadings.bind(d);
+    this.fixAtOrBefore = d.fixAtOrBefore.bind(d);
     this.listDeadLetters = d.listDeadLetters.bind(d);
     this.retryDeadLetters = d.retryDeadLetters.bind(d);
     this.setState = s.setState.bind(s);
@@ -168,6 +169,7 @@ export class Store implements BufferContext {
   parkRequest: DeadLetters['parkRequest'];
   refusedRequests: DeadLetters['refusedRequests'];
   parkedReadings: DeadLetters['parkedReadings'];
+  fixAtOrBefore: DeadLetters['fixAtOrBefore'];
   listDeadLetters: DeadLetters['listDeadLetters'];
   retryDeadLetters: DeadLetters['retryDeadLetters'];
   setState: StateTable['setState'];

@@ -19,6 +19,9 @@ import { buildTraceChunk, buildTraceJson, nextStopResolver, type TraceBuildOptio
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** A fixed request by what it holds: the same row read again later has the same. */
+const rowKey = (r: FixedRequest) => `${r.loadNumber}\u0000${r.kind}\u0000${r.afterId}\u0000${r.lastId}`;
+
 /** A load and its stop resolver, as a drain builds its chunks. */
 interface LoadEntry {
   load: LoadRow;
@@ -34,9 +37,12 @@ interface Newest {
 export class Drain {
   /** Loads whose newest position already went out first in the current push. */
   private newestFirstDone = new Set<string>();
-  /** Keys of the requests this drain sent; a request fixed by an earlier run may have gone out too. */
-  private readonly sentKeys = new Set<string>();
-  private readonly since = Date.now();
+  /**
+   * The requests fixed before this drain began (load, kind, range): a crash or a restart may
+   * have come after they went out. Known by what they hold, not by the time they were fixed: a
+   * device without a clock boots with one that is behind.
+   */
+  private readonly inherited: Set<string>;
 
   constructor(
     private readonly ctx: DeliveryContext,
@@ -44,7 +50,9 @@ export class Drain {
     private readonly milestones: MilestoneSender,
     private readonly purger: Purger,
     private readonly refusals: RefusedLoads,
-  ) {}
+  ) {
+    this.inherited = new Set(ctx.deps.store.requests.all().map(rowKey));
+  }
 
   /** A new push begins: each load's newest position may go first again. */
   newPush(): void {
@@ -239,9 +247,15 @@ export class Drain {
     });
   }
 
-  /** Parked readings as trace points again, each one a point (no sampling). */
+  /**
+   * Parked readings as trace points again, each one a point (no sampling). A temperature-only
+   * one is placed as it was when it first went, at the fix before it: the load's fix at its
+   * cursor is newer by then, and placed there (or dropped, unsent) it was lost.
+   */
   private retryChunk(load: LoadRow, readings: StoredReading[]) {
-    return buildTraceChunk({ ...load, lastSampleMs: null }, readings, this.stopResolver(load), { ...this.traceOptions(), samplingMs: 0 }, true);
+    const first = readings[0];
+    const cursorFix = first ? this.ctx.deps.store.fixAtOrBefore(load.resourceId, first.id, first.time_ms) : null;
+    return buildTraceChunk({ ...load, lastSampleMs: null, cursorFix }, readings, this.stopResolver(load), { ...this.traceOptions(), samplingMs: 0 }, true);
   }
 
   /**
@@ -278,7 +292,7 @@ export class Drain {
 
   /** A request fixed by an earlier run (a crash, a restart) may have gone out; one fixed by this one did if this one sent it. */
   private maySentBefore(fixed: FixedRequest, key: string): boolean {
-    return (fixed.fixedMs ?? 0) <= this.since || this.sentKeys.has(key);
+    return this.inherited.has(rowKey(fixed)) || this.poster.sentKeys.has(key);
   }
 
   /** The request is on the disk with its key before it leaves (most were fixed with the answer before them). */
@@ -287,19 +301,18 @@ export class Drain {
       this.ctx.deps.store.requests.fix(p.fix);
       p.fixed = true;
     }
-    // The same points again after an answer that let it go (a 504 from a gateway whose service took it).
-    p.sentBefore ||= this.sentKeys.has(p.key);
-    if (this.sentKeys.size > 10_000) this.sentKeys.clear();
-    this.sentKeys.add(p.key);
+    // The same points again after an answer that let it go.
+    p.sentBefore ||= this.poster.sentKeys.has(p.key);
   }
 
   /**
-   * A failure with an answer (5xx, 429, 401...) says the service did not take the request: it
-   * is no longer fixed, and the next try is built anew (the newest position may be newer by
-   * then). Without an answer it may be at the service, and goes again as it was.
+   * A first send answered with a status that says the service did not take it (429, 503,
+   * 401...): it is no longer fixed, and the next try is built anew (the newest position may
+   * be newer by then). Without an answer, with one that does not say (500, 502, 504), or after
+   * an earlier try that may have reached the service, it goes again as it was.
    */
   private releaseIfAnswered(p: Prepared, delivered: number[]): void {
-    if (!p.fix || !this.poster.lastFailureAnswered || delivered.length > 0) return;
+    if (!p.fix || p.sentBefore || !this.poster.lastFailureNotTaken || delivered.length > 0) return;
     this.ctx.deps.store.requests.release(p.load.loadNumber, p.fix.kind);
   }
 
@@ -419,6 +432,9 @@ export class Drain {
       return { p, backlogS: oldestMs === null || !newest ? 0 : Math.round((newest.time_ms - oldestMs) / 1000) };
     }
     if (!newest || oldestMs === null) return undefined;
+    // A chunk of the load is fixed and may be at the service: its points go again as they
+    // were, and the newest position, if it is among them, must not go first on its own.
+    if (store.requests.fixed(loadNumber, 'chunk')) return undefined;
     const spanMs = newest.time_ms - oldestMs;
     const backlog = opts.samplingMs > 0 ? spanMs > opts.samplingMs * opts.maxPoints : spanMs > opts.maxPoints * 1000;
     if (!backlog) return undefined;

@@ -39,6 +39,9 @@ export interface Prepared {
 
 export type Delivered = 'delivered' | 'failed';
 
+/** Answers that say the request was not taken (3xx counted as 300). */
+const NOT_TAKEN = new Set([300, 401, 403, 404, 408, 425, 429, 503]);
+
 /** A refusal of a request sent once, not split (see sendOnce). */
 export interface Refusal {
   cls: 'refused' | 'too-large';
@@ -49,10 +52,14 @@ export class TracePoster {
   /** The correlation id of the last trace request delivered, for the load's row. */
   lastCorrelation: string | undefined;
   /**
-   * Whether the last failure had an answer (any HTTP status): the service did not take the
-   * request, which may then be built anew. Without one (a lost answer, a timeout) it may have.
+   * Whether the last failure was an answer that says the service did not take the request
+   * (429, 503, 408, 425, 3xx, 401, 403, 404), which may then be built anew. Without an answer
+   * (a lost one, a timeout), or with one that does not say (500, 502, 504: a gateway whose
+   * service may have taken it), it may be at the service.
    */
-  lastFailureAnswered = false;
+  lastFailureNotTaken = false;
+  /** Keys of every request this run posted, halves of split ones included (a 409 to one of them is a repeat). */
+  readonly sentKeys = new Set<string>();
 
   constructor(
     private readonly ctx: DeliveryContext,
@@ -112,8 +119,12 @@ export class TracePoster {
     const { ctx } = this;
     if (ctx.stopping) return 'failed';
     const { client, config, log } = ctx.deps;
-    const outcome = await ctx.post(() => client.postTraces(body, key, ctx.signal, onWritten), sentBefore);
-    const cls = ctx.classify(outcome, sentBefore);
+    this.lastFailureNotTaken = false;
+    const seen = sentBefore || this.sentKeys.has(key);
+    if (this.sentKeys.size >= 10_000) this.sentKeys.clear();
+    this.sentKeys.add(key);
+    const outcome = await ctx.post(() => client.postTraces(body, key, ctx.signal, onWritten), seen);
+    const cls = ctx.classify(outcome, seen);
     if (isDelivered(cls)) {
       delivered.push(...readingIds);
       ctx.status.sent.traceRequests += 1;
@@ -128,7 +139,7 @@ export class TracePoster {
       return 'delivered';
     }
     if (cls === 'refused' || cls === 'too-large') return refused(cls, outcome);
-    this.lastFailureAnswered = outcome.kind === 'response';
+    this.lastFailureNotTaken = outcome.kind === 'response' && NOT_TAKEN.has(cls === 'redirect' ? 300 : outcome.status);
     ctx.fail(cls, describeOutcome(outcome), outcome, { load: load.loadNumber, points: readingIds.length });
     return 'failed';
   }

@@ -179,7 +179,8 @@ function walkChunk(load: LoadRow, readings: TraceReadings, stopAt: (timeMs: numb
         if (rawTemp === null) continue;
         // A temperature-only reading stands for itself only where the fixes stopped: while
         // they come, at least one a sampling interval, their points carry its value.
-        if (opts.pointIds ? !opts.pointIds.has(id) : sampledOut(timeMs) || timeMs - fixMs < opts.samplingMs) continue;
+        // A fix after it (a late reading, a parked request sent again) carries nothing of it.
+        if (opts.pointIds ? !opts.pointIds.has(id) : sampledOut(timeMs) || (timeMs >= fixMs && timeMs - fixMs < opts.samplingMs)) continue;
         if (!placeTemperatures || !(Math.abs(timeMs - fixMs) <= opts.maxFixAgeMs)) {
           // Sent nowhere: the cursor passes it (counted), it does not wait for a fix.
           if (!opts.pointIds) {
