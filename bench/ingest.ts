@@ -8,7 +8,7 @@ import pino from 'pino';
 import { openDatabase } from '../src/buffer/db.js';
 import { Ingest } from '../src/buffer/ingest.js';
 import { Store } from '../src/buffer/store.js';
-import type { Reading } from '../src/sources/types.js';
+import type { Reading } from '../src/reading.js';
 import { loadOf, resourceOf, syntheticReading } from './common.js';
 import { BUFFER_DEFAULTS, LOADS_DEFAULTS, SIZES } from './options.js';
 

@@ -21,8 +21,8 @@ import { Sender } from '../src/delivery/sender.js';
 import { createLogger } from '../src/log.js';
 import { MilestoneDetector } from '../src/milestones/detector.js';
 import { recordMilestone } from '../src/milestones/record.js';
+import type { Reading } from '../src/reading.js';
 import { Sandbox } from '../src/sandbox/server.js';
-import type { Reading } from '../src/sources/types.js';
 import { ROOT, TEST_KEY, TEST_SCAC, tempDir, waitFor } from './helpers.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });

@@ -7,9 +7,9 @@ import { createLogger } from '../src/log.js';
 import { MilestoneDetector } from '../src/milestones/detector.js';
 import { recordMilestone } from '../src/milestones/record.js';
 import type { Stop } from '../src/milestones/stops.js';
+import type { Reading } from '../src/reading.js';
 import { BUILTIN_ROUTES } from '../src/sources/routes.js';
 import { SimulatorModel, seededRandom } from '../src/sources/simulator.js';
-import type { Reading } from '../src/sources/types.js';
 import { tempDir } from './helpers.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });

@@ -11,8 +11,9 @@
  * waits says what it drops (left-behind.ts).
  */
 import type { Logger } from 'pino';
+import type { Reading } from '../reading.js';
 import { timeProblem } from '../sources/time-guard.js';
-import { readingProblem, type Reading } from '../sources/types.js';
+import { readingProblem } from '../sources/types.js';
 import { COUNTER_DROPPED_PENDING } from './bounds.js';
 import { commitFailed, commitsResumed, type CommitTrouble } from './commit-trouble.js';
 import { SourceIntake, type TimeCheck } from './intake.js';

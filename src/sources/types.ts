@@ -6,23 +6,7 @@
  * (src/buffer/ingest.ts), which also keeps each source's counts.
  */
 import type { Logger } from 'pino';
-
-/** One observation of one resource. Positions and temperatures may come separately. */
-export interface Reading {
-  resourceId: string;
-  /** Epoch milliseconds of the observation (GPS time where there is one). */
-  timeMs: number;
-  lat?: number;
-  lon?: number;
-  /** Metres per second. */
-  speed?: number;
-  /** Degrees clockwise from true north. */
-  heading?: number;
-  /** Kilometres. */
-  odometer?: number;
-  /** Degrees Celsius (sources convert). */
-  temperatureC?: number;
-}
+import type { Reading } from '../reading.js';
 
 export interface SourceHealth {
   healthy: boolean;

@@ -10,7 +10,8 @@ import { delimiter, join } from 'node:path';
 import { Writable } from 'node:stream';
 import { Ingest } from '../../src/buffer/ingest.js';
 import { createLogger } from '../../src/log.js';
-import type { Reading, SourceContext } from '../../src/sources/types.js';
+import type { Reading } from '../../src/reading.js';
+import type { SourceContext } from '../../src/sources/types.js';
 import { ROOT, waitFor } from '../helpers.js';
 
 export const FIXTURES = join(ROOT, 'test', 'fixtures');
