@@ -4,11 +4,11 @@
  * an agent in-process against a sandbox and stop it deterministically.
  */
 import type { Logger } from 'pino';
+import { ingestOptionsOf } from './admission/ingest-options.js';
+import { Ingest } from './admission/ingest.js';
 import { ApiClient } from './api/client.js';
 import { addProxySecrets, proxyInUse } from './api/transport.js';
 import { enforceBounds } from './buffer/bounds.js';
-import { Ingest } from './buffer/ingest.js';
-import { ingestOptionsOf } from './buffer/ingest-options.js';
 import { ReserveKeeper } from './buffer/disk.js';
 import { BufferLock } from './buffer/lock.js';
 import { corruptWhileRunning, openBuffer } from './buffer/recover.js';

@@ -8,8 +8,8 @@
  */
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Ingest } from '../src/admission/ingest.js';
 import { ApiClient } from '../src/api/client.js';
-import { Ingest } from '../src/buffer/ingest.js';
 import { type LoadRow, type StoredReading, Store } from '../src/buffer/store.js';
 import { configSchema, type Config } from '../src/config/schema.js';
 import { buildTraceChunk } from '../src/delivery/traces.js';

@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Ingest } from '../src/buffer/ingest.js';
+import { Ingest } from '../src/admission/ingest.js';
 import { Store } from '../src/buffer/store.js';
 import { configSchema, simulatorSourceSchema, type Config } from '../src/config/schema.js';
 import { createLogger } from '../src/log.js';

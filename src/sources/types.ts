@@ -2,8 +2,8 @@
  * The one interface every source implements, built-in or a plug-in module.
  * A source turns whatever its device speaks into `Reading`s and hands them to `emit`;
  * it never touches the buffer, and a bad input is counted with `reject`, never thrown.
- * Whether a reading can be stored is decided once, by the buffer's admission step
- * (src/buffer/ingest.ts), which also keeps each source's counts.
+ * Whether a reading can be stored is decided once, by admission
+ * (src/admission/ingest.ts), which also keeps each source's counts.
  */
 import type { Logger } from 'pino';
 import type { Reading } from '../reading.js';

@@ -11,15 +11,15 @@
  * waits says what it drops (left-behind.ts).
  */
 import type { Logger } from 'pino';
+import { COUNTER_DROPPED_PENDING } from '../buffer/bounds.js';
+import { Riders } from '../buffer/riders.js';
+import type { Store } from '../buffer/store.js';
 import type { Reading } from '../reading.js';
-import { timeProblem } from '../sources/time-guard.js';
 import { readingProblem } from '../sources/types.js';
-import { COUNTER_DROPPED_PENDING } from './bounds.js';
 import { commitFailed, commitsResumed, type CommitTrouble } from './commit-trouble.js';
 import { SourceIntake, type TimeCheck } from './intake.js';
 import { logLeftBehind } from './left-behind.js';
-import { Riders } from './riders.js';
-import type { Store } from './store.js';
+import { timeProblem } from './time-guard.js';
 
 export { MAX_COMMIT_RETRY_MS, type CommitTrouble } from './commit-trouble.js';
 

@@ -1,7 +1,7 @@
 /** The context each source is given: its way into ingest, and its counts. */
 import type { Logger } from 'pino';
 import type { Reading } from '../reading.js';
-import type { TimeGuardOptions } from '../sources/time-guard.js';
+import type { TimeGuardOptions } from './time-guard.js';
 import type { SourceContext, SourceCounts } from '../sources/types.js';
 import type { Ingest } from './ingest.js';
 
