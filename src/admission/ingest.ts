@@ -15,11 +15,11 @@ import { COUNTER_DROPPED_PENDING } from '../buffer/bounds.js';
 import { Riders } from '../buffer/riders.js';
 import type { Store } from '../buffer/store.js';
 import type { Reading } from '../reading.js';
-import { readingProblem } from '../sources/types.js';
 import { commitFailed, commitsResumed, type CommitTrouble } from './commit-trouble.js';
 import { SourceIntake, type TimeCheck } from './intake.js';
 import { logLeftBehind } from './left-behind.js';
 import { timeProblem } from './time-guard.js';
+import { readingProblem } from './validate.js';
 
 export { MAX_COMMIT_RETRY_MS, type CommitTrouble } from './commit-trouble.js';
 
