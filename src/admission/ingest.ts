@@ -12,12 +12,12 @@
  */
 import type { Logger } from 'pino';
 import { COUNTER_DROPPED_PENDING } from '../buffer/bounds.js';
-import { Riders } from '../buffer/riders.js';
 import type { Store } from '../buffer/store.js';
 import type { Reading } from '../reading.js';
 import { commitFailed, commitsResumed, type CommitTrouble } from './commit-trouble.js';
 import { SourceIntake, type TimeCheck } from './intake.js';
 import { logLeftBehind } from './left-behind.js';
+import { Riders } from './riders.js';
 import { timeProblem } from './time-guard.js';
 import { readingProblem } from './validate.js';
 
