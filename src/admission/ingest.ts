@@ -13,6 +13,7 @@
 import type { Logger } from 'pino';
 import { COUNTER_DROPPED_PENDING } from '../buffer/bounds.js';
 import type { Store } from '../buffer/store.js';
+import type { Fix } from '../buffer/types.js';
 import type { Reading } from '../reading.js';
 import { commitFailed, commitsResumed, type CommitTrouble } from './commit-trouble.js';
 import { SourceIntake, type TimeCheck } from './intake.js';
@@ -57,13 +58,6 @@ export interface IngestStats {
 
 /** Readings accepted are handed to onAdmitted's listeners (milestone detection) at least this often. */
 export const ADMITTED_EVERY_MS = 5000;
-
-/** The newest position a source reported for a resource, committed or not. */
-export interface Fix {
-  timeMs: number;
-  lat: number;
-  lon: number;
-}
 
 export class Ingest {
   private queue: Reading[] = [];

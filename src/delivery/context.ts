@@ -4,9 +4,8 @@
  * the answer, fail so that delivery pauses).
  */
 import type { Logger } from 'pino';
-import type { Fix } from '../admission/ingest.js';
 import type { ApiClient, PostOutcome } from '../api/client.js';
-import type { Store } from '../buffer/store.js';
+import type { Fix, Store } from '../buffer/store.js';
 import type { Config } from '../config/schema.js';
 import type { OutcomeClass } from './classify.js';
 
