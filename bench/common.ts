@@ -7,7 +7,7 @@ import { closeSync, copyFileSync, fsyncSync, openSync, readdirSync, readFileSync
 import { openDatabase } from '../src/buffer/db.js';
 import { Store } from '../src/buffer/store.js';
 import { packageFile } from '../src/paths.js';
-import type { Reading } from '../src/sources/types.js';
+import type { Reading } from '../src/reading.js';
 
 export const BENCH_KEY = 'bench-key-0123456789abcdef';
 export const BENCH_SCAC = 'BNCH';

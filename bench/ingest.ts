@@ -5,10 +5,10 @@
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import pino from 'pino';
+import { Ingest } from '../src/admission/ingest.js';
 import { openDatabase } from '../src/buffer/db.js';
-import { Ingest } from '../src/buffer/ingest.js';
 import { Store } from '../src/buffer/store.js';
-import type { Reading } from '../src/sources/types.js';
+import type { Reading } from '../src/reading.js';
 import { loadOf, resourceOf, syntheticReading } from './common.js';
 import { BUFFER_DEFAULTS, LOADS_DEFAULTS, SIZES } from './options.js';
 

@@ -4,11 +4,11 @@
  * an agent in-process against a sandbox and stop it deterministically.
  */
 import type { Logger } from 'pino';
+import { ingestOptionsOf } from './admission/ingest-options.js';
+import { Ingest } from './admission/ingest.js';
 import { ApiClient } from './api/client.js';
 import { addProxySecrets, proxyInUse } from './api/transport.js';
 import { enforceBounds } from './buffer/bounds.js';
-import { Ingest } from './buffer/ingest.js';
-import { ingestOptionsOf } from './buffer/ingest-options.js';
 import { ReserveKeeper } from './buffer/disk.js';
 import { BufferLock } from './buffer/lock.js';
 import { corruptWhileRunning, openBuffer } from './buffer/recover.js';
@@ -28,6 +28,7 @@ import { MilestoneDetector } from './milestones/detector.js';
 import { RunningSources, type SourceFactory } from './sources/running.js';
 import type { Source } from './sources/types.js';
 import { DAEMON_STATE_KEY, type DaemonState, STATE_INTERVAL_MS } from './daemon-state.js';
+import { StateRow } from './state-row.js';
 
 export { DAEMON_STATE_KEY, type DaemonState, splayMs };
 export { changedSettings, type ReloadResult } from './config/reload.js';
@@ -57,11 +58,7 @@ export class Agent {
   /** Port of the health endpoint when it is on. */
   healthPort: number | undefined;
   private healthListen = '';
-  private lastSenderState = '';
-  private lastStateWriteMs = 0;
-  /** When the state row was handed to the next commit of readings (undefined: it was not). */
-  private stateQueuedMs: number | undefined;
-  private stateWriteFailing = false;
+  private stateRow!: StateRow;
   private reloading: Promise<unknown> = Promise.resolve();
   private clockJump: { ms: number; atMs: number } | undefined;
   private reserve!: ReserveKeeper;
@@ -160,31 +157,20 @@ export class Agent {
     this.sender.start();
     this.checkBounds();
     this.boundsTimer = setInterval(() => this.checkBounds(), 60_000);
-    this.lastSenderState = this.deliveryState();
-    this.writeState(true);
-    // `status` reads this row. Written when delivery changed (so a push shows at once),
-    // else every stateIntervalMs: few writes, because every write wears the flash.
+    // `status` reads this row (state-row.ts says when it is written).
+    this.stateRow = new StateRow({
+      store: this.store,
+      ingest: this.ingest,
+      sender: this.sender,
+      log: this.log,
+      state: (running) => this.state(running),
+      intervalMs: this.opts.stateIntervalMs ?? STATE_INTERVAL_MS,
+    });
+    this.stateRow.start();
     this.stateTimer = setInterval(() => {
       this.store.keepIdentityInWal();
       this.reserve.check();
-      const sender = this.deliveryState();
-      const now = Date.now();
-      const interval = this.opts.stateIntervalMs ?? STATE_INTERVAL_MS;
-      if (sender !== this.lastSenderState) {
-        this.lastSenderState = sender;
-        this.writeState(true);
-      } else if (now - this.lastStateWriteMs >= interval) {
-        // Due: in the next commit of readings (one sync instead of two), or by itself when
-        // none came within a commit interval, capped at the state interval (a quiet source,
-        // commits failing; `status` calls a row three intervals old hung).
-        if (this.stateQueuedMs === undefined) {
-          this.stateQueuedMs = now;
-          // It throws rather than logs: an error that ends the whole transaction fails the commit.
-          this.ingest.writeWithNextCommit('state', () => this.writeStateRow(true));
-        } else if (now - this.stateQueuedMs > Math.min(this.ingest.options.flushIntervalMs, interval) + 2000) {
-          this.writeState(true);
-        }
-      }
+      this.stateRow.tick();
     }, 1000);
     await this.startHealth(config.health.listen);
     const zone = systemZone();
@@ -322,7 +308,7 @@ export class Agent {
     // The limits apply at once (a lowered buffer.max_age_days or max_size_mb must not wait up
     // to a minute for the timer), and a clock step since the last check is seen and logged now.
     this.checkBounds();
-    this.writeState(true);
+    this.stateRow.write(true);
     return { applied, needsRestart };
   }
 
@@ -384,38 +370,6 @@ export class Agent {
     };
   }
 
-  /** What of delivery and ingest the state row shows: written at once when it changes. */
-  private deliveryState(): string {
-    return JSON.stringify(this.sender.status) + JSON.stringify(this.ingest.stats.trouble);
-  }
-
-  /** The state row, and the newest fixes with it (last_fix a minute behind at most): one transaction; throws. */
-  private writeStateRow(running: boolean): void {
-    this.lastStateWriteMs = Date.now();
-    this.stateQueuedMs = undefined;
-    // By itself on a full disk, it may give up the reserve (withReserve): the daemon's state is
-    // a write delivery needs. Riding in a commit of readings, it cannot (and fails the commit).
-    this.store.withReserve(() =>
-      this.store.db.transaction(() => {
-        this.store.flushFixes();
-        this.store.setState(DAEMON_STATE_KEY, this.state(running), this.lastStateWriteMs);
-      })(),
-    );
-  }
-
-  private writeState(running: boolean): void {
-    this.ingest.writeWithNextCommit('state', undefined);
-    try {
-      this.writeStateRow(running);
-      if (this.stateWriteFailing) this.log.info('daemon state written again');
-      this.stateWriteFailing = false;
-    } catch (err) {
-      // Once per failure, not every second while the disk is full.
-      if (!this.stateWriteFailing) this.log.warn({ err: (err as Error).message }, 'could not write daemon state (status shows the last one written)');
-      this.stateWriteFailing = true;
-    }
-  }
-
   /**
    * Stop everything, in order: what the sources still hand over is committed, the request
    * under way may finish (bounded by delivery.shutdown_timeout_s), the state is written.
@@ -429,7 +383,7 @@ export class Agent {
     await this.running.stop();
     this.ingest.stop();
     await this.sender.stop();
-    this.writeState(false);
+    this.stateRow.write(false);
     this.store.close();
     this.lock?.release();
     await this.client.close();

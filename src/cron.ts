@@ -35,8 +35,8 @@
  * a message naming the field (`cronProblem`).
  */
 import { createTask, type ScheduledTask, validateDetailed } from 'node-cron';
-import { EXIT } from './cli/exit.js';
 import { AgentError } from './errors.js';
+import { EXIT } from './exit.js';
 import { systemZone } from './geo/timezone.js';
 
 /**

@@ -3,7 +3,7 @@
  * for its own next start (did it stop cleanly? was the buffer found corrupt?). A type of
  * its own, so that readers (the CLI) do not load the daemon to read it.
  */
-import type { Ingest } from './buffer/ingest.js';
+import type { Ingest } from './admission/ingest.js';
 import type { SenderStatus } from './delivery/context.js';
 import type { SourceHealth } from './sources/types.js';
 

@@ -9,7 +9,7 @@
  * run-time failure (exit 1). A class that belongs to one part lives there (ConfigError in
  * config/load.ts, LoadError in buffer/store.ts, ...) and extends one of these.
  */
-import { EXIT } from './cli/exit.js';
+import { EXIT } from './exit.js';
 
 export abstract class AgentError extends Error {
   abstract readonly code: string;

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { ADMITTED_EVERY_MS, Ingest } from '../src/buffer/ingest.js';
+import { ADMITTED_EVERY_MS, Ingest } from '../src/admission/ingest.js';
 import { MIGRATIONS, migrate, openDatabase, PAGE_SIZE, SCHEMA_VERSION } from '../src/buffer/db.js';
 import { planFor } from '../src/buffer/disk.js';
 import { DEFAULT_RESERVE_KB, Store } from '../src/buffer/store.js';

@@ -13,8 +13,8 @@ import { defaultDeviceId, loadConfig } from '../src/config/load.js';
 import { createLogger } from '../src/log.js';
 import { MilestoneDetector } from '../src/milestones/detector.js';
 import type { Stop } from '../src/milestones/stops.js';
+import type { Reading } from '../src/reading.js';
 import { Sandbox } from '../src/sandbox/server.js';
-import type { Reading } from '../src/sources/types.js';
 import { agentConfig, ROOT, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
 
 const CHICAGO = { lat: 41.8781, lon: -87.6298 };

@@ -8,15 +8,15 @@
  */
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Ingest } from '../src/admission/ingest.js';
 import { ApiClient } from '../src/api/client.js';
-import { Ingest } from '../src/buffer/ingest.js';
 import { type LoadRow, type StoredReading, Store } from '../src/buffer/store.js';
 import { configSchema, type Config } from '../src/config/schema.js';
 import { buildTraceChunk } from '../src/delivery/traces.js';
 import { Sender } from '../src/delivery/sender.js';
 import { createLogger } from '../src/log.js';
+import type { Reading } from '../src/reading.js';
 import { Sandbox } from '../src/sandbox/server.js';
-import type { Reading } from '../src/sources/types.js';
 import { agentConfig, runCli, TEST_KEY, TEST_SCAC, tempDir, waitFor } from './helpers.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });

@@ -1,15 +1,15 @@
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Ingest } from '../src/buffer/ingest.js';
+import { Ingest } from '../src/admission/ingest.js';
 import { Store } from '../src/buffer/store.js';
 import { configSchema, simulatorSourceSchema, type Config } from '../src/config/schema.js';
 import { createLogger } from '../src/log.js';
 import { MilestoneDetector } from '../src/milestones/detector.js';
 import { recordMilestone } from '../src/milestones/record.js';
 import type { Stop } from '../src/milestones/stops.js';
+import type { Reading } from '../src/reading.js';
 import { BUILTIN_ROUTES } from '../src/sources/routes.js';
 import { SimulatorModel, seededRandom } from '../src/sources/simulator.js';
-import type { Reading } from '../src/sources/types.js';
 import { tempDir } from './helpers.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });

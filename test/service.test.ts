@@ -8,9 +8,9 @@ import { spawn, spawnSync } from 'node:child_process';
 import { accessSync, chmodSync, constants, existsSync, lstatSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { EXIT } from '../src/cli/exit.js';
 import { CREDENTIAL_NAME, parseConfigText } from '../src/config/load.js';
 import { UNIT_TIMEOUT_STOP_S } from '../src/config/schema.js';
+import { EXIT } from '../src/exit.js';
 import { BIN, ROOT, runCli, tempDir, waitFor, writeFile } from './helpers.js';
 
 const UNIT_FILE = join(ROOT, 'systemd', 'telematics-agent.service');

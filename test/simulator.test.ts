@@ -1,8 +1,8 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { simulatorSourceSchema } from '../src/config/schema.js';
+import type { Reading } from '../src/reading.js';
 import { loadRoute, distanceM, RouteError } from '../src/sources/routes.js';
 import { SimulatorModel, SimulatorSource, seededRandom, type SimulatorEvent } from '../src/sources/simulator.js';
-import type { Reading } from '../src/sources/types.js';
 import { tempDir, writeFile } from './helpers.js';
 import { recorder } from './sources/support.js';
 

@@ -13,7 +13,7 @@
  * rewrote about a page per reading when many loads' readings share the pages.
  */
 import type { Statement, Transaction } from 'better-sqlite3';
-import type { Reading } from '../sources/types.js';
+import type { Reading } from '../reading.js';
 import type { DB } from './db.js';
 import { DUE, FAR, NEXT_READING_ID, SETTLE_LOADS, UNDONE } from './migrations.js';
 import type { FixedRequest, Requests } from './requests.js';

@@ -10,7 +10,7 @@ import { openForReading } from '../buffer/read.js';
 import { Store } from '../buffer/store.js';
 import { loadConfig, resolveConfigPath, type LoadedConfig } from '../config/load.js';
 import { CliError } from '../errors.js';
-import { EXIT } from './exit.js';
+import { EXIT } from '../exit.js';
 
 export const out = (s: string): void => {
   process.stdout.write(`${s}\n`);

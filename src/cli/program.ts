@@ -1,10 +1,11 @@
 /**
  * The `telematics-agent` program: its commands (one file each in ./commands/), and how a
- * command's end becomes an exit status (./exit.ts). Every subcommand has --help; output
+ * command's end becomes an exit status (src/exit.ts). Every subcommand has --help; output
  * meant for scripts is behind --json.
  */
 import { Command, CommanderError } from 'commander';
 import { AgentError } from '../errors.js';
+import { EXIT } from '../exit.js';
 import { packageVersion } from '../paths.js';
 import { addBufferCommand } from './commands/buffer.js';
 import { addDeadLetterCommand } from './commands/dead-letter.js';
@@ -16,7 +17,6 @@ import { addSandboxCommand } from './commands/sandbox.js';
 import { addStatusCommand } from './commands/status.js';
 import { addValidateConfigCommand } from './commands/validate-config.js';
 import { err } from './common.js';
-import { EXIT } from './exit.js';
 
 const VERSION = packageVersion();
 

@@ -308,7 +308,7 @@ export const configSchema = z
         }
       })
       .prefault([]),
-    /** Which reading times are believed (see src/sources/time-guard.ts). Not applied to the simulator. */
+    /** Which reading times are believed (see src/admission/time-guard.ts). Not applied to the simulator. */
     sources_time: z
       .strictObject({
         /** A reading more than this far ahead of the system clock is refused. */

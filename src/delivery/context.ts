@@ -5,8 +5,7 @@
  */
 import type { Logger } from 'pino';
 import type { ApiClient, PostOutcome } from '../api/client.js';
-import type { Fix } from '../buffer/ingest.js';
-import type { Store } from '../buffer/store.js';
+import type { Fix, Store } from '../buffer/store.js';
 import type { Config } from '../config/schema.js';
 import type { OutcomeClass } from './classify.js';
 

@@ -2,9 +2,9 @@
  * `telematics-agent sandbox`: run the sandbox in the foreground with faults from the command line.
  */
 import { readFileSync } from 'node:fs';
-import { EXIT } from '../cli/exit.js';
 import { CliError } from '../errors.js';
 import type { MilestoneBody, TraceBody } from '../api/schemas.js';
+import { EXIT } from '../exit.js';
 import { loadNumberRule } from './rules.js';
 import { Sandbox } from './server.js';
 

@@ -8,7 +8,7 @@
  * readings that left without being in one were dropped. Watched from outside Ingest, through
  * what it already tells: its counts and its commit listeners.
  */
-import type { Ingest } from '../buffer/ingest.js';
+import type { Ingest } from '../admission/ingest.js';
 import type { Commits } from './types.js';
 
 interface Waiter {

@@ -10,11 +10,12 @@
 import { basename } from 'node:path';
 import * as z from 'zod';
 import type { ExecSourceConfig } from '../config/schema.js';
+import type { Reading } from '../reading.js';
 import { check, problemLine } from '../validation.js';
 import { CommandLink, StderrLog } from './command.js';
 import { preview, sourceHealth } from './common.js';
 import { Reconnector, type Opened } from './reconnector.js';
-import type { Reading, Source, SourceContext, SourceHealth } from './types.js';
+import type { Source, SourceContext, SourceHealth } from './types.js';
 
 /** One line of the exec contract. Unknown keys are refused: a misspelt `lat` must not vanish silently. */
 export const execLineSchema = z.strictObject({

@@ -12,8 +12,9 @@
 import { isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { ModuleSourceConfig } from '../config/schema.js';
+import type { Reading } from '../reading.js';
 import { sourceHealth } from './common.js';
-import type { Reading, Source, SourceContext, SourceHealth } from './types.js';
+import type { Source, SourceContext, SourceHealth } from './types.js';
 
 /** What a module is given: the README's contract (`emit(reading)`, `reject(reason)`, `log`). */
 export type PluginContext = Pick<SourceContext, 'reject' | 'log'> & { emit(reading: Reading): void };

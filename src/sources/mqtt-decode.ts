@@ -3,8 +3,8 @@
  * of them, with `fields` renaming what a gateway calls them and `resource_from_topic` taking
  * the resource id from a level of the topic. Pure, so every rule is tested without a broker.
  */
+import type { Reading } from '../reading.js';
 import { preview } from './common.js';
-import type { Reading } from './types.js';
 
 type Json = Record<string, unknown>;
 

@@ -12,10 +12,11 @@
  * (USB receivers re-enumerate); a file read to its end is finished.
  */
 import type { NmeaSourceConfig } from '../config/schema.js';
+import type { Reading } from '../reading.js';
 import { preview, sourceHealth } from './common.js';
 import { openDevice, type OpenedDevice } from './device.js';
 import { Reconnector } from './reconnector.js';
-import type { Reading, Source, SourceContext, SourceHealth } from './types.js';
+import type { Source, SourceContext, SourceHealth } from './types.js';
 
 const KNOTS_TO_MS = 1852 / 3600;
 

@@ -4,8 +4,8 @@
  */
 import { readFileSync } from 'node:fs';
 import { extname } from 'node:path';
-import { EXIT } from '../cli/exit.js';
 import { AgentError } from '../errors.js';
+import { EXIT } from '../exit.js';
 
 export interface RoutePoint {
   lat: number;

@@ -4,13 +4,13 @@
  * rebuilt whole when a reload changes `sources` or `sources_time`.
  */
 import type { Logger } from 'pino';
-import type { Ingest } from '../buffer/ingest.js';
+import type { Ingest } from '../admission/ingest.js';
+import { systemClockUnset } from '../admission/time-guard.js';
 import type { TrustedClock } from '../clock.js';
 import type { Config } from '../config/schema.js';
 import type { DaemonState } from '../daemon-state.js';
 import { IngestCommits } from './commits.js';
 import { createSource, sourceName } from './index.js';
-import { systemClockUnset } from './time-guard.js';
 import type { Source, SourceContext } from './types.js';
 
 /** Sources built by the caller (the demo's simulator, tests) instead of the config's. */

@@ -4,8 +4,9 @@
  * the source (`SimulatorSource`) runs it against the wall clock at `time_scale`.
  */
 import type { SimulatorSourceConfig } from '../config/schema.js';
+import type { Reading } from '../reading.js';
 import { bearingDeg, distanceM, loadRoute, type RoutePoint } from './routes.js';
-import type { Reading, Source, SourceContext, SourceHealth } from './types.js';
+import type { Source, SourceContext, SourceHealth } from './types.js';
 
 export type SimulatorEvent =
   | { type: 'arrive'; pointIndex: number; timeMs: number; lat: number; lon: number }

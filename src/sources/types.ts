@@ -2,27 +2,11 @@
  * The one interface every source implements, built-in or a plug-in module.
  * A source turns whatever its device speaks into `Reading`s and hands them to `emit`;
  * it never touches the buffer, and a bad input is counted with `reject`, never thrown.
- * Whether a reading can be stored is decided once, by the buffer's admission step
- * (src/buffer/ingest.ts), which also keeps each source's counts.
+ * Whether a reading can be stored is decided once, by admission
+ * (src/admission/ingest.ts), which also keeps each source's counts.
  */
 import type { Logger } from 'pino';
-
-/** One observation of one resource. Positions and temperatures may come separately. */
-export interface Reading {
-  resourceId: string;
-  /** Epoch milliseconds of the observation (GPS time where there is one). */
-  timeMs: number;
-  lat?: number;
-  lon?: number;
-  /** Metres per second. */
-  speed?: number;
-  /** Degrees clockwise from true north. */
-  heading?: number;
-  /** Kilometres. */
-  odometer?: number;
-  /** Degrees Celsius (sources convert). */
-  temperatureC?: number;
-}
+import type { Reading } from '../reading.js';
 
 export interface SourceHealth {
   healthy: boolean;
@@ -93,27 +77,4 @@ export interface Source {
   start(): Promise<void>;
   stop(): Promise<void>;
   health(): SourceHealth;
-}
-
-/** Why a reading cannot be stored, or undefined when it can. */
-export function readingProblem(r: Reading): string | undefined {
-  if (typeof r.resourceId !== 'string' || r.resourceId.length === 0 || r.resourceId.length > 64) {
-    return 'resourceId: expected a string of 1 to 64 characters';
-  }
-  if (!Number.isFinite(r.timeMs)) return 'time: not a valid time';
-  const hasLat = r.lat !== undefined;
-  const hasLon = r.lon !== undefined;
-  if (hasLat !== hasLon) return 'position: latitude and longitude must come together';
-  if (hasLat && (!Number.isFinite(r.lat) || r.lat! < -90 || r.lat! > 90)) return `latitude: out of range (${r.lat})`;
-  if (hasLon && (!Number.isFinite(r.lon) || r.lon! < -180 || r.lon! > 180)) return `longitude: out of range (${r.lon})`;
-  if (r.speed !== undefined && (!Number.isFinite(r.speed) || r.speed < 0 || r.speed > 150)) return `speed: out of range (${r.speed})`;
-  if (r.heading !== undefined && (!Number.isFinite(r.heading) || r.heading < 0 || r.heading > 360)) {
-    return `heading: out of range (${r.heading})`;
-  }
-  if (r.odometer !== undefined && (!Number.isFinite(r.odometer) || r.odometer < 0)) return `odometer: out of range (${r.odometer})`;
-  if (r.temperatureC !== undefined && (!Number.isFinite(r.temperatureC) || r.temperatureC < -100 || r.temperatureC > 150)) {
-    return `temperature: out of range (${r.temperatureC})`;
-  }
-  if (!hasLat && r.temperatureC === undefined) return 'reading has neither a position nor a temperature';
-  return undefined;
 }

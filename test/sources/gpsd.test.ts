@@ -2,9 +2,9 @@ import { readFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { gpsdSourceSchema } from '../../src/config/schema.js';
+import type { Reading } from '../../src/reading.js';
 import { GpsdSource } from '../../src/sources/gpsd.js';
 import { NmeaDecoder } from '../../src/sources/nmea.js';
-import type { Reading } from '../../src/sources/types.js';
 import { waitFor } from '../helpers.js';
 import { activeResources, freePort, NMEA_LOG, recorder, requireGpsd, sleep, startGpsd, startPty, stopProcess, type Pty } from './support.js';
 

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { connect as mqttConnect, type MqttClient } from 'mqtt';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Ingest } from '../../src/buffer/ingest.js';
+import { Ingest } from '../../src/admission/ingest.js';
 import { Store } from '../../src/buffer/store.js';
 import { mqttSourceSchema } from '../../src/config/schema.js';
 import { createLogger } from '../../src/log.js';

@@ -3,9 +3,9 @@ import { readdirSync, readFileSync, symlinkSync, unlinkSync, writeFileSync } fro
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { nmeaSourceSchema } from '../../src/config/schema.js';
+import type { Reading } from '../../src/reading.js';
 import { LineSplitter } from '../../src/sources/common.js';
 import { nmeaChecksum, NmeaDecoder, NmeaSource, parseSentence } from '../../src/sources/nmea.js';
-import type { Reading } from '../../src/sources/types.js';
 import { tempDir, waitFor } from '../helpers.js';
 import { NMEA_LOG, recorder, sleep, startPty, stopProcess } from './support.js';
 

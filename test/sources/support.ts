@@ -8,9 +8,10 @@ import { accessSync, constants as fsConstants, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
 import { Writable } from 'node:stream';
-import { Ingest } from '../../src/buffer/ingest.js';
+import { Ingest } from '../../src/admission/ingest.js';
 import { createLogger } from '../../src/log.js';
-import type { Reading, SourceContext } from '../../src/sources/types.js';
+import type { Reading } from '../../src/reading.js';
+import type { SourceContext } from '../../src/sources/types.js';
 import { ROOT, waitFor } from '../helpers.js';
 
 export const FIXTURES = join(ROOT, 'test', 'fixtures');

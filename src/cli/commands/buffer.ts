@@ -5,8 +5,8 @@
 import { resolve } from 'node:path';
 import type { Command } from 'commander';
 import { CliError } from '../../errors.js';
+import { EXIT } from '../../exit.js';
 import { configOption, load, out, withStore } from '../common.js';
-import { EXIT } from '../exit.js';
 
 export function addBufferCommand(program: Command): void {
   const buffer = program.command('buffer').description('the SQLite buffer itself');

@@ -4,8 +4,8 @@
  */
 import { type Command, Option } from 'commander';
 import { CliError } from '../../errors.js';
+import { EXIT } from '../../exit.js';
 import { configOption, load, out, parseIntArg, withReader, withStore } from '../common.js';
-import { EXIT } from '../exit.js';
 
 export function addDeadLetterCommand(program: Command): void {
   const dead = program.command('dead-letter').description('records the service refused, parked with its answer so the rest could go');

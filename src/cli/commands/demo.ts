@@ -3,7 +3,7 @@
  * command runs); exit 1 when its closing checks fail (something undelivered, out of order or refused).
  */
 import type { Command } from 'commander';
-import { EXIT } from '../exit.js';
+import { EXIT } from '../../exit.js';
 
 export function addDemoCommand(program: Command): void {
   program

@@ -4,11 +4,11 @@
  */
 import type { Command } from 'commander';
 import { CliError } from '../../errors.js';
+import { EXIT } from '../../exit.js';
 import { resourceTypeOf, RESOURCE_TYPES } from '../../milestones/codes.js';
 import { checkLoadNumber } from '../../milestones/record.js';
 import { readStopsFile } from '../../milestones/stops.js';
 import { configOption, err, load, out, withReader, withStore } from '../common.js';
-import { EXIT } from '../exit.js';
 
 export function addLoadCommand(program: Command): void {
   const loadCmd = program.command('load').description('assign loads to resources, several at once if need be (readings are kept only while a load is active)');

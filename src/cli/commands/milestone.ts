@@ -4,10 +4,10 @@
  */
 import type { Command } from 'commander';
 import { CliError } from '../../errors.js';
+import { EXIT } from '../../exit.js';
 import { formatTime } from '../../geo/timezone.js';
 import { MilestoneError, recordMilestone } from '../../milestones/record.js';
 import { configOption, err, load, out, parseCoordinate, parseIntArg, withReader, withStore } from '../common.js';
-import { EXIT } from '../exit.js';
 
 export function addMilestoneCommand(program: Command): void {
   const milestone = program

@@ -5,11 +5,11 @@ import type { Command } from 'commander';
 import { Agent } from '../../agent.js';
 import { ConfigError, loadConfig, preflight, type KeyLookup, type LoadedConfig } from '../../config/load.js';
 import { AgentError } from '../../errors.js';
+import { EXIT } from '../../exit.js';
 import { createLogger } from '../../log.js';
 import { SystemdNotifier } from '../../notify.js';
 import { applyDaemonV8Flags, collectAfterStart } from '../../v8-tuning.js';
 import { configOption, load } from '../common.js';
-import { EXIT } from '../exit.js';
 
 export function addRunCommand(program: Command): void {
   program

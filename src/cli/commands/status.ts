@@ -4,8 +4,8 @@
  */
 import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
+import { EXIT } from '../../exit.js';
 import { configOption, load, out, withReader } from '../common.js';
-import { EXIT } from '../exit.js';
 import { buildStatus, formatStatus, type StatusReport } from '../status.js';
 
 export function addStatusCommand(program: Command): void {

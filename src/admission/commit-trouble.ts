@@ -6,7 +6,7 @@
  */
 import type { Logger } from 'pino';
 import { backoffDelay } from '../backoff.js';
-import { isDiskFull } from './disk.js';
+import { isDiskFull } from '../buffer/disk.js';
 
 /** Why readings are not being committed, while they are not. */
 export interface CommitTrouble {

@@ -11,14 +11,16 @@
  * waits says what it drops (left-behind.ts).
  */
 import type { Logger } from 'pino';
-import { timeProblem } from '../sources/time-guard.js';
-import { readingProblem, type Reading } from '../sources/types.js';
-import { COUNTER_DROPPED_PENDING } from './bounds.js';
+import { COUNTER_DROPPED_PENDING } from '../buffer/bounds.js';
+import type { Store } from '../buffer/store.js';
+import type { Fix } from '../buffer/types.js';
+import type { Reading } from '../reading.js';
 import { commitFailed, commitsResumed, type CommitTrouble } from './commit-trouble.js';
 import { SourceIntake, type TimeCheck } from './intake.js';
 import { logLeftBehind } from './left-behind.js';
 import { Riders } from './riders.js';
-import type { Store } from './store.js';
+import { timeProblem } from './time-guard.js';
+import { readingProblem } from './validate.js';
 
 export { MAX_COMMIT_RETRY_MS, type CommitTrouble } from './commit-trouble.js';
 
@@ -56,13 +58,6 @@ export interface IngestStats {
 
 /** Readings accepted are handed to onAdmitted's listeners (milestone detection) at least this often. */
 export const ADMITTED_EVERY_MS = 5000;
-
-/** The newest position a source reported for a resource, committed or not. */
-export interface Fix {
-  timeMs: number;
-  lat: number;
-  lon: number;
-}
 
 export class Ingest {
   private queue: Reading[] = [];

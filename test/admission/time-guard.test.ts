@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { CLOCK_FLOOR_MS, systemClockUnset, timeProblem } from '../../src/sources/time-guard.js';
+import { CLOCK_FLOOR_MS, systemClockUnset, timeProblem } from '../../src/admission/time-guard.js';
 
 const opts = { maxFutureS: 300, maxPastDays: 30 };
 const now = Date.parse('2026-11-22T12:00:00Z');

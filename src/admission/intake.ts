@@ -1,7 +1,8 @@
 /** The context each source is given: its way into ingest, and its counts. */
 import type { Logger } from 'pino';
-import type { TimeGuardOptions } from '../sources/time-guard.js';
-import type { Reading, SourceContext, SourceCounts } from '../sources/types.js';
+import type { Reading } from '../reading.js';
+import type { TimeGuardOptions } from './time-guard.js';
+import type { SourceContext, SourceCounts } from '../sources/types.js';
 import type { Ingest } from './ingest.js';
 
 /** How a source's reading times are judged: against the window of the agent's clocks (src/clock.ts). */

@@ -5,7 +5,7 @@
  * could not tell that anything was lost, let alone of which trucks and when.
  */
 import type { Logger } from 'pino';
-import type { Reading } from '../sources/types.js';
+import type { Reading } from '../reading.js';
 
 /** Resources named one by one in the log line; the rest are counted. */
 const MAX_NAMED = 20;

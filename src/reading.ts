@@ -1,0 +1,23 @@
+/**
+ * What a source hands over and the buffer stores: its own file because sources/ (which make
+ * readings), admission/ (which judges and batches them), buffer/ (which stores them) and
+ * milestones/ (which follows them) all speak it, and none of them should import another only
+ * for this type.
+ */
+
+/** One observation of one resource. Positions and temperatures may come separately. */
+export interface Reading {
+  resourceId: string;
+  /** Epoch milliseconds of the observation (GPS time where there is one). */
+  timeMs: number;
+  lat?: number;
+  lon?: number;
+  /** Metres per second. */
+  speed?: number;
+  /** Degrees clockwise from true north. */
+  heading?: number;
+  /** Kilometres. */
+  odometer?: number;
+  /** Degrees Celsius (sources convert). */
+  temperatureC?: number;
+}
