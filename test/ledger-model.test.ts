@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ApiClient } from '../src/api/client.js';
-import { Ingest } from '../src/buffer/ingest.js';
+import { Ingest } from '../src/admission/ingest.js';
 import { LoadError, Store } from '../src/buffer/store.js';
 import { configSchema, type Config } from '../src/config/schema.js';
 import { Sender } from '../src/delivery/sender.js';
@@ -38,14 +38,12 @@ const PROPERTIES = {
 type Prop = keyof typeof PROPERTIES;
 
 /**
- * What today's code breaks, with the item of issue 29 that fixes it. The CI run does not
- * enforce these until the fix is merged; each has a replay below (expectBroken) that turns
- * red when the fix lands: then delete the line here and make the replay assert it is kept.
+ * Properties not enforced in the CI run, each with why. Empty: every defect the model found
+ * (issue 29: a retry after a lost answer that grew under a new key, temperatures of a load
+ * without a fix left due, readings older than the last point never sent) is fixed, and its
+ * shortest sequence is replayed below.
  */
-const FAILS_TODAY: Partial<Record<Prop, string>> = {
-  'one-key': 'item 2: a retry after a lost answer or a timeout rebuilds the chunk up to the newest committed reading, so it carries more points under a new key',
-  'temperature-settles': 'item 5: the readings without a fix of an active load stay due at every push',
-};
+const FAILS_TODAY: Partial<Record<Prop, string>> = {};
 
 /**
  * Readings of a resource arrive out of time order (a gateway's backlog, a second source, a
@@ -75,7 +73,7 @@ type LoadName = 'L1' | 'L2' | 'L3' | 'L4';
  * before the answer (`lost-twice`: the client's immediate resend on a new connection too),
  * `timeout` stores it after the client gave up, `drop` drops it unread, `5xx` answers 503,
  * `conflict` answers 409 to a request whose key it already stored, `refuse:n` answers 400 to
- * every request holding the n-th reading still due (counting round), for the whole push.
+ * every request holding the n-th reading still due (counting round), from then on.
  */
 type Fault = 'lost' | 'lost-twice' | 'timeout' | 'drop' | '5xx' | 'conflict' | `refuse:${number}`;
 interface ReadingSpec {
@@ -269,6 +267,12 @@ const HELD_MS = TIMEOUT_MS + 1200;
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 
 let sandbox: Sandbox;
+/**
+ * The points the service refuses: once refused, always (a service refuses what a point holds,
+ * the same each time; one that changed its mind in the middle of a split could take a half and
+ * then the whole, a case the ledger does not keep apart: see docs/delivery.md).
+ */
+let refusedRefs: string[] = [];
 /** Keys of the requests the service stored (a `conflict` push answers 409 to these). */
 let stored: Set<string>;
 let events: SandboxEvent[];
@@ -281,13 +285,17 @@ beforeAll(async () => {
     scac: TEST_SCAC,
     onRequest: (e) => {
       events.push(e);
-      if (e.body && e.idempotencyKey) stored.add(e.idempotencyKey);
+      // Stored: taken (2xx), or taken with its answer lost; a refused request is not.
+      if (e.body && e.idempotencyKey && ((e.status >= 200 && e.status < 300) || e.problem?.startsWith('accepted'))) stored.add(e.idempotencyKey);
     },
   });
   // Read before the sandbox looks at its faults: a timeout for the next request, a 409 for a key it has.
   sandbox.gate = (req) => {
     const key = String(req.headers['idempotency-key'] ?? '');
     sandbox.faults.forceStatus = pushFaults.conflict && stored.has(key) ? 409 : 0;
+    // A body it took once it takes again (or answers 409): a service refuses by what a request
+    // holds, and the same request held the same the first time.
+    sandbox.faults.rejectTraceRefs = stored.has(key) ? [] : refusedRefs;
     sandbox.faults.latencyMs = pushFaults.timeouts > 0 ? HELD_MS : 0;
     if (pushFaults.timeouts > 0) pushFaults.timeouts -= 1;
     return undefined;
@@ -384,8 +392,8 @@ class Rig {
       loseResponseNext: faults.includes('lost-twice') ? 2 : faults.includes('lost') ? 1 : 0,
       dropNext: faults.includes('drop') ? 1 : 0,
       failNext: faults.includes('5xx') ? 1 : 0,
-      rejectTraceRefs,
     });
+    refusedRefs = [...new Set([...refusedRefs, ...rejectTraceRefs])];
     pushFaults.timeouts = faults.includes('timeout') ? 1 : 0;
     pushFaults.conflict = faults.includes('conflict');
     try {
@@ -460,6 +468,7 @@ async function runSequence(cmds: Cmd[], outOfOrder = OUT_OF_ORDER): Promise<Prob
   const tmp = tempDir('ta-model-');
   events = [];
   stored = new Set();
+  refusedRefs = [];
   sandbox.reset();
   const rig = new Rig(new Model(outOfOrder), tmp.dir);
   try {
@@ -580,34 +589,36 @@ describe('the ledger against its model', () => {
   });
 });
 
-/**
- * What today's code breaks, each in the shortest sequence the model found. Each asserts that
- * the property IS broken, so it turns red when the fix lands: then delete the property's line
- * in FAILS_TODAY and make the replay assert that the property is kept (assertKept).
- */
-async function expectBroken(prop: Prop, cmds: Cmd[], outOfOrder = false): Promise<void> {
-  const problems = await runSequence(cmds, outOfOrder);
-  expect(problems[prop], `"${prop}" is kept now: fixed? Then enforce it (FAILS_TODAY) and assert it here`).toBeDefined();
+/** What the model found, each in the shortest sequence it shrank to: kept now, every property. */
+async function expectKept(cmds: Cmd[], outOfOrder = false): Promise<void> {
+  assertKept(await runSequence(cmds, outOfOrder), new Set(Object.keys(PROPERTIES) as Prop[]));
 }
 
-describe('what the model finds in today’s code', () => {
-  it('item 2: a retry after a lost answer carries the readings committed since, under a new key', async () => {
+describe('what the model found, replayed', () => {
+  it('item 2: a retry after a lost answer carried the readings committed since, under a new key', async () => {
     // Found by `npm run test:model -- --props one-key --seed 3` after 103 runs, shrunk to this.
-    await expectBroken('one-key', [start('L1', 'R2'), ingest(fix('R2')), push('lost'), ingest(fix('R2')), purge()]);
+    await expectKept([start('L1', 'R2'), ingest(fix('R2')), push('lost'), ingest(fix('R2')), purge()]);
   });
 
-  it('item 2: after a lost answer, the newest position that went first goes again in a chunk of the backlog', async () => {
+  it('item 2: after a lost answer, the newest position that went first went again in a chunk of the backlog', async () => {
     // The same with push('timeout'), which takes a second longer.
     const backlog = [1, 2, 3, 4, 5].map(() => ingest(fix('R1')));
-    await expectBroken('one-key', [start('L1', 'R1'), ...backlog, commit(), push('lost'), ingest(fix('R1')), commit(), push()]);
+    await expectKept([start('L1', 'R1'), ...backlog, commit(), push('lost'), ingest(fix('R1')), commit(), push()]);
   });
 
-  it('item 5: a reading without a fix of an active load stays due after every push', async () => {
-    await expectBroken('temperature-settles', [start('L1', 'R2'), ingest(temp('R2'), fix('R1'))]);
+  it('item 5: a reading without a fix of an active load stayed due after every push', async () => {
+    await expectKept([start('L1', 'R2'), ingest(temp('R2'), fix('R1'))]);
   });
 
-  it('a reading older than the last point sent is never sent, and stays due while its load is active', async () => {
-    // Found by `npm run test:model -- --props all --out-of-order`; no item of issue 29 covers it yet.
-    await expectBroken('delivered', [start('L1', 'R2'), ingest(fix('R2')), ingest(fix('R2', 2)), commit(), push()], true);
+  it('a reading older than the last point sent was never sent, and stayed due while its load was active', async () => {
+    // Found by `npm run test:model -- --props all --out-of-order`.
+    await expectKept([start('L1', 'R2'), ingest(fix('R2')), ingest(fix('R2', 2)), commit(), push()], true);
+  });
+
+  it('a point refused after its request timed out, then refused again: parked, never taken for delivered', async () => {
+    // Found by `npm run test:model -- --props all --runs 200 --seed 3` once the first fixes were
+    // in; it was the model's service that answered 409 to a key it had refused (now it stores
+    // only what it takes), and the sequence is kept as a check of the refusal after a timeout.
+    await expectKept([start('L1', 'R1'), ingest(fix('R1'), temp('R1')), push('refuse:0', 'timeout'), push('conflict', 'refuse:0'), stop()]);
   });
 });

@@ -105,6 +105,7 @@ function configs(url: string): { a: Config; b: Config } {
       conflict_is_delivered: false,
     },
     loads: { late_readings_s: 600 },
+    traces: { temperature_without_fix: 'drop' },
     privacy: { record_without_load: true },
     codes: {
       default_reason: 'AI',
