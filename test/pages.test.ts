@@ -4,7 +4,7 @@
  * SQLite's own reader nothing ("database disk image is malformed" on the schema), though most
  * of its pages were intact. Real buffers, written by the agent's Store, cut and damaged here.
  */
-import { readFileSync, statSync, truncateSync, writeFileSync } from 'node:fs';
+import { readFileSync, renameSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -19,7 +19,7 @@ import { DAEMON_STATE_KEY } from '../src/daemon-state.js';
 import { BufferError } from '../src/errors.js';
 import { createLogger } from '../src/log.js';
 import { recordMilestone } from '../src/milestones/record.js';
-import { TEST_SCAC, tempDir } from './helpers.js';
+import { agentConfig, runCli, TEST_SCAC, tempDir } from './helpers.js';
 
 const config = configSchema.parse({ api: { base_url: 'http://127.0.0.1:9', scac: TEST_SCAC }, sources: [{ type: 'simulator', resource_id: 'T1' }] });
 
@@ -153,6 +153,19 @@ describe('the check at start after a clean stop', () => {
     } catch (err) {
       expect((err as BufferError).exitCode).toBe(65);
       expect((err as Error).message).toContain('buffer salvage');
+    }
+  });
+
+  it("status on a buffer with a damaged page exits 65 with the daemon's guidance, not a bare SQLite message", async () => {
+    const { path } = buffer();
+    damage(path, readingLeaves(path)[3]);
+    const cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9');
+    renameSync(path, join(tmp.dir, 'buffer.db'));
+    for (const args of [['status'], ['status', '--json'], ['load', 'list']]) {
+      const r = await runCli([...args, '--config', cfg]);
+      expect(r.code, `${args.join(' ')}: ${r.stderr}`).toBe(65);
+      expect(r.stderr).toContain('the buffer is corrupt');
+      expect(r.stderr).toContain('buffer salvage');
     }
   });
 

@@ -5,11 +5,11 @@
  */
 import { existsSync } from 'node:fs';
 import { Option } from 'commander';
-import { SCHEMA_VERSION } from '../buffer/db.js';
+import { corrupt, SCHEMA_VERSION } from '../buffer/db.js';
 import { openForReading } from '../buffer/read.js';
 import { Store } from '../buffer/store.js';
 import { loadConfig, resolveConfigPath, type LoadedConfig } from '../config/load.js';
-import { CliError } from '../errors.js';
+import { CliError, isCorruption } from '../errors.js';
 import { EXIT } from '../exit.js';
 
 export const out = (s: string): void => {
@@ -51,12 +51,20 @@ export function withReader<T>(loaded: LoadedConfig, fn: (store: Store) => T): T 
       `note: ${b.path} is at buffer schema ${upgradedFrom} (this version's is ${SCHEMA_VERSION}): read from a copy upgraded in memory, the file is unchanged; the daemon upgrades it at its next start (restart the service after upgrading the package)`,
     );
   }
-  return closing(new Store(db), fn);
+  return closing(new Store(db), fn, b.path);
 }
 
-function closing<T>(store: Store, fn: (store: Store) => T): T {
+/**
+ * Run a command on an open buffer and close it. A page found damaged while the command reads
+ * is the buffer's corruption, with the daemon's guidance and exit 65, not a bare SQLite
+ * message and exit 1.
+ */
+function closing<T>(store: Store, fn: (store: Store) => T, file = store.db.name): T {
   try {
     return fn(store);
+  } catch (error) {
+    if (isCorruption(error)) throw corrupt(file, (error as Error).message);
+    throw error;
   } finally {
     store.close();
   }
