@@ -102,6 +102,26 @@ describe('reading a buffer page by page', () => {
     db.close();
   });
 
+  it("a new buffer's schema lies at the start of the file, and its loss costs no rows: the agent's own definitions read them", () => {
+    const { path, readings } = buffer();
+    const ro = new Database(path, { readonly: true });
+    const schemaPages = ro.prepare("SELECT pageno FROM dbstat WHERE name = 'sqlite_schema'").pluck().all() as number[];
+    const pages = ro.pragma('page_count', { simple: true }) as number;
+    ro.close();
+    // Written when the buffer was made, before any row: a torn tail does not reach it.
+    expect(Math.max(...schemaPages)).toBeLessThan(pages / 10);
+    // Every schema page wiped (page 1 past its header): SQLite reads nothing, the pages all.
+    const bytes = readFileSync(path);
+    for (const n of schemaPages) bytes.fill(0, n === 1 ? 100 : (n - 1) * PAGE_SIZE, n * PAGE_SIZE);
+    writeFileSync(path, bytes);
+    expect(() => rowsOf(path)).toThrow();
+    const out = join(tmp.dir, 'rebuilt.db');
+    rebuildFromPages(path, out);
+    const got = rowsOf(out);
+    expect(got.length).toBe(readings.size);
+    for (const row of got) expect(row).toEqual(readings.get(row.id));
+  });
+
   it('a damaged page in the middle costs only its own rows', () => {
     const { path, readings } = buffer();
     const bytes = readFileSync(path);
