@@ -135,7 +135,7 @@ describe('daemon under faults', () => {
     const d = daemon(cfg);
     await waitFor(() => remaining().readings === 0 && remaining().deadLetters === 1, 15_000, 'one parked point');
     const list = await runCli(['dead-letter', 'list', '--config', cfg]);
-    expect(list.stdout).toMatch(/^1\t\S+\tload L1\ttrace point \(reading 4\)\tHTTP 400\t.*traces\[0\]: refused by the service/);
+    expect(list.stdout).toMatch(/^1\t\S+\tload L1\ttrace point \(reading 4\)\tHTTP 400\t.*traces\[0\] \(test-device-4\): refused by the service/);
     expect((await runCli(['dead-letter', 'retry', '--config', cfg])).code).toBe(64);
     const both = await runCli(['dead-letter', 'retry', '--all', '--id', '1', '--config', cfg]);
     expect(both.code).toBe(64);

@@ -504,19 +504,19 @@ function check(rig: Rig): Problems {
       keysOf.set(at, (keysOf.get(at) ?? new Set()).add(key));
     }
   }
-  const parked = new Set(
-    store
-      .listDeadLetters()
-      .filter((d) => d.kind === 'trace')
-      .flatMap((d) => pointsOf((d.body as { traces: Array<{ odometer?: number }> }).traces).map((serial) => `${d.loadNumber}#${serial}`)),
-  );
+  const deadTraces = store.listDeadLetters().filter((d) => d.kind === 'trace');
+  const serialsOf = (d: (typeof deadTraces)[number]) => pointsOf((d.body as { traces: Array<{ odometer?: number }> }).traces);
+  const parked = new Set(deadTraces.flatMap((d) => serialsOf(d).map((serial) => `${d.loadNumber}#${serial}`)));
+  // A request refused alike in both halves is parked whole (refusals by scope, docs/delivery.md):
+  // its points wait with the one the service refused, though it did not refuse each of them.
+  const parkedWithRefused = new Set(deadTraces.filter((d) => serialsOf(d).some((serial) => model.refused.has(serial))).flatMap((d) => serialsOf(d).map((serial) => `${d.loadNumber}#${serial}`)));
 
   for (const [at, keys] of keysOf) if (keys.size > 1) fail('one-key', `reading ${at} reached the service in ${keys.size} requests with different keys`);
   for (const at of [...keysOf.keys(), ...parked]) {
     const [load, serial] = [at.split('#')[0], Number(at.split('#')[1])];
     const r = model.committed.get(serial);
     if (!r || !(r.owedTo.has(load) || r.lateFor.has(load))) fail('in-window', `reading ${at} went to load ${load}, whose window does not hold it`);
-    if (parked.has(at) && !model.refused.has(serial)) fail('delivered', `reading ${at} is a dead letter, but the service never refused it`);
+    if (parked.has(at) && !parkedWithRefused.has(at)) fail('delivered', `reading ${at} is a dead letter, but the service never refused it or a point parked with it`);
   }
   for (const r of model.committed.values()) {
     for (const load of r.owedTo) {

@@ -289,8 +289,11 @@ export class Sandbox {
         const bad = tb.traces.findIndex((t) => t.references?.some((r) => f.rejectTraceRefs.includes(r.value)));
         if (bad >= 0) {
           this.stats.faults.rejected += 1;
+          // Named by its reference too, as a service that checks a point says which: two refused
+          // points in two halves of a request are two answers, not one refusal of the request.
+          const ref = tb.traces[bad].references?.find((r) => f.rejectTraceRefs.includes(r.value))?.value;
           emit({ status: 400, problem: `traces[${bad}] refused (fault)`, ...sent });
-          return this.json(res, 400, { error: 'refused', problems: [`traces[${bad}]: refused by the service`] });
+          return this.json(res, 400, { error: 'refused', problems: [`traces[${bad}] (${ref}): refused by the service`] });
         }
       }
     }
