@@ -12,7 +12,7 @@
 import { DataError } from '../errors.js';
 import type { Stop } from '../milestones/stops.js';
 import type { DB } from './db.js';
-import { HIGHEST_READING_ID } from './migrations.js';
+import { HIGHEST_READING_ID } from './ledger.js';
 import type { BufferContext } from './store.js';
 import type { LoadRow } from './types.js';
 

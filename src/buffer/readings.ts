@@ -15,7 +15,7 @@
 import type { Statement, Transaction } from 'better-sqlite3';
 import type { Reading } from '../sources/types.js';
 import type { DB } from './db.js';
-import { DUE, FAR, NEXT_READING_ID, SETTLE_LOADS, UNDONE } from './migrations.js';
+import { AWAITED, DUE, FAR, FIRST_DUE, NEXT_READING_ID, SETTLE_LOADS, UNDONE } from './ledger.js';
 import type { FixedRequest, Requests } from './requests.js';
 import { rideAlong, type Rider } from './riders.js';
 import type { BufferContext } from './store.js';
@@ -39,16 +39,6 @@ interface RawWindow {
   window_from_ms: number;
   window_until_ms: number | null;
 }
-
-/**
- * A row `r` some load still has to send: a load whose window holds it has its cursor below
- * it, and did not send it ahead. Through loads_undone: only the open loads and the closed
- * ones not yet done are looked at, however many loads the resource carried before.
- */
-export const AWAITED = `EXISTS (SELECT 1 FROM loads l WHERE l.resource_id = r.resource_id AND ${UNDONE} AND ${DUE})`;
-
-/** The id of a load's oldest reading still due (NULL when none), for a query over `loads l`. */
-export const FIRST_DUE = `(SELECT r.id FROM readings r WHERE ${DUE} ORDER BY r.id LIMIT 1)`;
 
 /**
  * The chunk query: a page of a load's readings (resource, ids after the cursor up to the

@@ -4,7 +4,7 @@
  * daemon committing its own.
  */
 import type Database from 'better-sqlite3';
-import { NEXT_READING_ID } from './migrations.js';
+import { NEXT_READING_ID } from './ledger.js';
 import type { SalvageReport } from './salvage.js';
 import { allRows, columns, deviceOf, type OldLoad, type Row } from './salvage-read.js';
 import type { Store } from './store.js';

@@ -16,7 +16,7 @@
  */
 import type { Statement } from 'better-sqlite3';
 import type { DB } from './db.js';
-import { FAR, UNDONE } from './migrations.js';
+import { FAR, UNDONE } from './ledger.js';
 import { ReadingState } from './types.js';
 
 /** A window by reading time: from, until (null: open). */
