@@ -22,7 +22,7 @@
  * once no load still waits for it (AWAITED false; reclaim.ts), or dropped by a limit and
  * counted.
  */
-import { MarkState } from './types.js';
+import { MarkState, ReadingState } from './types.js';
 
 /** Far beyond any reading id or time: the open end of a window. */
 export const FAR = 9_007_199_254_740_991;
@@ -127,5 +127,13 @@ export const ACK_LOAD =
 export const SETTLE_LOADS = `UPDATE loads AS l SET acked_id = l.end_id
   WHERE l.end_id IS NOT NULL AND l.acked_id < l.end_id AND NOT EXISTS (SELECT 1 FROM readings r WHERE ${DUE})`;
 
+// --- A reading's changes of state for one load (load_marks) and for all (its row). ---
+
 /** A reading of a load sent ahead of its cursor (load_number, reading_id). */
 export const MARK_SENT = `INSERT INTO load_marks (load_number, reading_id, state) VALUES (?, ?, ${MarkState.SENT}) ON CONFLICT DO NOTHING`;
+
+/** A reading the service refused for a load (load_number, reading_id): a dead letter's. */
+export const MARK_PARKED = `INSERT INTO load_marks (load_number, reading_id, state) VALUES (?, ?, ${MarkState.PARKED}) ON CONFLICT DO UPDATE SET state = excluded.state`;
+
+/** A reading a dead letter or a retry needs (id): neither purged nor dropped by a limit while so. */
+export const HOLD_READING = `UPDATE readings SET state = ${ReadingState.HELD} WHERE id = ? AND state = ${ReadingState.WAITING}`;

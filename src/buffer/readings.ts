@@ -15,7 +15,7 @@
 import type { Statement, Transaction } from 'better-sqlite3';
 import type { Reading } from '../sources/types.js';
 import type { DB } from './db.js';
-import { AWAITED, DUE, FAR, FIRST_DUE, NEXT_READING_ID, SETTLE_LOADS, UNDONE } from './ledger.js';
+import { ACK_LOAD, AWAITED, BOUND_WINDOW, CLOSE_ENDED, DUE, FAR, FIRST_DUE, MARK_SENT, NEXT_READING_ID, SETTLE_LOADS, type StoredWindow, UNDONE, windowBounds } from './ledger.js';
 import type { FixedRequest, Requests } from './requests.js';
 import { rideAlong, type Rider } from './riders.js';
 import type { BufferContext } from './store.js';
@@ -31,15 +31,6 @@ const PAGE_ROWS = 256;
 /** id, time_ms, lat, lon, speed, heading, odometer, temp_c, trace_id */
 type RawReading = [number, number, number | null, number | null, number | null, number | null, number | null, number | null, string | null];
 
-/** The window of a load, as its chunk query takes it. */
-interface RawWindow {
-  resource_id: string;
-  acked_id: number;
-  end_id: number | null;
-  window_from_ms: number;
-  window_until_ms: number | null;
-}
-
 /**
  * The chunk query: a page of a load's readings (resource, ids after the cursor up to the
  * load's last, times in its window), one range of readings_by_resource with the times checked
@@ -47,7 +38,7 @@ interface RawWindow {
  * every row: not read (a string a row).
  */
 export const CHUNK_QUERY = `SELECT id, time_ms, lat, lon, odometer, temp_c, trace_id FROM readings
-  WHERE resource_id = ? AND id > ? AND id <= ? AND time_ms >= ? AND time_ms < ? ORDER BY id LIMIT ${PAGE_ROWS}`;
+  WHERE ${BOUND_WINDOW} ORDER BY id LIMIT ${PAGE_ROWS}`;
 
 /** The chunk query's range with every column of a StoredReading but the resource and load (iterateReadings). */
 const WINDOW_QUERY = CHUNK_QUERY.replace('lat, lon, odometer', 'lat, lon, speed, heading, odometer');
@@ -105,16 +96,14 @@ export class Readings {
     this.nextId = db.prepare(NEXT_READING_ID).pluck();
     this.insertRow = db.prepare('INSERT INTO readings (id, resource_id, time_ms, lat, lon, speed, heading, odometer, temp_c, source, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)');
     this.windows = new LoadWindows(db);
-    this.closeEnded = db.prepare(`UPDATE loads SET end_id = (${NEXT_READING_ID}) - 1 WHERE end_id IS NULL AND ended_ms IS NOT NULL AND ended_ms <= ?`);
+    this.closeEnded = db.prepare(CLOSE_ENDED);
     this.settleLoads = db.prepare(SETTLE_LOADS);
     this.windowOf = db.prepare('SELECT resource_id, acked_id, end_id, window_from_ms, window_until_ms FROM loads WHERE load_number = ?');
     this.marksAbove = db.prepare('SELECT reading_id FROM load_marks WHERE load_number = ? AND reading_id > ?').pluck();
     // Arrays, not objects: better-sqlite3 builds a row object in C++ at about twice the cost.
     this.readingsInWindow = db.prepare(WINDOW_QUERY).raw();
     this.traceRowsInWindow = db.prepare(CHUNK_QUERY).raw();
-    const ackStmt = db.prepare(
-      'UPDATE loads SET acked_id = max(acked_id, ?), last_sample_ms = CASE WHEN ? IS NULL THEN last_sample_ms ELSE max(coalesce(last_sample_ms, 0), ?) END, correlation_id = coalesce(?, correlation_id), fix_ms = coalesce(?, fix_ms), fix_lat = coalesce(?, fix_lat), fix_lon = coalesce(?, fix_lon) WHERE load_number = ?',
-    );
+    const ackStmt = db.prepare(ACK_LOAD);
     const settleLoad = db.prepare(`${SETTLE_LOADS} AND l.load_number = ?`);
     // One transaction, so one commit (and with synchronous = FULL one fsync) for an
     // acknowledgement, which is in series with every request of a drain.
@@ -133,7 +122,7 @@ export class Readings {
     // is one index step where min() read every row the load has to send.
     this.oldestDue = db.prepare(`SELECT r.time_ms FROM loads l JOIN readings r WHERE l.load_number = ? AND ${DUE} ORDER BY r.id LIMIT 1`).pluck();
     // Prepared once: after an outage every load's newest position is marked, one request each.
-    const markStmt = db.prepare(`INSERT INTO load_marks (load_number, reading_id, state) VALUES (?, ?, ${MarkState.SENT}) ON CONFLICT DO NOTHING`);
+    const markStmt = db.prepare(MARK_SENT);
     this.mark = db.transaction((loadNumber: string, ids: number[], after: MarkAfter) => {
       for (const id of ids) markStmt.run(loadNumber, id);
       if (after.settle) this.requests.settleIn(loadNumber, after.settle);
@@ -230,17 +219,15 @@ export class Readings {
 
   /** Pages of a load's due rows from a window query whose rows begin with the id (CHUNK_QUERY's parameters). */
   private *pagesInWindow(query: Statement, loadNumber: string, afterId: number, maxId: number): Generator<{ rows: Array<readonly [number, ...unknown[]]>; resourceId: string }> {
-    const w = this.windowOf.get(loadNumber) as RawWindow | undefined;
+    const w = this.windowOf.get(loadNumber) as StoredWindow | undefined;
     if (w === undefined) return;
-    let after = Math.max(afterId, w.acked_id);
-    const upTo = Math.min(w.end_id ?? FAR, maxId);
-    const until = w.window_until_ms ?? FAR;
+    const [resourceId, from, upTo, fromMs, untilMs] = windowBounds(w, afterId, maxId);
+    let after = from;
     // Few (the newest position sent ahead after an outage, a split request's delivered part):
     // skipped here, not by a lookup per row in the query.
     const marked = new Set(this.marksAbove.all(loadNumber, after) as number[]);
-    const resourceId = w.resource_id;
     for (;;) {
-      const rows = query.all(resourceId, after, upTo, w.window_from_ms, until) as Array<readonly [number, ...unknown[]]>;
+      const rows = query.all(resourceId, after, upTo, fromMs, untilMs) as Array<readonly [number, ...unknown[]]>;
       if (rows.length === 0) return;
       const last = rows[rows.length - 1][0];
       yield { rows: marked.size > 0 ? rows.filter((r) => !marked.has(r[0])) : rows, resourceId };
