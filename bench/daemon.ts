@@ -8,7 +8,7 @@ import { execFile, spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { openDatabase } from '../src/buffer/db.js';
-import { HIGHEST_READING_ID } from '../src/buffer/migrations.js';
+import { HIGHEST_READING_ID } from '../src/buffer/ledger.js';
 import { Store } from '../src/buffer/store.js';
 import type { Sandbox } from '../src/sandbox/server.js';
 import { type CgroupMemory, MemoryCgroup, rssPlusBufferCache, uncachedNodeCopy } from './cgroup.js';

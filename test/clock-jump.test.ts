@@ -14,7 +14,7 @@ import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Sandbox } from '../src/sandbox/server.js';
 import { TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
-import { HIGHEST_READING_ID } from '../src/buffer/migrations.js';
+import { HIGHEST_READING_ID } from '../src/buffer/ledger.js';
 
 /** libfaketime as Debian installs it (`apt-get install faketime`), for this machine's architecture. */
 function findLibfaketime(): string | undefined {

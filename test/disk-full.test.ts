@@ -13,7 +13,7 @@ import { cpuSecondsOf, memoryOf } from '../bench/common.js';
 import { diskPlan } from '../src/buffer/disk.js';
 import { Sandbox } from '../src/sandbox/server.js';
 import { TEST_KEY, TEST_SCAC, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
-import { HIGHEST_READING_ID } from '../src/buffer/migrations.js';
+import { HIGHEST_READING_ID } from '../src/buffer/ledger.js';
 
 const TMPFS_BYTES = 4 * 1024 * 1024;
 const SHUTDOWN_TIMEOUT_S = 5;

@@ -21,7 +21,7 @@ import { Sandbox } from '../src/sandbox/server.js';
 import { seededRandom } from '../src/sources/simulator.js';
 import { ROOT, TEST_KEY, TEST_SCAC, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
 import { alive, sleep, stopProcess } from './sources/support.js';
-import { HIGHEST_READING_ID } from '../src/buffer/migrations.js';
+import { HIGHEST_READING_ID } from '../src/buffer/ledger.js';
 
 const LAZYFS_DIR = join(ROOT, '.lazyfs');
 const LAZYFS = join(LAZYFS_DIR, 'lazyfs');

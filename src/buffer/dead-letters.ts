@@ -4,7 +4,8 @@
  */
 import type { DB } from './db.js';
 import type { BufferContext } from './store.js';
-import { type DeadLetter, type Fix, MAX_ANSWER_CHARS, MarkState, type MilestoneRow, ReadingState, type StoredReading } from './types.js';
+import { HOLD_READING, MARK_PARKED } from './ledger.js';
+import { type DeadLetter, type Fix, MAX_ANSWER_CHARS, MarkState, type MilestoneRow, type StoredReading } from './types.js';
 
 interface RawDeadLetter {
   id: number;
@@ -59,8 +60,8 @@ export class DeadLetters {
   parkReading(readingId: number, loadNumber: string, status: number | null, response: string, body: unknown, nowMs: number, headers?: Record<string, string>): void {
     this.ctx.withReserve(() =>
       this.db.transaction(() => {
-        this.db.prepare(`UPDATE readings SET state = ${ReadingState.HELD} WHERE id = ? AND state = ${ReadingState.WAITING}`).run(readingId);
-        this.db.prepare(`INSERT INTO load_marks (load_number, reading_id, state) VALUES (?, ?, ${MarkState.PARKED}) ON CONFLICT DO UPDATE SET state = excluded.state`).run(loadNumber, readingId);
+        this.db.prepare(HOLD_READING).run(readingId);
+        this.db.prepare(MARK_PARKED).run(loadNumber, readingId);
         this.db
           .prepare('INSERT INTO dead_letters (kind, load_number, record_id, status, response, headers, body, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
           .run('trace', loadNumber, readingId, status, response.slice(0, MAX_ANSWER_CHARS), headers ? JSON.stringify(headers) : null, JSON.stringify(body), nowMs);
@@ -76,8 +77,8 @@ export class DeadLetters {
   parkRequest(readingIds: number[], loadNumber: string, status: number | null, response: string, body: unknown, nowMs: number, headers?: Record<string, string>): number {
     return this.ctx.withReserve(() =>
       this.db.transaction(() => {
-        const hold = this.db.prepare(`UPDATE readings SET state = ${ReadingState.HELD} WHERE id = ? AND state = ${ReadingState.WAITING}`);
-        const park = this.db.prepare(`INSERT INTO load_marks (load_number, reading_id, state) VALUES (?, ?, ${MarkState.PARKED}) ON CONFLICT DO UPDATE SET state = excluded.state`);
+        const hold = this.db.prepare(HOLD_READING);
+        const park = this.db.prepare(MARK_PARKED);
         for (const id of readingIds) {
           hold.run(id);
           park.run(loadNumber, id);
@@ -171,7 +172,7 @@ export class DeadLetters {
                      ON CONFLICT DO UPDATE SET state = excluded.state`,
                 )
                 .run(r.load_number, id);
-              this.db.prepare(`UPDATE readings SET state = ${ReadingState.HELD} WHERE id = ? AND state = ${ReadingState.WAITING}`).run(id);
+              this.db.prepare(HOLD_READING).run(id);
             }
           }
           this.db.prepare('DELETE FROM dead_letters WHERE id = ?').run(r.id);

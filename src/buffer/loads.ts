@@ -12,7 +12,7 @@
 import { DataError } from '../errors.js';
 import type { Stop } from '../milestones/stops.js';
 import type { DB } from './db.js';
-import { HIGHEST_READING_ID } from './migrations.js';
+import { END_LOAD, OPEN, START_LOAD } from './ledger.js';
 import type { BufferContext } from './store.js';
 import type { LoadRow } from './types.js';
 
@@ -77,12 +77,7 @@ export class Loads {
         throw new LoadError(existing.endedMs === null ? `load ${load.loadNumber} is already active on ${existing.resourceId}` : `load ${load.loadNumber} existed before and has ended; use a new load number`);
       }
       const first = load.stops[0]?.sequence ?? null;
-      this.db
-        .prepare(
-          `INSERT INTO loads (load_number, resource_id, resource_type, stops, started_ms, window_from_ms, next_stop, acked_id, fix_ms, fix_lat, fix_lon)
-           SELECT ?, ?, ?, ?, ?, ?, ?, (${HIGHEST_READING_ID}), f.time_ms, f.lat, f.lon FROM (SELECT 1) LEFT JOIN newest_fix f ON f.resource_id = ?`,
-        )
-        .run(load.loadNumber, load.resourceId, load.resourceType, JSON.stringify(load.stops), load.nowMs, load.nowMs, first, load.resourceId);
+      this.db.prepare(START_LOAD).run(load.loadNumber, load.resourceId, load.resourceType, JSON.stringify(load.stops), load.nowMs, load.nowMs, first, load.resourceId);
       return this.getLoad(load.loadNumber)!;
     });
   }
@@ -102,13 +97,7 @@ export class Loads {
       const load = this.getLoad(loadNumber);
       if (!load) throw new LoadError(`no load ${loadNumber}`);
       if (load.endedMs !== null) throw new LoadError(`load ${loadNumber} has already ended`);
-      this.db
-        .prepare(
-          `UPDATE loads AS l SET ended_ms = ?, window_until_ms = max(?, l.window_from_ms,
-             coalesce((SELECT max(r.time_ms) + 1 FROM readings r WHERE r.resource_id = l.resource_id AND r.id > l.acked_id AND r.time_ms >= l.window_from_ms), 0))
-           WHERE load_number = ?`,
-        )
-        .run(nowMs, nowMs, loadNumber);
+      this.db.prepare(END_LOAD).run(nowMs, nowMs, loadNumber);
       return this.getLoad(loadNumber)!;
     });
   }
@@ -128,9 +117,7 @@ export class Loads {
    * closed (what the daemon held from before the end is not committed yet). The oldest first.
    */
   openLoadsOf(resourceId: string): LoadRow[] {
-    return (
-      this.db.prepare('SELECT * FROM loads l WHERE l.resource_id = ? AND (l.end_id IS NULL OR l.acked_id < l.end_id) AND l.end_id IS NULL ORDER BY l.started_ms, l.load_number').all(resourceId) as RawLoad[]
-    ).map(toLoad);
+    return (this.db.prepare(`SELECT * FROM loads l WHERE l.resource_id = ? AND ${OPEN} ORDER BY l.started_ms, l.load_number`).all(resourceId) as RawLoad[]).map(toLoad);
   }
 
   /** Loads ended at or after `sinceMs` (those still taking late readings, for `status`), the first ended first. */

@@ -2,6 +2,9 @@
  * The buffer's schema and its history. The version lives in `PRAGMA user_version`.
  * Migrations run one step at a time, each in its own transaction, so a power cut in the
  * middle of an upgrade leaves the file at the last complete version, never between two.
+ *
+ * Self-contained: a step's SQL is written out here as it was when the step shipped, never
+ * imported from the code that runs the buffer today (ledger.ts), which may change.
  */
 import { randomInt } from 'node:crypto';
 import { BufferError } from '../errors.js';
@@ -164,8 +167,8 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
   // - Reading ids: AUTOINCREMENT goes from the table's definition (the table's pages are the
   //   same with or without it: a change SQLite's ALTER TABLE page allows through
   //   writable_schema). The buffer gives each reading max(id, sqlite_sequence.seq) + 1
-  //   (NEXT_READING_ID), and a trigger raises seq when the newest reading is deleted, so an id
-  //   is still never used twice, even after the table drains.
+  //   (NEXT_READING_ID, ledger.ts), and a trigger raises seq when the newest reading is
+  //   deleted, so an id is still never used twice, even after the table drains.
   // - last_fix holds the newest fix up to reading `last_fix_upto` (meta), brought forward once
   //   a minute (Readings.flushFixes) and, by a trigger, from any newer reading deleted before
   //   then. The view newest_fix adds the readings after it: the same answer as before.
@@ -228,6 +231,7 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
   //   dead letter or a retry of any load needs it.
   // - load_number of a reading is no longer written (left in place: dropping it would rewrite
   //   every row on the card); readings_by_load gives way to readings_by_resource.
+  // (The highest id ever given, purged or not, is written out as it was when this step shipped.)
   (db) => {
     db.exec(`
       ALTER TABLE loads ADD COLUMN window_from_ms INTEGER NOT NULL DEFAULT 0;
@@ -237,12 +241,12 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
         SELECT load_number, min(id) AS lo, max(id) AS hi, min(time_ms) AS t0, max(time_ms) AS t1
           FROM readings WHERE load_number IS NOT NULL GROUP BY load_number;
       UPDATE loads SET
-        acked_id = max(acked_id, coalesce((SELECT lo - 1 FROM own_readings o WHERE o.load_number = loads.load_number), (${HIGHEST_READING_ID}))),
+        acked_id = max(acked_id, coalesce((SELECT lo - 1 FROM own_readings o WHERE o.load_number = loads.load_number), (SELECT max(coalesce((SELECT max(id) FROM readings), 0), coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'readings'), 0))))),
         window_from_ms = min(started_ms, coalesce((SELECT t0 FROM own_readings o WHERE o.load_number = loads.load_number), started_ms)),
         window_until_ms = CASE WHEN ended_ms IS NULL THEN NULL
           ELSE max(ended_ms, coalesce((SELECT t1 + 1 FROM own_readings o WHERE o.load_number = loads.load_number), ended_ms)) END,
         end_id = CASE WHEN ended_ms IS NULL THEN NULL
-          ELSE coalesce((SELECT hi FROM own_readings o WHERE o.load_number = loads.load_number), (${HIGHEST_READING_ID})) END;
+          ELSE coalesce((SELECT hi FROM own_readings o WHERE o.load_number = loads.load_number), (SELECT max(coalesce((SELECT max(id) FROM readings), 0), coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'readings'), 0)))) END;
       DROP TABLE own_readings;
 
       CREATE TABLE load_marks (
@@ -332,30 +336,6 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
     `);
   },
 ];
-
-/** Far beyond any reading id or time: the open end of a window. */
-export const FAR = 9_007_199_254_740_991;
-
-/**
- * A reading `r` in the window of load `l`: its resource, its time, above the cursor, and no
- * later than the load's last id once the load is closed (`l.end_id`).
- */
-export const IN_WINDOW = `r.resource_id = l.resource_id AND r.id <= coalesce(l.end_id, ${FAR}) AND r.time_ms >= l.window_from_ms AND r.time_ms < coalesce(l.window_until_ms, ${FAR})`;
-
-/** A reading `r` load `l` still has to send: in its window, above its cursor, not sent ahead or parked for it. */
-export const DUE = `${IN_WINDOW} AND r.id > l.acked_id AND NOT EXISTS (SELECT 1 FROM load_marks m WHERE m.load_number = l.load_number AND m.reading_id = r.id)`;
-
-/** A load `l` that may still have something to send: open, or closed with its cursor short of its last id (the partial index loads_undone). */
-export const UNDONE = '(l.end_id IS NULL OR l.acked_id < l.end_id)';
-
-/** Closed loads with nothing due: done, their cursor at their last id (out of loads_undone). */
-export const SETTLE_LOADS = `UPDATE loads AS l SET acked_id = l.end_id
-  WHERE l.end_id IS NOT NULL AND l.acked_id < l.end_id AND NOT EXISTS (SELECT 1 FROM readings r WHERE ${DUE})`;
-
-/** The highest reading id the buffer ever held, purged or not (0 before the first). */
-export const HIGHEST_READING_ID = `SELECT max(coalesce((SELECT max(id) FROM readings), 0), coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'readings'), 0))`;
-/** The id the next reading gets: never one used before (see migration 5 -> 6). */
-export const NEXT_READING_ID = `${HIGHEST_READING_ID} + 1`;
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
 

@@ -8,14 +8,15 @@
  * (counted).
  *
  * Acknowledging moves a load's cursor (`loads.acked_id`); every query for what a load still
- * has to send skips what is at or below it, and `purgeAcked` deletes rows later, many chunks
- * at a time. The cursor is one small write per chunk; deleting each chunk's rows at once
+ * has to send skips what is at or below it, and `purgeAcked` (reclaim.ts) deletes rows
+ * later, many chunks at a time. The cursor is one small write per chunk; deleting each chunk's rows at once
  * rewrote about a page per reading when many loads' readings share the pages.
  */
 import type { Statement, Transaction } from 'better-sqlite3';
 import type { Reading } from '../reading.js';
 import type { DB } from './db.js';
-import { DUE, FAR, NEXT_READING_ID, SETTLE_LOADS, UNDONE } from './migrations.js';
+import { ACK_LOAD, AWAITED, BOUND_WINDOW, CLOSE_ENDED, DUE, FAR, FIRST_DUE, MARK_SENT, NEXT_READING_ID, SETTLE_LOADS, type StoredWindow, UNDONE, windowBounds } from './ledger.js';
+import type { Reclaim } from './reclaim.js';
 import type { FixedRequest, Requests } from './requests.js';
 import { rideAlong, type Rider } from './riders.js';
 import type { BufferContext } from './store.js';
@@ -31,25 +32,6 @@ const PAGE_ROWS = 256;
 /** id, time_ms, lat, lon, speed, heading, odometer, temp_c, trace_id */
 type RawReading = [number, number, number | null, number | null, number | null, number | null, number | null, number | null, string | null];
 
-/** The window of a load, as its chunk query takes it. */
-interface RawWindow {
-  resource_id: string;
-  acked_id: number;
-  end_id: number | null;
-  window_from_ms: number;
-  window_until_ms: number | null;
-}
-
-/**
- * A row `r` some load still has to send: a load whose window holds it has its cursor below
- * it, and did not send it ahead. Through loads_undone: only the open loads and the closed
- * ones not yet done are looked at, however many loads the resource carried before.
- */
-export const AWAITED = `EXISTS (SELECT 1 FROM loads l WHERE l.resource_id = r.resource_id AND ${UNDONE} AND ${DUE})`;
-
-/** The id of a load's oldest reading still due (NULL when none), for a query over `loads l`. */
-export const FIRST_DUE = `(SELECT r.id FROM readings r WHERE ${DUE} ORDER BY r.id LIMIT 1)`;
-
 /**
  * The chunk query: a page of a load's readings (resource, ids after the cursor up to the
  * load's last, times in its window), one range of readings_by_resource with the times checked
@@ -57,13 +39,10 @@ export const FIRST_DUE = `(SELECT r.id FROM readings r WHERE ${DUE} ORDER BY r.i
  * every row: not read (a string a row).
  */
 export const CHUNK_QUERY = `SELECT id, time_ms, lat, lon, odometer, temp_c, trace_id FROM readings
-  WHERE resource_id = ? AND id > ? AND id <= ? AND time_ms >= ? AND time_ms < ? ORDER BY id LIMIT ${PAGE_ROWS}`;
+  WHERE ${BOUND_WINDOW} ORDER BY id LIMIT ${PAGE_ROWS}`;
 
 /** The chunk query's range with every column of a StoredReading but the resource and load (iterateReadings). */
 const WINDOW_QUERY = CHUNK_QUERY.replace('lat, lon, odometer', 'lat, lon, speed, heading, odometer');
-
-/** The purge of a range of ids: rows no load has left to send (held and unassigned rows stay). */
-export const PURGE_RANGE = `DELETE FROM readings AS r WHERE r.id > ? AND r.id <= ? AND r.state = ${ReadingState.WAITING} AND NOT ${AWAITED}`;
 
 /** The columns of a StoredReading but the load, from `readings r`. */
 const READING_COLS = 'r.id, r.resource_id, r.time_ms, r.lat, r.lon, r.speed, r.heading, r.odometer, r.temp_c, r.trace_id';
@@ -97,34 +76,29 @@ export class Readings {
   private readonly readingsInWindow: Statement;
   private readonly traceRowsInWindow: Statement;
   private readonly ack: Transaction<(loadNumber: string, upToId: number, lastSampleMs: number | null, correlationId: string | null, fix: Fix | null, fixNext: FixedRequest | undefined) => void>;
-  private readonly purgeRange: Statement;
   private readonly newestDue: Statement;
   private readonly oldestDue: Statement;
   private readonly mark: Transaction<(loadNumber: string, ids: number[], after: MarkAfter) => void>;
-  /** No acknowledged row is left at or below this id (0 after opening: a crash may have left some anywhere). */
-  private purgeFloor = 0;
-  /** The purge pass in progress: where it has got to, where it ends, and the floor it leaves behind. */
-  private purgePass: { at: number; top: number; floor: number } | null = null;
 
   constructor(
     private readonly ctx: BufferContext,
     private readonly requests: Requests,
+    /** The purge, told when rows join a load below where it has got to. */
+    private readonly reclaim: Reclaim,
   ) {
     const db = ctx.db;
     this.db = db;
     this.nextId = db.prepare(NEXT_READING_ID).pluck();
     this.insertRow = db.prepare('INSERT INTO readings (id, resource_id, time_ms, lat, lon, speed, heading, odometer, temp_c, source, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)');
     this.windows = new LoadWindows(db);
-    this.closeEnded = db.prepare(`UPDATE loads SET end_id = (${NEXT_READING_ID}) - 1 WHERE end_id IS NULL AND ended_ms IS NOT NULL AND ended_ms <= ?`);
+    this.closeEnded = db.prepare(CLOSE_ENDED);
     this.settleLoads = db.prepare(SETTLE_LOADS);
     this.windowOf = db.prepare('SELECT resource_id, acked_id, end_id, window_from_ms, window_until_ms FROM loads WHERE load_number = ?');
     this.marksAbove = db.prepare('SELECT reading_id FROM load_marks WHERE load_number = ? AND reading_id > ?').pluck();
     // Arrays, not objects: better-sqlite3 builds a row object in C++ at about twice the cost.
     this.readingsInWindow = db.prepare(WINDOW_QUERY).raw();
     this.traceRowsInWindow = db.prepare(CHUNK_QUERY).raw();
-    const ackStmt = db.prepare(
-      'UPDATE loads SET acked_id = max(acked_id, ?), last_sample_ms = CASE WHEN ? IS NULL THEN last_sample_ms ELSE max(coalesce(last_sample_ms, 0), ?) END, correlation_id = coalesce(?, correlation_id), fix_ms = coalesce(?, fix_ms), fix_lat = coalesce(?, fix_lat), fix_lon = coalesce(?, fix_lon) WHERE load_number = ?',
-    );
+    const ackStmt = db.prepare(ACK_LOAD);
     const settleLoad = db.prepare(`${SETTLE_LOADS} AND l.load_number = ?`);
     // One transaction, so one commit (and with synchronous = FULL one fsync) for an
     // acknowledgement, which is in series with every request of a drain.
@@ -135,15 +109,12 @@ export class Readings {
       if (fixNext) this.requests.fixIn(fixNext);
       settleLoad.run(loadNumber);
     });
-    // In id order (neighbouring rows, neighbouring pages), each row against the cursors of the
-    // loads whose windows hold it.
-    this.purgeRange = db.prepare(PURGE_RANGE);
     this.newestDue = db.prepare(`SELECT ${READING_COLS}, l.load_number FROM loads l JOIN readings r WHERE l.load_number = ? AND ${DUE} AND r.lat IS NOT NULL ORDER BY r.id DESC LIMIT 1`);
     // The oldest row by id, not min(time_ms): readings are committed in time order, and this
     // is one index step where min() read every row the load has to send.
     this.oldestDue = db.prepare(`SELECT r.time_ms FROM loads l JOIN readings r WHERE l.load_number = ? AND ${DUE} ORDER BY r.id LIMIT 1`).pluck();
     // Prepared once: after an outage every load's newest position is marked, one request each.
-    const markStmt = db.prepare(`INSERT INTO load_marks (load_number, reading_id, state) VALUES (?, ?, ${MarkState.SENT}) ON CONFLICT DO NOTHING`);
+    const markStmt = db.prepare(MARK_SENT);
     this.mark = db.transaction((loadNumber: string, ids: number[], after: MarkAfter) => {
       for (const id of ids) markStmt.run(loadNumber, id);
       if (after.settle) this.requests.settleIn(loadNumber, after.settle);
@@ -192,8 +163,7 @@ export class Readings {
         }
         const adopted = windows.close();
         // Rows that joined a load just now may lie below where the purge has got to.
-        if (adopted !== undefined) this.purgeFloor = Math.min(this.purgeFloor, adopted);
-        if (adopted !== undefined && this.purgePass) this.purgePass.floor = Math.min(this.purgePass.floor, adopted);
+        if (adopted !== undefined) this.reclaim.rejoined(adopted);
         // No row changes (and no page is written) unless a load ended since the last commit.
         if (committedBefore !== undefined && this.closeEnded.run(committedBefore).changes > 0) this.settleLoads.run();
         rideAlong(this.db, alongside);
@@ -240,17 +210,15 @@ export class Readings {
 
   /** Pages of a load's due rows from a window query whose rows begin with the id (CHUNK_QUERY's parameters). */
   private *pagesInWindow(query: Statement, loadNumber: string, afterId: number, maxId: number): Generator<{ rows: Array<readonly [number, ...unknown[]]>; resourceId: string }> {
-    const w = this.windowOf.get(loadNumber) as RawWindow | undefined;
+    const w = this.windowOf.get(loadNumber) as StoredWindow | undefined;
     if (w === undefined) return;
-    let after = Math.max(afterId, w.acked_id);
-    const upTo = Math.min(w.end_id ?? FAR, maxId);
-    const until = w.window_until_ms ?? FAR;
+    const [resourceId, from, upTo, fromMs, untilMs] = windowBounds(w, afterId, maxId);
+    let after = from;
     // Few (the newest position sent ahead after an outage, a split request's delivered part):
     // skipped here, not by a lookup per row in the query.
     const marked = new Set(this.marksAbove.all(loadNumber, after) as number[]);
-    const resourceId = w.resource_id;
     for (;;) {
-      const rows = query.all(resourceId, after, upTo, w.window_from_ms, until) as Array<readonly [number, ...unknown[]]>;
+      const rows = query.all(resourceId, after, upTo, fromMs, untilMs) as Array<readonly [number, ...unknown[]]>;
       if (rows.length === 0) return;
       const last = rows[rows.length - 1][0];
       yield { rows: marked.size > 0 ? rows.filter((r) => !marked.has(r[0])) : rows, resourceId };
@@ -309,72 +277,6 @@ export class Readings {
         }
       })(),
     );
-  }
-
-  /**
-   * Delete acknowledged rows (every load holding them past them; held and unassigned rows
-   * stay), walking the ids in order so each page is rewritten about once for all the rows it
-   * held. `budget` bounds how many ids one call covers (in transactions of at most
-   * purgeSliceIds() ids), so the daemon can purge a million rows in slices between other work;
-   * without it, the pass runs to the end (the limits call it that way, so delivered rows
-   * make room before any reading is dropped). `done` is true when the pass has reached the
-   * highest acknowledged id.
-   */
-  purgeAcked(budget = Number.POSITIVE_INFINITY): { deleted: number; done: boolean } {
-    if (!this.purgePass) {
-      // Up to the highest cursor, or the highest reading sent ahead of one (the newest
-      // position after an outage, which no cursor may pass for a while).
-      const top = this.db.prepare(`SELECT max(coalesce((SELECT max(acked_id) FROM loads), 0), coalesce((SELECT max(reading_id) FROM load_marks WHERE state = ${MarkState.SENT}), 0))`).pluck().get() as number;
-      if (top <= this.purgeFloor) return { deleted: 0, done: true };
-      // Rows below the oldest one any load still has to send cannot be acknowledged later:
-      // after this pass, none of them is left, and the next pass starts there.
-      const waiting = this.db.prepare(`SELECT min(${FIRST_DUE}) FROM loads l WHERE ${UNDONE}`).pluck().get() as number | null;
-      // From the oldest row, not from id 0: after a restart the floor is 0, and walking a
-      // month of ids that are long gone costs a transaction per slice.
-      const oldest = (this.db.prepare('SELECT coalesce(min(id), 1) FROM readings').pluck().get() as number) - 1;
-      this.purgePass = { at: Math.max(this.purgeFloor, oldest), top, floor: Math.min(top, waiting === null ? top : waiting - 1) };
-    }
-    const pass = this.purgePass;
-    const end = Math.min(pass.top, pass.at + budget);
-    let deleted = 0;
-    const slice = this.purgeSliceIds();
-    while (pass.at < end) {
-      const to = Math.min(end, pass.at + slice);
-      const at = pass.at;
-      deleted += this.ctx.withReserve(() => this.db.transaction(() => this.purgeRange.run(at, to).changes)());
-      pass.at = to;
-    }
-    if (pass.at < pass.top) return { deleted, done: false };
-    this.purgeFloor = Math.max(this.purgeFloor, pass.floor);
-    this.purgePass = null;
-    // Marks of readings a cursor has passed, or that are gone, say nothing any more (those of
-    // dead letters stay).
-    this.ctx.withReserve(() =>
-      this.db
-        .prepare(
-          `DELETE FROM load_marks WHERE state = ${MarkState.SENT}
-              AND (reading_id <= (SELECT l.acked_id FROM loads l WHERE l.load_number = load_marks.load_number) OR NOT EXISTS (SELECT 1 FROM readings WHERE id = reading_id))`,
-        )
-        .run(),
-    );
-    return { deleted, done: true };
-  }
-
-  /**
-   * Ids one purge transaction may cover: any number while the file system has room for the
-   * WAL that takes, else a quarter of the WAL limit's worth, which the room kept free for the
-   * WAL always holds. A WAL keeps every page a transaction touches until it commits: on a
-   * 4 MB tmpfs full of readings, a purge of 20,000 ids in one transaction grew the WAL to
-   * 1.1 MB against a 256 KB limit, took the whole reserve and failed with SQLITE_FULL, so
-   * the rows never went and the room never came back. Not small slices always: with 200
-   * loads' readings interleaved, each slice rewrites the same index pages again, and a 1M
-   * drain wrote 1.2 GB instead of 0.3 GB.
-   */
-  private purgeSliceIds(): number {
-    if (!this.ctx.disk) return Number.POSITIVE_INFINITY;
-    const walSlice = Math.max(256, Math.floor(this.ctx.disk.plan.walLimitBytes / 4 / READING_BYTES));
-    const spare = this.ctx.disk.freeBytes() - this.ctx.disk.plan.walLimitBytes;
-    return Math.max(walSlice, Math.floor(spare / (2 * READING_BYTES)));
   }
 
   /** The newest fix of a resource ever committed (never purged with the readings). */
@@ -470,34 +372,5 @@ export class Readings {
     const pages = this.db.pragma('page_count', { simple: true }) as number;
     const free = this.db.pragma('freelist_count', { simple: true }) as number;
     return (pages - free) * pageSize;
-  }
-
-  /**
-   * Drop the oldest readings not yet delivered (some load still waits for them, or none ever
-   * will: unassigned); never milestones, never what a dead letter holds, never rows already
-   * delivered: those are the purge's, and must not be counted as lost. Returns how many.
-   */
-  dropOldestReadings(count: number): number {
-    return this.db
-      .prepare(
-        `DELETE FROM readings WHERE id IN (SELECT r.id FROM readings r
-            WHERE r.state = ${ReadingState.UNASSIGNED} OR (r.state = ${ReadingState.WAITING} AND ${AWAITED}) ORDER BY r.id LIMIT ?)`,
-      )
-      .run(count).changes;
-  }
-
-  /**
-   * Drop readings not yet delivered that are older than the cutoff, looking only below the
-   * oldest young one: readings arrive in about time order (the sources' time guard refuses
-   * stale ones), so the old ones are at the front, and this runs every minute without reading
-   * a week's backlog.
-   */
-  dropReadingsOlderThan(cutoffMs: number): number {
-    return this.db
-      .prepare(
-        `DELETE FROM readings AS r WHERE r.time_ms < @cutoff AND (r.state = ${ReadingState.UNASSIGNED} OR (r.state = ${ReadingState.WAITING} AND ${AWAITED}))
-            AND r.id < coalesce((SELECT id FROM readings WHERE state IN (${ReadingState.WAITING}, ${ReadingState.UNASSIGNED}) AND time_ms >= @cutoff ORDER BY id LIMIT 1), (SELECT max(id) FROM readings) + 1)`,
-      )
-      .run({ cutoff: cutoffMs }).changes;
   }
 }

@@ -6,7 +6,7 @@
 import type Database from 'better-sqlite3';
 import { isCorruption } from '../errors.js';
 import { bufferIdentity } from './db.js';
-import { FAR } from './migrations.js';
+import { FAR } from './ledger.js';
 
 export type Row = Record<string, unknown>;
 

@@ -4,7 +4,7 @@
  * daemon committing its own.
  */
 import type Database from 'better-sqlite3';
-import { NEXT_READING_ID } from './migrations.js';
+import { holdsTime, inWindow, NEXT_READING_ID, OPEN, RAISE_END } from './ledger.js';
 import type { SalvageReport } from './salvage.js';
 import { allRows, columns, deviceOf, type OldLoad, type Row } from './salvage-read.js';
 import type { Store } from './store.js';
@@ -56,7 +56,6 @@ export function readingCopier(src: Database.Database, target: Store, c: Copying)
   };
   const oldByResource = byResource(old.values());
   const copiedByResource = byResource([...copiedLoads].map((n) => old.get(n)!));
-  const holds = (o: { from: number; until: number }, timeMs: number) => timeMs >= o.from && timeMs < o.until;
 
   // Ids past every one the buffer ever gave (the table is not AUTOINCREMENT: migration 5 -> 6).
   const insertReading = db.prepare(
@@ -68,8 +67,8 @@ export function readingCopier(src: Database.Database, target: Store, c: Copying)
        ON CONFLICT (resource_id) DO UPDATE SET time_ms = excluded.time_ms, lat = excluded.lat, lon = excluded.lon,
          speed = excluded.speed, heading = excluded.heading WHERE excluded.time_ms > last_fix.time_ms`,
   );
-  const openHere = db.prepare('SELECT load_number, window_from_ms, window_until_ms FROM loads WHERE resource_id = ? AND end_id IS NULL').raw();
-  const extend = db.prepare('UPDATE loads SET end_id = max(end_id, ?) WHERE load_number = ? AND end_id IS NOT NULL');
+  const openHere = db.prepare(`SELECT l.load_number, l.window_from_ms, l.window_until_ms FROM loads l WHERE l.resource_id = ? AND ${OPEN}`).raw();
+  const extend = db.prepare(RAISE_END);
 
   return (rows) => {
     const here = new Map<string, Array<[string, number, number | null]>>();
@@ -87,7 +86,7 @@ export function readingCopier(src: Database.Database, target: Store, c: Copying)
       if (windowed) {
         unassigned = state === ReadingState.UNASSIGNED;
         for (const o of oldByResource.get(resource) ?? []) {
-          if (!holds(o, timeMs) || id > o.endId) continue;
+          if (!inWindow(o.from, o.until, o.endId, id, timeMs)) continue;
           const mark = oldMarks.get(`${o.n}:${id}`);
           if (mark === MarkState.PARKED) parked.add(o.n);
           else if (mark === MarkState.RETRY || (mark === undefined && id > o.acked)) wanted.add(o.n);
@@ -109,13 +108,13 @@ export function readingCopier(src: Database.Database, target: Store, c: Copying)
           parked.delete(n);
         }
       }
-      const copiedHolding = (copiedByResource.get(resource) ?? []).filter((o) => holds(o, timeMs)).map((o) => o.n);
+      const copiedHolding = (copiedByResource.get(resource) ?? []).filter((o) => holdsTime(o.from, o.until, timeMs)).map((o) => o.n);
       let open = here.get(resource);
       if (!open) {
         open = (openHere.all(resource) as Array<[string, number, number | null]>).filter(([n]) => !copiedLoads.has(n));
         here.set(resource, open);
       }
-      const heldHere = open.some(([, from, until]) => timeMs >= from && (until === null || timeMs < until));
+      const heldHere = open.some(([, from, until]) => holdsTime(from, until, timeMs));
       if (!unassigned && parked.size === 0 && copiedHolding.length === 0 && !heldHere) {
         report.skippedNoLoad += 1;
         continue;
@@ -150,6 +149,6 @@ export function readingCopier(src: Database.Database, target: Store, c: Copying)
       if (r.lat !== null && r.lon !== null) upsertFix.run(r.resource_id, r.time_ms, r.lat, r.lon, r.speed, r.heading);
       report.readings += 1;
     }
-    for (const [n, last] of lastOf) extend.run(last, n);
+    for (const [n, last] of lastOf) extend.run(last, n, last);
   };
 }

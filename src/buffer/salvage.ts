@@ -30,7 +30,7 @@
 import type Database from 'better-sqlite3';
 import { BufferError } from '../errors.js';
 import { bufferIdentity } from './db.js';
-import { HIGHEST_READING_ID } from './migrations.js';
+import { HIGHEST_READING_ID } from './ledger.js';
 import { allRows, columns, highestId, identityOf, type OldLoad, oldLoads, type Row, readable, type Unreadable } from './salvage-read.js';
 import type { Store } from './store.js';
 import { openSalvageSource } from './salvage-open.js';

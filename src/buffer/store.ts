@@ -2,8 +2,9 @@
  * Everything the agent keeps, behind one class: readings, loads, milestones, dead letters,
  * daemon state. The daemon and short-lived CLI commands open the same file; WAL lets them
  * work side by side. The SQL lives in one module per kind of record (readings.ts, loads.ts,
- * milestones.ts, dead-letters.ts, state.ts); this façade opens the file, owns what they
- * share (the room on the disk, durable commits) and hands each call to its module.
+ * milestones.ts, dead-letters.ts, state.ts; the purge and the limits' drops in reclaim.ts),
+ * the rules of a load's and a reading's states in ledger.ts; this façade opens the file, owns
+ * what they share (the room on the disk, durable commits) and hands each call to its module.
  */
 import { closeSync, fsync, openSync } from 'node:fs';
 import { ChunkAck } from './chunk-ack.js';
@@ -12,7 +13,9 @@ import { DeadLetters } from './dead-letters.js';
 import { DiskRoom, diskPlan, isDiskFull } from './disk.js';
 import { Loads } from './loads.js';
 import { Milestones } from './milestones.js';
-import { AWAITED, READING_BYTES, Readings } from './readings.js';
+import { AWAITED } from './ledger.js';
+import { READING_BYTES, Readings } from './readings.js';
+import { Reclaim } from './reclaim.js';
 import { Requests } from './requests.js';
 import { StateTable } from './state.js';
 import { MarkState, ReadingState } from './types.js';
@@ -44,6 +47,7 @@ export class Store implements BufferContext {
   /** Room on the disk for delivery writes; undefined for an in-memory buffer. */
   readonly disk: DiskRoom | undefined;
   readonly readings: Readings;
+  readonly reclaim: Reclaim;
   readonly requests: Requests;
   readonly loads: Loads;
   readonly milestones: Milestones;
@@ -54,13 +58,15 @@ export class Store implements BufferContext {
     this.db = db;
     this.disk = disk;
     this.requests = new Requests(this);
-    this.readings = new Readings(this, this.requests);
+    this.reclaim = new Reclaim(this);
+    this.readings = new Readings(this, this.requests, this.reclaim);
     this.loads = new Loads(this);
     this.milestones = new Milestones(this, this.loads);
     this.deadLetters = new DeadLetters(this);
     this.state = new StateTable(this);
     const ack = new ChunkAck(this, this.readings, this.state);
     const r = this.readings;
+    const p = this.reclaim;
     const l = this.loads;
     const m = this.milestones;
     const d = this.deadLetters;
@@ -74,7 +80,7 @@ export class Store implements BufferContext {
     this.retryDone = r.retryDone.bind(r);
     this.closeEndedLoads = r.closeEndedLoads.bind(r);
     this.backlogs = r.backlogs.bind(r);
-    this.purgeAcked = r.purgeAcked.bind(r);
+    this.purgeAcked = p.purgeAcked.bind(p);
     this.lastFix = r.lastFix.bind(r);
     this.lastFixes = r.lastFixes.bind(r);
     this.flushFixes = r.flushFixes.bind(r);
@@ -85,8 +91,8 @@ export class Store implements BufferContext {
     this.deleteReadings = r.deleteReadings.bind(r);
     this.backlogOf = r.backlogOf.bind(r);
     this.usedBytes = r.usedBytes.bind(r);
-    this.dropOldestReadings = r.dropOldestReadings.bind(r);
-    this.dropReadingsOlderThan = r.dropReadingsOlderThan.bind(r);
+    this.dropOldestReadings = p.dropOldestReadings.bind(p);
+    this.dropReadingsOlderThan = p.dropReadingsOlderThan.bind(p);
     this.startLoad = l.startLoad.bind(l);
     this.endLoad = l.endLoad.bind(l);
     this.getLoad = l.getLoad.bind(l);
@@ -130,7 +136,7 @@ export class Store implements BufferContext {
   retryDone: Readings['retryDone'];
   closeEndedLoads: Readings['closeEndedLoads'];
   backlogs: Readings['backlogs'];
-  purgeAcked: Readings['purgeAcked'];
+  purgeAcked: Reclaim['purgeAcked'];
   lastFix: Readings['lastFix'];
   lastFixes: Readings['lastFixes'];
   flushFixes: Readings['flushFixes'];
@@ -141,8 +147,8 @@ export class Store implements BufferContext {
   deleteReadings: Readings['deleteReadings'];
   backlogOf: Readings['backlogOf'];
   usedBytes: Readings['usedBytes'];
-  dropOldestReadings: Readings['dropOldestReadings'];
-  dropReadingsOlderThan: Readings['dropReadingsOlderThan'];
+  dropOldestReadings: Reclaim['dropOldestReadings'];
+  dropReadingsOlderThan: Reclaim['dropReadingsOlderThan'];
   startLoad: Loads['startLoad'];
   endLoad: Loads['endLoad'];
   getLoad: Loads['getLoad'];

@@ -16,7 +16,7 @@
  */
 import type { Statement } from 'better-sqlite3';
 import type { DB } from './db.js';
-import { FAR, UNDONE } from './migrations.js';
+import { BOUND_WINDOW, FAR, holdsTime, OPEN, RAISE_END } from './ledger.js';
 import { ReadingState } from './types.js';
 
 /** A window by reading time: from, until (null: open). */
@@ -39,12 +39,12 @@ export class LoadWindows {
   readonly adopt: Statement;
 
   constructor(db: DB) {
-    this.open = db.prepare(`SELECT l.window_from_ms, l.window_until_ms FROM loads l WHERE l.resource_id = ? AND ${UNDONE} AND l.end_id IS NULL`).raw();
+    this.open = db.prepare(`SELECT l.window_from_ms, l.window_until_ms FROM loads l WHERE l.resource_id = ? AND ${OPEN}`).raw();
     // Once per batch, not per resource: the loads table is small, and a resource of the batch
     // seldom has a load ended in the last hours.
     this.late = db.prepare(`SELECT load_number, resource_id, window_from_ms, coalesce(window_until_ms, ${FAR}), end_id FROM loads WHERE end_id IS NOT NULL AND ended_ms >= ?`).raw();
-    this.raise = db.prepare('UPDATE loads SET end_id = ? WHERE load_number = ? AND end_id < ?');
-    this.adopt = db.prepare(`UPDATE readings SET state = ${ReadingState.WAITING} WHERE resource_id = ? AND id > ? AND id <= ? AND state = ${ReadingState.UNASSIGNED} AND time_ms >= ? AND time_ms < ?`);
+    this.raise = db.prepare(RAISE_END);
+    this.adopt = db.prepare(`UPDATE readings SET state = ${ReadingState.WAITING} WHERE ${BOUND_WINDOW} AND state = ${ReadingState.UNASSIGNED}`);
   }
 
   /** The windows of one batch, looked up in its own transaction (`lateSince` undefined: no late readings). */
@@ -71,7 +71,7 @@ export class BatchWindows {
     }
     let state: number = ReadingState.UNASSIGNED;
     for (const [from, until] of open) {
-      if (timeMs >= from && (until === null || timeMs < until)) {
+      if (holdsTime(from, until, timeMs)) {
         state = ReadingState.WAITING;
         break;
       }
@@ -79,7 +79,7 @@ export class BatchWindows {
     const late = this.lateLoads().get(resourceId);
     if (late === undefined) return state;
     for (const l of late) {
-      if (timeMs >= l.fromMs && timeMs < l.untilMs) {
+      if (holdsTime(l.fromMs, l.untilMs, timeMs)) {
         l.took = id;
         state = ReadingState.WAITING;
       }

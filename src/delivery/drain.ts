@@ -12,6 +12,7 @@
 import type { FixedRequest, LoadRow, StoredReading } from '../buffer/store.js';
 import type { DeliveryContext, Step } from './context.js';
 import type { MilestoneSender } from './milestones.js';
+import { type Newest, newestOf } from './newest-first.js';
 import type { Delivered, Prepared, TracePoster } from './post-traces.js';
 import type { Purger } from './purge.js';
 import type { RefusedLoads } from './refusals.js';
@@ -26,12 +27,6 @@ const rowKey = (r: FixedRequest) => `${r.loadNumber}\u0000${r.kind}\u0000${r.aft
 interface LoadEntry {
   load: LoadRow;
   stopAt: (timeMs: number) => number | undefined;
-}
-
-/** A load's newest position as a request of its own (always with a body), and how far its backlog reaches back. */
-interface Newest {
-  p: Prepared & { body: Buffer };
-  backlogS: number;
 }
 
 export class Drain {
@@ -366,7 +361,12 @@ export class Drain {
     const build = (): Newest | undefined => {
       while (i < loadNumbers.length) {
         const loadNumber = loadNumbers[i++];
-        const newest = this.newestOf(loadNumber);
+        const newest = newestOf(loadNumber, {
+          store,
+          opts: this.traceOptions(),
+          stopResolver: (load) => this.stopResolver(load),
+          maySentBefore: (fixed, key) => this.maySentBefore(fixed, key),
+        });
         if (newest) return newest;
         // Nothing to send ahead: not looked at again in this push.
         this.newestFirstDone.add(loadNumber);
@@ -392,69 +392,5 @@ export class Drain {
       current = next;
     }
     return 'sent';
-  }
-
-  /**
-   * A load's newest position as a request of its own, when its backlog is more than one
-   * chunk; or the one fixed before that has no answer yet, whatever the backlog is now.
-   */
-  private newestOf(loadNumber: string): Newest | undefined {
-    const { store } = this.ctx.deps;
-    const load = store.getLoad(loadNumber);
-    if (!load) return undefined;
-    const { newest, oldestMs } = store.backlogOf(loadNumber);
-    const opts = this.traceOptions();
-    const fixed = store.requests.fixed(loadNumber, 'newest');
-    if (fixed) {
-      const id = fixed.pointIds[0] ?? 0;
-      const chunk = buildTraceChunk({ ...load, lastSampleMs: null }, { pages: store.tracePages(loadNumber, id - 1, id) }, this.stopResolver(load), { ...opts, samplingMs: 0 }, true);
-      if (!chunk?.body) {
-        // Its point went meanwhile (in a chunk, or dropped by a limit): nothing to repeat.
-        store.markSent(loadNumber, [], { settle: 'newest' });
-        return undefined;
-      }
-      const key = fixed.key ?? chunk.idempotencyKey;
-      const p: Newest['p'] = {
-        load,
-        body: Buffer.from(JSON.stringify(chunk.body)),
-        key,
-        points: chunk.points,
-        readingIds: chunk.readingIds,
-        lastId: chunk.lastId,
-        lastSampleMs: chunk.lastSampleMs,
-        dropped: 0,
-        cursorFix: null,
-        rebuild: () => chunk,
-        fix: fixed,
-        fixed: true,
-        sentBefore: this.maySentBefore(fixed, key),
-      };
-      return { p, backlogS: oldestMs === null || !newest ? 0 : Math.round((newest.time_ms - oldestMs) / 1000) };
-    }
-    if (!newest || oldestMs === null) return undefined;
-    // A chunk of the load is fixed and may be at the service: its points go again as they
-    // were, and the newest position, if it is among them, must not go first on its own.
-    if (store.requests.fixed(loadNumber, 'chunk')) return undefined;
-    const spanMs = newest.time_ms - oldestMs;
-    const backlog = opts.samplingMs > 0 ? spanMs > opts.samplingMs * opts.maxPoints : spanMs > opts.maxPoints * 1000;
-    if (!backlog) return undefined;
-    const chunk = buildTraceChunk({ ...load, lastSampleMs: null }, [newest], this.stopResolver(load), { ...opts, samplingMs: 0 }, true);
-    if (!chunk?.body) return undefined;
-    const p: Newest['p'] = {
-      load,
-      body: Buffer.from(JSON.stringify(chunk.body)),
-      key: chunk.idempotencyKey,
-      points: chunk.points,
-      readingIds: chunk.readingIds,
-      lastId: chunk.lastId,
-      lastSampleMs: chunk.lastSampleMs,
-      dropped: 0,
-      cursorFix: null,
-      rebuild: () => chunk,
-      fix: { loadNumber, kind: 'newest', afterId: newest.id - 1, lastId: newest.id, lastSampleMs: null, pointIds: [newest.id], key: chunk.idempotencyKey, dropped: 0 },
-      fixed: false,
-      sentBefore: false,
-    };
-    return { p, backlogS: Math.round(spanMs / 1000) };
   }
 }
