@@ -48,7 +48,6 @@ function daemon(cfg: string): Daemon {
 }
 
 const started = (d: Daemon, what = 'the daemon to start') => waitFor(() => d.output().includes('"msg":"agent started"'), 15_000, what);
-const exited = (d: Daemon) => waitFor(() => d.child.exitCode !== null || d.child.signalCode !== null, 15_000, 'the daemon to exit');
 
 /** agentConfig with the buffer somewhere else, and extra lines in [buffer]. */
 function configWith(dir: string, url: string, buffer: string, bufferLines = '', extra = '', opts: Parameters<typeof agentConfig>[3] = {}): string {
