@@ -12,6 +12,7 @@
  */
 import type { Logger } from 'pino';
 import { COUNTER_DROPPED_PENDING } from '../buffer/bounds.js';
+import { lateSince } from '../buffer/ledger.js';
 import type { Store } from '../buffer/store.js';
 import type { Fix } from '../buffer/types.js';
 import type { Reading } from '../reading.js';
@@ -312,7 +313,7 @@ export class Ingest {
           // commit, so the loads ended before now can be closed (see Readings.insertReadings).
           all ? now : undefined,
           // Closed loads ended since then still take the readings of their window (late readings).
-          late ? now - late : undefined,
+          late ? lateSince(now, late) : undefined,
         );
         committed();
       } catch (err) {

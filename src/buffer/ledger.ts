@@ -24,6 +24,13 @@
  */
 import { MarkState, ReadingState } from './types.js';
 
+/**
+ * The late period, `loads.late_readings_s` (`lateMs`): a load ended at or after
+ * lateSince(now) still takes the readings of its window; it does until lateUntil(its end).
+ */
+export const lateSince = (nowMs: number, lateMs: number): number => nowMs - lateMs;
+export const lateUntil = (endedMs: number, lateMs: number): number => endedMs + lateMs;
+
 /** Far beyond any reading id or time: the open end of a window. */
 export const FAR = 9_007_199_254_740_991;
 

@@ -5,6 +5,7 @@
  */
 import { DAEMON_STATE_KEY, type DaemonState, STATE_INTERVAL_MS } from '../daemon-state.js';
 import { dropCounters } from '../buffer/bounds.js';
+import { lateSince, lateUntil } from '../buffer/ledger.js';
 import type { LastFix, Store } from '../buffer/store.js';
 
 export interface StatusReport {
@@ -95,14 +96,14 @@ function activeLoads(store: Store): StatusReport['activeLoads'] {
 /** The ended loads whose late readings still join them: ended less than `lateMs` ago. */
 function lateLoads(store: Store, lateMs: number, nowMs: number): StatusReport['lateLoads'] {
   if (lateMs <= 0) return [];
-  const loads = store.endedSince(nowMs - lateMs);
+  const loads = store.endedSince(lateSince(nowMs, lateMs));
   const backlogs = store.backlogs(loads.map((l) => l.loadNumber));
   return loads.map((l) => ({
     loadNumber: l.loadNumber,
     resourceId: l.resourceId,
     resourceType: l.resourceType,
     endedMs: l.endedMs!,
-    lateUntilMs: l.endedMs! + lateMs,
+    lateUntilMs: lateUntil(l.endedMs!, lateMs),
     backlog: backlogs.get(l.loadNumber) ?? 0,
   }));
 }
