@@ -13,7 +13,8 @@ import { ReserveKeeper } from './buffer/disk.js';
 import { BufferLock } from './buffer/lock.js';
 import { corruptWhileRunning, openBuffer } from './buffer/recover.js';
 import type { Store } from './buffer/store.js';
-import { TrustedClock } from './clock.js';
+import { ClockSteps, TrustedClock } from './clock.js';
+import { watchClockSteps } from './clock-watch.js';
 import { keyFileWarning, type KeyLookup, type LoadedConfig, resolveCa } from './config/load.js';
 import { planReload, type ReloadResult } from './config/reload.js';
 import type { Config } from './config/schema.js';
@@ -50,6 +51,8 @@ export class Agent {
   client!: ApiClient;
   private running!: RunningSources;
   readonly clock: TrustedClock;
+  /** The one detector of wall clock steps: looked at every second here, and by the cron guard. */
+  private readonly steps = new ClockSteps();
   private lock: BufferLock | undefined;
   private boundsTimer: NodeJS.Timeout | undefined;
   private stateTimer: NodeJS.Timeout | undefined;
@@ -139,7 +142,7 @@ export class Agent {
       // Purging is how a full disk gets room back: readings waiting in memory go in next.
       onPurged: () => this.ingest.roomMade(),
       roomWanted: () => this.ingest.stats.trouble?.kind === 'disk-full',
-      schedule: TraceSchedule.fromConfig(config.schedule, deviceId),
+      schedule: TraceSchedule.fromConfig(config.schedule, deviceId, this.steps),
     });
 
     // Nothing admitted waits to be committed yet: loads ended while no daemon ran are closed
@@ -167,7 +170,9 @@ export class Agent {
       intervalMs: this.opts.stateIntervalMs ?? STATE_INTERVAL_MS,
     });
     this.stateRow.start();
+    watchClockSteps(this.steps, { log: this.log, sender: () => this.sender, ingest: () => this.ingest, writeState: () => this.stateRow.write(true), onError: (err) => this.checkFatal(err) });
     this.stateTimer = setInterval(() => {
+      this.steps.look();
       this.store.keepIdentityInWal();
       this.reserve.check();
       this.stateRow.tick();

@@ -24,7 +24,75 @@ export interface ClockSources {
   mono: () => number;
 }
 
-const systemClocks: ClockSources = { wall: () => Date.now(), mono: () => performance.now() };
+/** The system's clocks: Date.now for times that are shown and stored, performance.now for waits. */
+export const systemClocks: ClockSources = { wall: () => Date.now(), mono: () => performance.now() };
+
+/**
+ * The clocks for an injected `now` (a test's fake time): both read it, so moving it moves the
+ * deadlines too. Without one, the system's.
+ */
+export function clockOf(now?: () => number): ClockSources {
+  return now ? { wall: now, mono: now } : systemClocks;
+}
+
+/**
+ * A deadline on the monotonic clock, `ms` from now, and the wall time it falls at as shown to
+ * operators (`status`: "next attempt in 4 s"). A step of the wall clock moves neither the
+ * deadline nor, once `reshow` has run, what is shown: measured before deadlines were
+ * monotonic, a 1 h step back left delivery waiting an hour and `status` said "1 min 28 s ago".
+ */
+export interface Deadline {
+  mono: number;
+  wall: number;
+}
+
+export function deadlineIn(ms: number, clocks: ClockSources): Deadline {
+  return { mono: clocks.mono() + ms, wall: clocks.wall() + ms };
+}
+
+/** The wall time a deadline falls at, from the clocks now (after a step of the wall clock). */
+export function wallOf(deadline: Deadline, clocks: ClockSources): number {
+  return Math.round(clocks.wall() + (deadline.mono - clocks.mono()));
+}
+
+export function isPast(deadline: Deadline, clocks: ClockSources): boolean {
+  return clocks.mono() >= deadline.mono;
+}
+
+/** A wall clock that moved this much against the monotonic clock between two looks was stepped. */
+export const STEP_MS = 1000;
+
+/**
+ * The one detector of wall clock steps in the daemon: each look compares wall minus monotonic
+ * time with the last look's, and a change of STEP_MS or more is told to every listener (the
+ * trace schedule restarts node-cron, the agent logs it and shows its deadlines again). Anyone
+ * may look (the agent every second, the cron guard before each run); whoever looks first
+ * after a step tells everyone.
+ */
+export class ClockSteps {
+  private skew: number;
+  private readonly listeners = new Set<(stepMs: number) => void>();
+
+  constructor(private readonly clocks: ClockSources = systemClocks) {
+    this.skew = clocks.wall() - clocks.mono();
+  }
+
+  /** The step seen since the last look (0 if under STEP_MS), told to the listeners first. */
+  look(): number {
+    const skew = this.clocks.wall() - this.clocks.mono();
+    const step = skew - this.skew;
+    this.skew = skew;
+    if (Math.abs(step) < STEP_MS) return 0;
+    for (const fn of this.listeners) fn(step);
+    return step;
+  }
+
+  /** Told of each step; returns what stops the telling. */
+  onStep(fn: (stepMs: number) => void): () => void {
+    this.listeners.add(fn);
+    return () => this.listeners.delete(fn);
+  }
+}
 
 export class TrustedClock {
   private readonly startWall: number;

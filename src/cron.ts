@@ -35,6 +35,7 @@
  * a message naming the field (`cronProblem`).
  */
 import { createTask, type ScheduledTask, validateDetailed } from 'node-cron';
+import { ClockSteps } from './clock.js';
 import { AgentError } from './errors.js';
 import { EXIT } from './exit.js';
 import { systemZone } from './geo/timezone.js';
@@ -100,8 +101,6 @@ function neverRuns(text: string): string | undefined {
   }
 }
 
-/** A wall clock that moved this much against the monotonic clock between two looks was stepped. */
-const STEP_MS = 1000;
 /** The guard looks at least this often, and this long before each of node-cron's runs. */
 const GUARD_EVERY_MS = 60_000;
 const GUARD_LEAD_MS = 2;
@@ -114,17 +113,20 @@ export class CronSchedule {
   private task: ScheduledTask | undefined;
   private guard: NodeJS.Timeout | undefined;
   private catchUp: NodeJS.Immediate | undefined;
-  /** Wall minus monotonic time at the guard's last look: a change is a step of the wall clock. */
-  private skewMs = 0;
+  private unlisten: (() => void) | undefined;
   /** The run node-cron's timer is aimed at, as known before a step. */
   private expected: number | undefined;
   private zoneUsed: string | undefined;
 
-  /** Throws a CronError for an expression node-cron refuses. `zone` undefined: Intl's default. */
+  /**
+   * Throws a CronError for an expression node-cron refuses. `zone` undefined: Intl's default.
+   * `steps`: the daemon's detector of clock steps (clock.ts), else one of its own.
+   */
   constructor(
     private readonly expression: string,
     private readonly onTick: () => void,
     private readonly zone: string | undefined = systemZone(),
+    private readonly steps: ClockSteps = new ClockSteps(),
   ) {
     const problem = cronProblem(expression);
     if (problem) throw new CronError(problem);
@@ -141,12 +143,15 @@ export class CronSchedule {
       this.task = this.open(undefined);
       this.zoneUsed = undefined;
     }
-    this.skewMs = Date.now() - performance.now();
+    this.steps.look(); // a step before now is no step for this task, planned from the clock now
+    this.unlisten = this.steps.onStep((step) => this.stepped(step));
     this.expected = this.nextFromNow();
     this.arm();
   }
 
   stop(): void {
+    this.unlisten?.();
+    this.unlisten = undefined;
     clearTimeout(this.guard);
     clearImmediate(this.catchUp);
     this.guard = this.catchUp = undefined;
@@ -218,22 +223,23 @@ export class CronSchedule {
   }
 
   private look(): void {
-    const now = Date.now();
-    const skew = now - performance.now();
-    const step = skew - this.skewMs;
-    this.skewMs = skew;
-    if (this.task && Math.abs(step) >= STEP_MS) {
-      // Restarted, node-cron plans from the new clock; the runs a forward step skipped are
-      // owed once.
-      const owed = step > 0 && this.expected !== undefined && this.expected <= now;
-      this.task.stop();
-      this.task.start();
-      this.expected = this.nextFromNow();
-      if (owed) {
-        this.fire(); // which arms the guard again
-        return;
-      }
-    }
+    this.steps.look(); // a step is told to stepped() first
     this.arm();
+  }
+
+  /**
+   * After a step either way (seen by this guard or by another look at the same detector),
+   * node-cron, restarted, plans from the new clock; the runs a forward step skipped are owed
+   * once.
+   */
+  private stepped(step: number): void {
+    if (!this.task) return;
+    const owed = step > 0 && this.expected !== undefined && this.expected <= Date.now();
+    this.task.stop();
+    this.task.start();
+    this.expected = this.nextFromNow();
+    // fire() arms the guard again.
+    if (owed) this.fire();
+    else this.arm();
   }
 }

@@ -22,8 +22,9 @@ export interface StateRowParts {
 
 export class StateRow {
   private lastSenderState = '';
-  private lastWriteMs = 0;
-  /** When the row was handed to the next commit of readings (undefined: it was not). */
+  /** Monotonic ms of the last write. */
+  private lastWriteMs = Number.NEGATIVE_INFINITY;
+  /** When (monotonic ms) the row was handed to the next commit of readings (undefined: it was not). */
   private queuedMs: number | undefined;
   private failing = false;
 
@@ -35,8 +36,8 @@ export class StateRow {
     this.write(true);
   }
 
-  /** Called every second: written when delivery changed, else when due. */
-  tick(now = Date.now()): void {
+  /** Called every second: written when delivery changed, else when due (`now`: monotonic ms). */
+  tick(now = performance.now()): void {
     const { ingest, intervalMs } = this.parts;
     const sender = this.deliveryState();
     if (sender !== this.lastSenderState) {
@@ -64,14 +65,14 @@ export class StateRow {
   /** The state row, and the newest fixes with it (last_fix a minute behind at most): one transaction; throws. */
   private writeRow(running: boolean): void {
     const { store } = this.parts;
-    this.lastWriteMs = Date.now();
+    this.lastWriteMs = performance.now();
     this.queuedMs = undefined;
     // By itself on a full disk, it may give up the reserve (withReserve): the daemon's state is
     // a write delivery needs. Riding in a commit of readings, it cannot (and fails the commit).
     store.withReserve(() =>
       store.db.transaction(() => {
         store.flushFixes();
-        store.setState(DAEMON_STATE_KEY, this.parts.state(running), this.lastWriteMs);
+        store.setState(DAEMON_STATE_KEY, this.parts.state(running), Date.now());
       })(),
     );
   }

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { PostOutcome } from '../src/api/client.js';
 import { Backoff, backoffDelay } from '../src/backoff.js';
+import { clockOf } from '../src/clock.js';
 import { configSchema } from '../src/config/schema.js';
 import { classify } from '../src/delivery/classify.js';
 import type { SenderStatus } from '../src/delivery/context.js';
@@ -48,7 +49,7 @@ describe('delivery retry policy', () => {
       status,
       () => config,
       () => createLogger({ level: 'silent' }),
-      () => now,
+      clockOf(() => now),
       () => 1,
     );
     const waitAfter = (outcome: PostOutcome) => {

@@ -8,22 +8,13 @@
  * the real time, as GPS time would. The service is down while the clock jumps, so readings
  * pile up in the buffer; then it comes back and every one must arrive.
  */
-import { existsSync, readdirSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Sandbox } from '../src/sandbox/server.js';
-import { TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
+import { TEST_KEY, TEST_SCAC, agentConfig, fakeClockEnv, findLibfaketime, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
 import { HIGHEST_READING_ID } from '../src/buffer/ledger.js';
-
-/** libfaketime as Debian installs it (`apt-get install faketime`), for this machine's architecture. */
-function findLibfaketime(): string | undefined {
-  for (const dir of readdirSync('/usr/lib', { withFileTypes: true })) {
-    const lib = join('/usr/lib', dir.name, 'faketime', 'libfaketime.so.1');
-    if (dir.isDirectory() && existsSync(lib)) return lib;
-  }
-  return undefined;
-}
 
 const LIBFAKETIME = findLibfaketime();
 
@@ -89,7 +80,7 @@ env = { LD_PRELOAD = "" }
     expect((await runCli(['load', 'start', 'L1', '-r', 'T1', '--config', cfg])).code).toBe(0);
 
     const clockFile = writeFile(tmp.dir, 'faketime', '+0\n');
-    const fakeClock = { LD_PRELOAD: LIBFAKETIME, FAKETIME_TIMESTAMP_FILE: clockFile, FAKETIME_NO_CACHE: '1', FAKETIME_DONT_FAKE_MONOTONIC: '1' };
+    const fakeClock = fakeClockEnv(LIBFAKETIME!, clockFile);
     const run = () => {
       const d = startDaemon(['--config', cfg], fakeClock);
       daemons.push(d);

@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
@@ -95,6 +95,24 @@ export async function waitFor<T>(fn: () => T | undefined | false | Promise<T | u
     if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 50));
   }
+}
+
+/** libfaketime as Debian installs it (`apt-get install faketime`), for this machine's architecture. */
+export function findLibfaketime(): string | undefined {
+  for (const dir of readdirSync('/usr/lib', { withFileTypes: true })) {
+    const lib = join('/usr/lib', dir.name, 'faketime', 'libfaketime.so.1');
+    if (dir.isDirectory() && existsSync(lib)) return lib;
+  }
+  return undefined;
+}
+
+/**
+ * The environment that runs a process under libfaketime with its wall clock offset by what
+ * `file` holds (`+0`, `-1h`, `+31d`), read again at every look, so a test steps the clock of a
+ * running process by rewriting the file; the monotonic clock stays real.
+ */
+export function fakeClockEnv(lib: string, file: string): NodeJS.ProcessEnv {
+  return { LD_PRELOAD: lib, FAKETIME_TIMESTAMP_FILE: file, FAKETIME_NO_CACHE: '1', FAKETIME_DONT_FAKE_MONOTONIC: '1' };
 }
 
 export const TEST_KEY = 'test-key-0123456789abcdef';

@@ -2,11 +2,13 @@
  * Commits of readings that fail (a full disk, an I/O error): tried again with a capped
  * backoff, not at every reading. A full disk once made the agent retry every 50 ms at 100%
  * CPU, starving its timers and the health endpoint. The failure is logged when it starts and
- * when it ends, with counts, not at every try.
+ * when it ends, with counts, not at every try. The wait is on the monotonic clock (a step of
+ * the wall clock neither stretches nor cuts it); `nextAttemptMs` shows its wall time.
  */
 import type { Logger } from 'pino';
 import { backoffDelay } from '../backoff.js';
 import { isDiskFull } from '../buffer/disk.js';
+import { type ClockSources, type Deadline, deadlineIn, isPast, wallOf } from '../clock.js';
 
 /** Why readings are not being committed, while they are not. */
 export interface CommitTrouble {
@@ -15,8 +17,30 @@ export interface CommitTrouble {
   /** Failed attempts so far. */
   attempts: number;
   lastError: string;
-  /** When the next attempt is due (epoch ms). */
+  /** When the next attempt is due (epoch ms), as shown: the wait itself is `due`'s. */
   nextAttemptMs: number;
+}
+
+/** Each trouble's next attempt on the monotonic clock: the daemon's own, not in the state row. */
+const due = new WeakMap<CommitTrouble, Deadline>();
+
+/** Whether the backoff of this trouble is over. */
+export function commitDue(t: CommitTrouble, clock: ClockSources): boolean {
+  const d = due.get(t);
+  return d === undefined || isPast(d, clock);
+}
+
+/** Try again at once (room was made). */
+export function commitNow(t: CommitTrouble, clock: ClockSources): void {
+  const d = deadlineIn(0, clock);
+  due.set(t, d);
+  t.nextAttemptMs = d.wall;
+}
+
+/** The wall clock was stepped: the next attempt shown is its wall time on the new clock. */
+export function reshowCommitTrouble(t: CommitTrouble | null, clock: ClockSources): void {
+  const d = t ? due.get(t) : undefined;
+  if (t && d) t.nextAttemptMs = wallOf(d, clock);
 }
 
 /** The longest wait between two attempts to commit while commits fail. */
@@ -34,7 +58,7 @@ export interface CommitState {
  * One more failed attempt: the trouble it makes (the first of its kind logged), the next
  * attempt after the backoff (from `initialMs`, doubling up to MAX_COMMIT_RETRY_MS).
  */
-export function commitFailed(err: unknown, state: CommitState, log: Logger, at: { nowMs: number; initialMs: number; pending: number; maxPending: number }): CommitTrouble {
+export function commitFailed(err: unknown, state: CommitState, log: Logger, at: { clock: ClockSources; initialMs: number; pending: number; maxPending: number }): CommitTrouble {
   const message = (err as Error).message;
   state.commitErrors += 1;
   state.lastError = message;
@@ -42,7 +66,9 @@ export function commitFailed(err: unknown, state: CommitState, log: Logger, at: 
   const prev = state.trouble;
   const attempts = prev && prev.kind === kind ? prev.attempts + 1 : 1;
   const delay = backoffDelay(attempts - 1, { initialMs: at.initialMs, maxMs: MAX_COMMIT_RETRY_MS });
-  state.trouble = { kind, sinceMs: prev?.sinceMs ?? at.nowMs, attempts, lastError: message, nextAttemptMs: at.nowMs + delay };
+  const next = deadlineIn(delay, at.clock);
+  state.trouble = { kind, sinceMs: prev?.sinceMs ?? at.clock.wall(), attempts, lastError: message, nextAttemptMs: next.wall };
+  due.set(state.trouble, next);
   if (!prev || prev.kind !== kind) {
     const what = kind === 'disk-full' ? 'disk full' : 'commit failed';
     log.error(

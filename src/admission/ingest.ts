@@ -15,8 +15,9 @@ import { COUNTER_DROPPED_PENDING } from '../buffer/bounds.js';
 import { lateSince } from '../buffer/ledger.js';
 import type { Store } from '../buffer/store.js';
 import type { Fix } from '../buffer/types.js';
+import { type ClockSources, clockOf } from '../clock.js';
 import type { Reading } from '../reading.js';
-import { commitFailed, commitsResumed, type CommitTrouble } from './commit-trouble.js';
+import { commitDue, commitFailed, commitNow, commitsResumed, type CommitTrouble } from './commit-trouble.js';
 import { SourceIntake, type TimeCheck } from './intake.js';
 import { logLeftBehind } from './left-behind.js';
 import { Riders } from './riders.js';
@@ -68,17 +69,7 @@ export class Ingest {
    */
   private sources: Array<string | undefined> = [];
   private timer: NodeJS.Timeout | undefined;
-  readonly stats: IngestStats = {
-    accepted: 0,
-    committed: 0,
-    discardedNoLoad: 0,
-    rejected: 0,
-    droppedPending: 0,
-    droppedUncounted: 0,
-    commitErrors: 0,
-    pending: 0,
-    trouble: null,
-  };
+  readonly stats: IngestStats = { accepted: 0, committed: 0, discardedNoLoad: 0, rejected: 0, droppedPending: 0, droppedUncounted: 0, commitErrors: 0, pending: 0, trouble: null };
   private firstFlushed = false;
   /** Written in the next commit of readings, by owner (writeWithNextCommit). */
   private readonly riders: Riders;
@@ -96,7 +87,8 @@ export class Ingest {
     private readonly store: IngestStore,
     private opts: IngestOptions,
     private readonly log: Logger,
-    private readonly now: () => number = Date.now,
+    now?: () => number,
+    private readonly clock: ClockSources = clockOf(now),
   ) {
     this.riders = new Riders(log);
   }
@@ -266,7 +258,7 @@ export class Ingest {
     if (this.riders.size > 0) {
       try {
         const { riders, committed } = this.riders.board();
-        this.store.insertReadings([], false, undefined, riders, this.queue.length === 0 ? this.now() : undefined);
+        this.store.insertReadings([], false, undefined, riders, this.queue.length === 0 ? this.clock.wall() : undefined);
         committed();
       } catch (err) {
         this.log.warn({ err: (err as Error).message }, 'could not write what waited for a commit of readings');
@@ -285,7 +277,7 @@ export class Ingest {
     this.handOver();
     if (this.queue.length === 0) return 0;
     const trouble = this.stats.trouble;
-    if (trouble && !force && this.now() < trouble.nextAttemptMs) return 0;
+    if (trouble && !force && !commitDue(trouble, this.clock)) return 0;
     let total = 0;
     while (this.queue.length > 0) {
       // Slices, not the whole queue: after a full disk up to max_pending readings wait, and
@@ -302,7 +294,7 @@ export class Ingest {
         }
         this.countDrops();
         const { riders, committed } = this.riders.board();
-        const now = this.now();
+        const now = this.clock.wall();
         const late = this.opts.lateReadingsMs;
         kept = this.store.insertReadings(
           batch,
@@ -330,7 +322,7 @@ export class Ingest {
       this.stats.pending = this.queue.length;
       this.stats.committed += kept;
       this.stats.discardedNoLoad += batch.length - kept;
-      this.stats.lastCommitMs = this.now();
+      this.stats.lastCommitMs = this.clock.wall();
       total += kept;
       // Outside the commit's error handling: a listener that throws must not put a batch that
       // is already committed back in the queue (it would be stored twice).
@@ -345,7 +337,7 @@ export class Ingest {
     // Recovered once everything that waited is in: a slice that still finds no room keeps the
     // trouble (and its one log line) instead of flapping between two states in one flush.
     if (this.queue.length === 0 && this.stats.trouble) {
-      commitsResumed(this.stats, this.log, this.now(), total);
+      commitsResumed(this.stats, this.log, this.clock.wall(), total);
       this.warnedFull = false;
     }
     return total;
@@ -359,7 +351,7 @@ export class Ingest {
   roomMade(): void {
     const t = this.stats.trouble;
     if (t?.kind !== 'disk-full' || this.retryQueued) return;
-    t.nextAttemptMs = this.now();
+    commitNow(t, this.clock);
     this.retryQueued = true;
     setImmediate(() => {
       this.retryQueued = false;
@@ -368,7 +360,7 @@ export class Ingest {
   }
 
   private failed(err: unknown): void {
-    const t = commitFailed(err, this.stats, this.log, { nowMs: this.now(), initialMs: this.opts.flushIntervalMs, pending: this.queue.length, maxPending: this.maxPending });
+    const t = commitFailed(err, this.stats, this.log, { clock: this.clock, initialMs: this.opts.flushIntervalMs, pending: this.queue.length, maxPending: this.maxPending });
     if (t.kind === 'error') this.onError?.(err);
   }
 

@@ -6,6 +6,7 @@
 import type { Logger } from 'pino';
 import type { ApiClient, PostOutcome } from '../api/client.js';
 import type { Fix, Store } from '../buffer/store.js';
+import type { ClockSources } from '../clock.js';
 import type { Config } from '../config/schema.js';
 import type { OutcomeClass } from './classify.js';
 
@@ -51,7 +52,10 @@ export interface SenderDeps {
   config: Config;
   deviceId: string;
   log: Logger;
+  /** The wall clock (a test's fake time moves the waits too, see clockOf); or both clocks: */
   now?: () => number;
+  /** Wall and monotonic clocks: deadlines (backoff, Retry-After, a refused load's next try) are monotonic. */
+  clock?: ClockSources;
   random?: () => number;
   /** The daemon's newest fix of a resource (committed or not), for milestones recorded without a place. */
   fixOf?: (resourceId: string) => Fix | undefined;
@@ -73,6 +77,9 @@ export interface DeliveryContext {
   /** Aborted when a stop gives up on the request in flight. */
   readonly signal: AbortSignal;
   readonly stopping: boolean;
+  /** The clocks (see SenderDeps.clock). */
+  readonly clock: ClockSources;
+  /** The wall clock now. */
   now(): number;
   /** Send a request, noting the attempt; a 2xx (or a 409 to a repeat) clears the backoff and the pause. */
   post(send: () => Promise<PostOutcome>, sentBefore: boolean): Promise<PostOutcome>;

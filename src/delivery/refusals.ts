@@ -9,11 +9,13 @@
  * service takes it, the load's delivery resumes; milestones and other loads go on meanwhile.
  *
  * Which loads wait is read from the dead letters (those of a whole request), so a restart
- * keeps it and `dead-letter retry` of that dead letter ends it.
+ * keeps it and `dead-letter retry` of that dead letter ends it. The wait is on the monotonic
+ * clock (a step of the wall clock does not stretch it); `status` shows its wall time.
  */
 import type { PostOutcome } from '../api/client.js';
 import type { Trace } from '../api/schemas.js';
 import { MAX_ANSWER_CHARS, type LoadRow, type RefusedRequest, type StoredReading } from '../buffer/store.js';
+import { type Deadline, deadlineIn, isPast, wallOf } from '../clock.js';
 import { describeOutcome } from './classify.js';
 import type { DeliveryContext, RefusedLoad, Step } from './context.js';
 import type { Delivered, Refusal } from './post-traces.js';
@@ -40,7 +42,7 @@ export interface RetryTools {
 
 export class RefusedLoads {
   /** When each parked request goes again, by dead letter id; one not here (after a start) goes at once. */
-  private readonly nextTry = new Map<number, number>();
+  private readonly nextTry = new Map<number, Deadline>();
   /** Loads whose traces wait, as last read from the buffer or parked since. */
   private readonly waitingLoads = new Set<string>();
   /** Dead letters whose wait was logged (once each). */
@@ -59,12 +61,12 @@ export class RefusedLoads {
 
   /** The service refused a whole request of this load: it is parked as dead letter `id`; the load's traces wait. */
   parked(loadNumber: string, id: number, points: number, outcome: PostOutcome): void {
-    const now = this.ctx.now();
     const reason = refusedReason(describeOutcome(outcome));
-    this.nextTry.set(id, now + this.retryMs());
+    const next = deadlineIn(this.retryMs(), this.ctx.clock);
+    this.nextTry.set(id, next);
     this.logged.add(id);
     this.waitingLoads.add(loadNumber);
-    this.ctx.status.refusedLoads[loadNumber] ??= { reason, deadLetter: id, points, sinceMs: now, nextTryMs: now + this.retryMs() };
+    this.ctx.status.refusedLoads[loadNumber] ??= { reason, deadLetter: id, points, sinceMs: this.ctx.now(), nextTryMs: next.wall };
     this.ctx.deps.log.error(
       { load: loadNumber, points, deadLetter: id, retryInS: this.retryMs() / 1000 },
       `${reason}; both halves of the request were refused alike, so its ${points} points are parked as one dead letter and the load's traces wait; that request goes again every delivery.retry_max_s (or after a reload)`,
@@ -80,8 +82,8 @@ export class RefusedLoads {
       this.waitingLoads.add(r.loadNumber);
       // One not tried since the start goes at once; its time is kept, so `status` (and the
       // daemon's state row, written when it changes) stays still until then.
-      if (!this.nextTry.has(r.id)) this.nextTry.set(r.id, this.ctx.now());
-      const nextTryMs = this.nextTry.get(r.id)!;
+      if (!this.nextTry.has(r.id)) this.nextTry.set(r.id, deadlineIn(0, this.ctx.clock));
+      const nextTryMs = this.nextTry.get(r.id)!.wall;
       const entry = status[r.loadNumber];
       if (entry) {
         entry.points += r.readingIds.length;
@@ -101,8 +103,13 @@ export class RefusedLoads {
 
   /** Try every parked request now (a reload: the config or the service may have been fixed). */
   retryNow(): void {
-    const now = this.ctx.now();
-    for (const id of this.nextTry.keys()) this.nextTry.set(id, now);
+    for (const id of this.nextTry.keys()) this.nextTry.set(id, deadlineIn(0, this.ctx.clock));
+  }
+
+  /** The wall clock was stepped: each next try's wall time again, for `status` (the wait goes on). */
+  reshow(): void {
+    for (const d of this.nextTry.values()) d.wall = wallOf(d, this.ctx.clock);
+    this.refresh();
   }
 
   /**
@@ -117,7 +124,8 @@ export class RefusedLoads {
     let settled = false;
     for (const r of this.refresh()) {
       if (this.ctx.stopping) return 'failed';
-      if ((this.nextTry.get(r.id) ?? 0) > this.ctx.now()) continue;
+      const next = this.nextTry.get(r.id);
+      if (next && !isPast(next, this.ctx.clock)) continue;
       const load = store.getLoad(r.loadNumber);
       const chunk = load ? tools.chunkOf(load, store.parkedReadings(r)) : undefined;
       if (!load || !chunk) {
@@ -134,7 +142,7 @@ export class RefusedLoads {
         this.onResumed();
         log.info({ load: r.loadNumber, points: chunk.readingIds.length, deadLetter: r.id }, "the service took the trace request it had refused; the load's traces go again");
       } else if (result.cls === 'refused' && sameAsParked(result.outcome, r)) {
-        this.nextTry.set(r.id, this.ctx.now() + this.retryMs());
+        this.nextTry.set(r.id, deadlineIn(this.retryMs(), this.ctx.clock));
         log.debug({ load: r.loadNumber, deadLetter: r.id }, 'the parked trace request is still refused alike; the load waits');
       } else {
         store.retryDeadLetters([r.id]);

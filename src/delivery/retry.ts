@@ -11,9 +11,14 @@
  *   a configuration problem;
  * - 401, 403, 404: the data is not at fault. Pause, retry every `auth_retry_s`, and resume at
  *   once when the key or config is reloaded (SIGHUP).
+ *
+ * The wait runs on the monotonic clock: a step of the wall clock (NTP, GPS, an operator)
+ * neither stretches it (an hour back once stopped delivery for the hour) nor cuts it short.
+ * The wall time `status` shows is derived from it, again after a step (`reshow`).
  */
 import type { Logger } from 'pino';
 import type { PostOutcome } from '../api/client.js';
+import { type ClockSources, type Deadline, deadlineIn, isPast, wallOf } from '../clock.js';
 import type { Config } from '../config/schema.js';
 import { backoffMs, retryAfterMs, type OutcomeClass } from './classify.js';
 import type { SenderStatus } from './context.js';
@@ -33,17 +38,29 @@ export function isNoAnswer(outcome: PostOutcome): boolean {
 const MIN_DELAY_MS = 250;
 
 export class RetryPolicy {
+  /** The next attempt (status.nextAttemptMs shows its wall time). */
+  private next: Deadline | null = null;
+
   constructor(
     private readonly status: SenderStatus,
     private readonly config: () => Config,
     private readonly log: () => Logger,
-    private readonly now: () => number,
+    private readonly clock: ClockSources,
     private readonly random: () => number,
   ) {}
 
+  private now(): number {
+    return this.clock.wall();
+  }
+
   /** True while a backoff is in force. */
   waiting(): boolean {
-    return this.status.nextAttemptMs !== null && this.now() < this.status.nextAttemptMs;
+    return this.next !== null && !isPast(this.next, this.clock);
+  }
+
+  /** The wall clock was stepped: the next attempt shown is its wall time on the new clock. */
+  reshow(): void {
+    if (this.next !== null) this.status.nextAttemptMs = wallOf(this.next, this.clock);
   }
 
   /** The service took a request: no backoff, no pause. */
@@ -51,12 +68,14 @@ export class RetryPolicy {
     if (this.status.paused) this.log().info('the service accepts requests again; delivery resumed');
     this.status.lastSuccessMs = this.now();
     this.status.consecutiveFailures = 0;
+    this.next = null;
     this.status.nextAttemptMs = null;
     this.status.paused = null;
   }
 
   /** Forget the backoff and the pause (after a key or config change). */
   reset(): void {
+    this.next = null;
     this.status.nextAttemptMs = null;
     this.status.paused = null;
   }
@@ -74,7 +93,7 @@ export class RetryPolicy {
     this.schedule(cls, why + hint, retryAfter, isNoAnswer(outcome));
     if (cls === 'auth') this.status.paused = `service refuses our credentials or address (${outcome.kind === 'response' ? `HTTP ${outcome.status}` : cls})`;
     const level = cls === 'auth' || cls === 'redirect' ? 'error' : 'warn';
-    this.log()[level]({ ...context, class: cls, retryInMs: (this.status.nextAttemptMs ?? 0) - this.now() }, `delivery failed: ${why}${hint}`);
+    this.log()[level]({ ...context, class: cls, retryInMs: Math.round((this.next?.mono ?? 0) - this.clock.mono()) }, `delivery failed: ${why}${hint}`);
   }
 
   /** Set the next attempt after a failure of this class (or the service's Retry-After); `noAnswer`: see isNoAnswer. */
@@ -94,6 +113,7 @@ export class RetryPolicy {
       const cap = noAnswer ? Math.min(d.retry_max_s, d.reconnect_max_s) : d.retry_max_s;
       delay = Math.max(MIN_DELAY_MS, backoffMs(this.status.consecutiveFailures - 1, d.retry_initial_s * 1000, cap * 1000, this.random));
     }
-    this.status.nextAttemptMs = this.now() + delay;
+    this.next = deadlineIn(delay, this.clock);
+    this.status.nextAttemptMs = this.next.wall;
   }
 }

@@ -7,6 +7,7 @@
  * a route) makes it due now.
  */
 import { createHash } from 'node:crypto';
+import type { ClockSteps } from '../clock.js';
 import { CronSchedule } from '../cron.js';
 
 /**
@@ -30,11 +31,13 @@ export class TraceSchedule {
 
   /**
    * `expression` undefined: no timer, pushes happen only when asked for (a sender built by a
-   * test or the bench).
+   * test or the bench). `steps`: the daemon's detector of clock steps, which the cron guard
+   * looks at too.
    */
   constructor(
     private expr: string | undefined,
     private splay: number,
+    private readonly steps?: ClockSteps,
   ) {}
 
   /** The cron expression the schedule follows (undefined: only when asked). */
@@ -43,17 +46,22 @@ export class TraceSchedule {
   }
 
   /** A schedule from the config: `schedule.traces`, and this device's share of `schedule.splay_s`. */
-  static fromConfig(schedule: { traces: string; splay_s: number }, deviceId: string): TraceSchedule {
-    return new TraceSchedule(schedule.traces, splayMs(deviceId, schedule.splay_s));
+  static fromConfig(schedule: { traces: string; splay_s: number }, deviceId: string, steps?: ClockSteps): TraceSchedule {
+    return new TraceSchedule(schedule.traces, splayMs(deviceId, schedule.splay_s), steps);
   }
 
   start(): void {
     this.started = true;
     if (this.expr === undefined || this.cron) return;
-    this.cron = new CronSchedule(this.expr, () => {
-      clearTimeout(this.splayTimer);
-      this.splayTimer = setTimeout(() => this.request(), this.splay);
-    });
+    this.cron = new CronSchedule(
+      this.expr,
+      () => {
+        clearTimeout(this.splayTimer);
+        this.splayTimer = setTimeout(() => this.request(), this.splay);
+      },
+      undefined,
+      this.steps,
+    );
     this.cron.start();
   }
 

@@ -12,6 +12,7 @@
  * record leave the buffer; what every other answer does is in classify.ts and retry.ts.
  */
 import type { ApiClient, PostOutcome } from '../api/client.js';
+import { type ClockSources, clockOf } from '../clock.js';
 import type { Config } from '../config/schema.js';
 import { classify, isDelivered, type OutcomeClass } from './classify.js';
 import type { DeliveryContext, SenderDeps, SenderStatus } from './context.js';
@@ -35,7 +36,7 @@ export class Sender implements DeliveryContext {
   private again = false;
   private isStopping = false;
   private abort = new AbortController();
-  private readonly nowFn: () => number;
+  readonly clock: ClockSources;
   private pollMs: number;
   private readonly retry: RetryPolicy;
   private readonly purger: Purger;
@@ -44,7 +45,7 @@ export class Sender implements DeliveryContext {
   private readonly refusals: RefusedLoads;
 
   constructor(private currentDeps: SenderDeps & { schedule?: TraceSchedule }) {
-    this.nowFn = currentDeps.now ?? Date.now;
+    this.clock = currentDeps.clock ?? clockOf(currentDeps.now);
     this.pollMs = currentDeps.config.delivery.poll_interval_ms;
     this.status = {
       lastSuccessMs: null,
@@ -67,7 +68,7 @@ export class Sender implements DeliveryContext {
       this.status,
       () => this.currentDeps.config,
       () => this.currentDeps.log,
-      this.nowFn,
+      this.clock,
       currentDeps.random ?? Math.random,
     );
     this.purger = new Purger(
@@ -99,7 +100,7 @@ export class Sender implements DeliveryContext {
   }
 
   now(): number {
-    return this.nowFn();
+    return this.clock.wall();
   }
 
   async post(send: () => Promise<PostOutcome>, sentBefore: boolean): Promise<PostOutcome> {
@@ -185,6 +186,15 @@ export class Sender implements DeliveryContext {
   /** A trace push is due (schedule tick): send everything buffered, chunk by chunk. */
   requestTracePush(): void {
     this.schedule.request();
+  }
+
+  /**
+   * The wall clock was stepped (clock.ts's ClockSteps): the waits run on the monotonic clock
+   * and go on as they were; the times `status` shows for them are read again from the new clock.
+   */
+  clockStepped(): void {
+    this.retry.reshow();
+    this.refusals.reshow();
   }
 
   /** Forget the backoff and the pause, and try now (after a key or config change). */

@@ -90,7 +90,7 @@ export class ExecSource implements Source {
       lastLine: 'decode',
       line: (text, n) => this.onLine(text, n),
       opened: ({ link }) => {
-        this.run = { pid: link.child.pid, startedMs: Date.now(), readingsAtStart: ctx.counts.readings };
+        this.run = { pid: link.child.pid, startedMs: performance.now(), readingsAtStart: ctx.counts.readings };
         ctx.log.debug({ pid: link.child.pid, command: cfg.command }, 'command started');
       },
       // A command that prints nothing is left running (it may be waiting for its device).
@@ -98,7 +98,7 @@ export class ExecSource implements Source {
       closed: ({ link }) => {
         this.lastExit = link.exit ? (link.exit.signal ? `killed by ${link.exit.signal}` : `exited with code ${link.exit.code}`) : link.error ? `could not start: ${link.error}` : this.lastExit;
         // A run that delivered, or lasted, earns a fresh start; a command failing at once backs off.
-        if (ctx.counts.readings > this.run.readingsAtStart || Date.now() - this.run.startedMs >= cfg.restart_max_s * 1000) this.link.backoff.reset();
+        if (ctx.counts.readings > this.run.readingsAtStart || performance.now() - this.run.startedMs >= cfg.restart_max_s * 1000) this.link.backoff.reset();
         return 'reopen';
       },
       failed: () => (this.lastExit = `could not start: ${this.link.lastError}`),

@@ -160,7 +160,7 @@ export class MqttSource implements Source {
 
   health(): SourceHealth & { counters: Record<string, number> } {
     const { tooLarge, notJson, invalid } = this.counters;
-    const silentFor = this.connected && this.cfg.no_data_timeout_s > 0 ? (Date.now() - (this.lastMessageMs ?? this.connectedAtMs)) / 1000 : 0;
+    const silentFor = this.connected && this.cfg.no_data_timeout_s > 0 ? (performance.now() - (this.lastMessageMs ?? this.connectedAtMs)) / 1000 : 0;
     const silent = silentFor > this.cfg.no_data_timeout_s && this.cfg.no_data_timeout_s > 0;
     let detail: string;
     if (!this.active) detail = 'stopped';
@@ -199,7 +199,7 @@ export class MqttSource implements Source {
       this.connected = true;
       this.subscribed = false;
       this.subscribeError = undefined;
-      this.connectedAtMs = Date.now();
+      this.connectedAtMs = performance.now();
       this.counters.connects += 1;
       this.attempts.succeeded(this.backoff.failures);
       this.lastError = undefined;
@@ -241,7 +241,7 @@ export class MqttSource implements Source {
         // Only a connection that lasted starts the backoff over: a broker that takes us and
         // throws us out at once (another agent with the same client id, an ACL) is retried
         // ever more slowly, not every second.
-        if (Date.now() - this.connectedAtMs >= this.stableMs) this.backoff.reset();
+        if (performance.now() - this.connectedAtMs >= this.stableMs) this.backoff.reset();
       } else {
         this.counters.connectFailures += 1;
       }
@@ -313,7 +313,7 @@ export class MqttSource implements Source {
 
   private onMessage(topic: string, payload: Buffer, retained: boolean): void {
     this.counters.messages += 1;
-    this.lastMessageMs = Date.now();
+    this.lastMessageMs = performance.now();
     // A topic the config no longer names: the persistent session still had its subscription.
     if (!this.cfg.topics.some((f) => topicMatches(f, topic))) {
       this.counters.otherTopic += 1;
