@@ -6,6 +6,7 @@
 import { DAEMON_STATE_KEY, type DaemonState, STATE_INTERVAL_MS } from '../daemon-state.js';
 import { dropCounters } from '../buffer/bounds.js';
 import type { LastFix, Store } from '../buffer/store.js';
+import { deviceZone, describeDeviceZone } from '../geo/device-zone.js';
 
 export interface StatusReport {
   deviceId: string;
@@ -34,6 +35,8 @@ export interface StatusReport {
   commits: DaemonState['ingest']['trouble'] | null;
   disk: DaemonState['disk'] | null;
   clockJump: DaemonState['clockJump'] | null;
+  /** This machine's zone (what a milestone of now with no place and no fix is written in) and where it came from. */
+  deviceZone: { zone: string; from: string };
 }
 
 function pidAlive(pid: number): boolean {
@@ -75,6 +78,7 @@ export function buildStatus(store: Store, info: { deviceId: string; configFile: 
     commits: running ? (state?.ingest.trouble ?? null) : null,
     disk: state?.disk ?? null,
     clockJump: state?.clockJump ?? null,
+    deviceZone: { zone: deviceZone().zone, from: deviceZone().from },
   };
 }
 
@@ -132,6 +136,7 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
   row('device', r.deviceId);
   row('config', r.configFile);
   row('buffer', r.buffer);
+  row('device zone', describeDeviceZone(r.deviceZone));
   row('daemon', r.daemon.note);
   const q = r.queue;
   row('queue', `${q.readings} readings${q.oldestReadingMs ? ` (oldest ${ago(q.oldestReadingMs, nowMs)})` : ''}, ${q.pendingMilestones} milestones pending, ${q.sentMilestones} sent`);
