@@ -125,6 +125,8 @@ describe('the place of a milestone recorded from the command line, end to end', 
       'the agent started',
     );
     const metrics = `http://127.0.0.1:${(JSON.parse(started) as { health: number }).health}/metrics`;
+    // The start log says which zone the device is in, and where it came from.
+    expect(JSON.parse(started)).toMatchObject({ timeZone: 'America/Chicago', timeZoneFrom: 'TZ' });
     await waitFor(async () => /^telematics_readings_pending [1-9]/m.test(await (await fetch(metrics)).text()), 10_000, "a fix of T2 in the daemon's memory");
 
     expect((await runCli(['load', 'start', 'L-HMO', '--resource', 'T2', '--config', cfg])).code).toBe(0);
