@@ -21,7 +21,8 @@ import type { Config } from './config/schema.js';
 import { splayMs, TraceSchedule } from './delivery/schedule.js';
 import { Sender } from './delivery/sender.js';
 import { type BufferError, isCorruption } from './errors.js';
-import { ruleSourceOf, systemZone } from './geo/timezone.js';
+import { ruleSourceOf } from './geo/timezone.js';
+import { deviceZone, STALE_ZONEINFO } from './geo/device-zone.js';
 import { zoneinfoDir } from './geo/tzif.js';
 import { HealthServer } from './health.js';
 import { addSecret } from './log.js';
@@ -178,7 +179,7 @@ export class Agent {
       this.stateRow.tick();
     }, 1000);
     await this.startHealth(config.health.listen);
-    const zone = systemZone();
+    const { zone, from: timeZoneFrom } = deviceZone();
     this.log.info(
       {
         deviceId,
@@ -191,12 +192,12 @@ export class Agent {
         traces: config.schedule.traces,
         splayMs: splayMs(deviceId, config.schedule.splay_s),
         timeZone: zone,
+        timeZoneFrom,
       },
       'agent started',
     );
     // The system's tzdata is the fresher one: Alberta on UTC-6 all year (Nov 2026) is not in Node 20's ICU.
-    const stale = "no zoneinfo file for the machine's zone (is tzdata installed?): time zones come from Node's ICU data instead, which may miss recent changes";
-    if (ruleSourceOf(zone) === 'intl') this.log.warn({ timeZone: zone, zoneinfo: zoneinfoDir() }, stale);
+    if (ruleSourceOf(zone) === 'intl') this.log.warn({ timeZone: zone, zoneinfo: zoneinfoDir() }, STALE_ZONEINFO);
     if (this.sender.schedule.zoneProblem) this.log.warn({ timeZone: zone }, this.sender.schedule.zoneProblem);
   }
 

@@ -113,7 +113,7 @@ describe('loads and milestones from the command line', () => {
     const ok = await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--stop', '1', '--time', '2026-07-01T09:30:00-05:00', '--city', 'Joliet', '--state', 'il', '--config', cfg]);
     expect(ok.code).toBe(0);
     expect(ok.stdout).toBe(
-      'milestone 1 (X3 for load L1, stop 1) committed: 2026-07-01 09:30:00-05:00 CDT (UTC-5) = 2026-07-01T14:30:00Z at Joliet, IL (place: command line); the running agent sends it within seconds\n',
+      'milestone 1 (X3 for load L1, stop 1) committed: 2026-07-01 09:30:00-05:00 CDT (UTC-5) = 2026-07-01T14:30:00Z at Joliet, IL (place: command line); zone America/Chicago (of Joliet, IL); the running agent sends it within seconds\n',
     );
     const unknownCode = await runCli(['milestone', '--load', 'L1', '--code', 'ZZ9', '--config', cfg]);
     expect(unknownCode.code).toBe(65);

@@ -75,7 +75,7 @@ describe('--time without an offset is read in the zone of the place (item 3)', (
     const r = await cli(['milestone', '--load', 'L1', '--code', 'X3', '--stop', '1', '--time', '2026-01-15T10:00:00'], { TZ: 'Asia/Tokyo' });
     expect(r.stderr).toBe('');
     expect(r.stdout).toBe(
-      'milestone 1 (X3 for load L1, stop 1) committed: 2026-01-15 10:00:00-06:00 CST (UTC-6) = 2026-01-15T16:00:00Z at Chicago, IL (place: stop); the running agent sends it within seconds\n',
+      'milestone 1 (X3 for load L1, stop 1) committed: 2026-01-15 10:00:00-06:00 CST (UTC-6) = 2026-01-15T16:00:00Z at Chicago, IL (place: stop); zone America/Chicago (of stop 1); the running agent sends it within seconds\n',
     );
     expect(milestones()[0].body.time).toEqual({ dateTime: '2026-01-15T10:00:00.000-06:00', timeZoneCode: 'CST', timeZoneOffset: 'UTC-6' });
   });

@@ -125,6 +125,8 @@ describe('the place of a milestone recorded from the command line, end to end', 
       'the agent started',
     );
     const metrics = `http://127.0.0.1:${(JSON.parse(started) as { health: number }).health}/metrics`;
+    // The start log says which zone the device is in, and where it came from.
+    expect(JSON.parse(started)).toMatchObject({ timeZone: 'America/Chicago', timeZoneFrom: 'TZ' });
     await waitFor(async () => /^telematics_readings_pending [1-9]/m.test(await (await fetch(metrics)).text()), 10_000, "a fix of T2 in the daemon's memory");
 
     expect((await runCli(['load', 'start', 'L-HMO', '--resource', 'T2', '--config', cfg])).code).toBe(0);
@@ -234,16 +236,16 @@ describe('the place rule, first match wins (CLI against a buffer file)', () => {
     expect(fix.time.dateTime).toMatch(/-06:00$/);
   });
 
-  it('a city without its state is sent as typed, in the zone of the stop, and the warning says why it was not looked up', async () => {
+  it("a city without its state is sent as typed, in the zone of the stop; one the gazetteer lacks, in its state's zone; the warning says which", async () => {
     const stops = stopsFile([{ sequence: 1, type: 'pickup', latitude: HERMOSILLO.lat, longitude: HERMOSILLO.lon }]);
     expect((await runCli(['load', 'start', 'L1', '--resource', 'T1', '--stops', stops, '--config', cfg])).code).toBe(0);
     const r = await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--stop', '1', '--city', 'Chicago', '--config', cfg], { env: CHICAGO_CLI });
     expect(r.code).toBe(0);
-    expect(r.stderr).toBe('warning: Chicago cannot be looked up in the gazetteer without --state: sent as typed, with the zone of the stop (America/Hermosillo)\n');
+    expect(r.stderr).toBe('warning: Chicago cannot be looked up in the gazetteer without --state: sent as typed, with the zone of stop 1 (America/Hermosillo)\n');
     expect(r.stdout).toMatch(/ MST \(UTC-7\) = \S+ at Chicago \(place: stop\);/);
     const typo = await runCli(['milestone', '--load', 'L1', '--code', 'AF', '--stop', '1', '--city', 'Chicagoo', '--state', 'IL', '--config', cfg], { env: CHICAGO_CLI });
-    expect(typo.stderr).toBe('warning: Chicagoo, IL is not in the gazetteer: sent as typed, with the zone of the stop (America/Hermosillo)\n');
-    expect(typo.stdout).toMatch(/ at Chicagoo, IL \(place: stop\);/);
+    expect(typo.stderr).toBe('warning: Chicagoo, IL is not in the gazetteer: sent as typed, in the zone of IL (America/Chicago)\n');
+    expect(typo.stdout).toMatch(/ CST \(UTC-6\) = \S+ at Chicagoo, IL \(place: command line\); zone America\/Chicago \(of IL\);/);
   });
 
   it('a last fix older than milestones.max_fix_age_s is not used, and the warning says how old it is', async () => {
@@ -252,7 +254,7 @@ describe('the place rule, first match wins (CLI against a buffer file)', () => {
     fixAt(QUERETARO, 700);
     const old = await record(['--code', 'X6']);
     expect(old.stderr).toMatch(
-      /^warning: no position for this milestone \(the last fix of T1 is 70\d s old \(milestones\.max_fix_age_s = 600\); no --lat\/--lon or --city\/--state; no --stop\): it is recorded in this device's zone \(America\/Chicago\) without a city and state/,
+      /^warning: no position for this milestone \(the last fix of T1 is 70\d s old \(milestones\.max_fix_age_s = 600\); no --lat\/--lon or --city\/--state; no --stop\): it is recorded in the zone of the last fix of T1, 70\d s old \(America\/Mexico_City\) without a city and state/,
     );
     expect(bodyOf(old.id).eventCity).toBeUndefined();
     fixAt(QUERETARO, 500);
@@ -279,20 +281,20 @@ describe('the place rule, first match wins (CLI against a buffer file)', () => {
     expect(bodyOf(appointment.id)).toMatchObject({ eventCity: 'Santiago de Querétaro' });
   });
 
-  it("timeZoneOffset is UTC<sign><hours> at the place: UTC+0 with GMT in London in winter, UTC-3:30 in St. John's; UTC+0 on a UTC device", async () => {
+  it("timeZoneOffset is UTC<sign><hours> at the place: UTC+0 with GMT in London in winter, UTC-3:30 in St. John's; UTC+0 for a Z time with no place", async () => {
     expect((await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg])).code).toBe(0);
     const london = bodyOf((await record(['--code', 'X6', '--lat', '51.5074', '--lon', '-0.1278', '--time', '2026-01-15T10:00:00Z'])).id);
     expect(london.time).toEqual({ dateTime: '2026-01-15T10:00:00.000+00:00', timeZoneCode: 'GMT', timeZoneOffset: 'UTC+0' });
     const stJohns = bodyOf((await record(['--code', 'X6', '--lat', '47.5615', '--lon', '-52.7126', '--time', '2026-01-15T10:00:00Z'])).id);
     expect(stJohns.time).toEqual({ dateTime: '2026-01-15T06:30:00.000-03:30', timeZoneCode: 'NST', timeZoneOffset: 'UTC-3:30' });
     expect(stJohns.eventState).toBe('NL');
-    // No position: the device's zone, with the same rules.
-    for (const [TZ, code] of [
-      ['Europe/London', 'GMT'],
-      ['Etc/UTC', 'UTC'],
-    ]) {
-      const r = await runCli(['milestone', '--load', 'L1', '--code', 'X6', '--time', '2026-01-15T10:00:00', '--json', '--config', cfg], { env: { TZ } });
-      expect((JSON.parse(r.stdout) as { body: Body }).body.time, TZ).toEqual({ dateTime: '2026-01-15T10:00:00.000+00:00', timeZoneCode: code, timeZoneOffset: 'UTC+0' });
+    // No position and no fix: a time with Z is UTC, whatever the device's zone; one without an
+    // offset has no zone to be read in, and is refused rather than read in the device's.
+    for (const TZ of ['Europe/London', 'Etc/UTC', 'America/Chicago']) {
+      const r = await runCli(['milestone', '--load', 'L1', '--code', 'X6', '--time', '2026-01-15T10:00:00Z', '--json', '--config', cfg], { env: { TZ } });
+      expect((JSON.parse(r.stdout) as { body: Body }).body.time, TZ).toEqual({ dateTime: '2026-01-15T10:00:00.000+00:00', timeZoneCode: 'UTC', timeZoneOffset: 'UTC+0' });
+      const local = await runCli(['milestone', '--load', 'L1', '--code', 'X6', '--time', '2026-01-15T10:00:00', '--config', cfg], { env: { TZ } });
+      expect(local.code, TZ).toBe(65);
     }
   });
 });

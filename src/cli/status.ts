@@ -7,6 +7,7 @@ import { DAEMON_STATE_KEY, type DaemonState, STATE_INTERVAL_MS } from '../daemon
 import { dropCounters } from '../buffer/bounds.js';
 import { lateSince, lateUntil } from '../buffer/ledger.js';
 import type { LastFix, Store } from '../buffer/store.js';
+import { deviceZone, describeDeviceZone } from '../geo/device-zone.js';
 
 export interface StatusReport {
   deviceId: string;
@@ -35,6 +36,8 @@ export interface StatusReport {
   commits: DaemonState['ingest']['trouble'] | null;
   disk: DaemonState['disk'] | null;
   clockJump: DaemonState['clockJump'] | null;
+  /** This machine's zone (what a milestone of now with no place and no fix is written in) and where it came from. */
+  deviceZone: { zone: string; from: string };
 }
 
 function pidAlive(pid: number): boolean {
@@ -76,6 +79,7 @@ export function buildStatus(store: Store, info: { deviceId: string; configFile: 
     commits: running ? (state?.ingest.trouble ?? null) : null,
     disk: state?.disk ?? null,
     clockJump: state?.clockJump ?? null,
+    deviceZone: { zone: deviceZone().zone, from: deviceZone().from },
   };
 }
 
@@ -133,6 +137,7 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
   row('device', r.deviceId);
   row('config', r.configFile);
   row('buffer', r.buffer);
+  row('device zone', describeDeviceZone(r.deviceZone));
   row('daemon', r.daemon.note);
   const q = r.queue;
   row('queue', `${q.readings} readings${q.oldestReadingMs ? ` (oldest ${ago(q.oldestReadingMs, nowMs)})` : ''}, ${q.pendingMilestones} milestones pending, ${q.sentMilestones} sent`);

@@ -8,6 +8,7 @@ import { hostname } from 'node:os';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { parse as parseToml, TomlError } from 'smol-toml';
 import { AgentError } from '../errors.js';
+import { deviceZone } from '../geo/device-zone.js';
 import { EXIT } from '../exit.js';
 import { check, problemLine } from '../validation.js';
 import { configSchema, type Config } from './schema.js';
@@ -120,6 +121,9 @@ export function defaultDeviceId(host = hostname(), machineIdFile = '/etc/machine
 export function loadConfig(file: string): LoadedConfig {
   const text = readConfigText(file);
   const config = parseConfigText(text, file);
+  // A misspelt TZ would put the schedule and every positionless time in UTC without a word.
+  const zone = deviceZone();
+  if (zone.problem) throw new ConfigError(file, [zone.problem]);
   const warnings: string[] = [];
   if (config.api.subscription_key) {
     warnings.push('api.subscription_key: the key is inline in the config file; prefer api.subscription_key_file or a systemd credential');

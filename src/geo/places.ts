@@ -206,6 +206,18 @@ export function placeNamed(city: string, state: string, country?: Place['country
   };
 }
 
+/** Every place of the gazetteer with its position, in file order: for checks over all of them (test/geo/state-zones.test.ts), not for a per-reading path. */
+export function* allPlaces(): Generator<NamedPlace> {
+  const ix = gazetteer();
+  if (!ix) return;
+  for (let i = 0; i < ix.region.length; i++) {
+    const region = ix.regions[ix.region[i]];
+    if (!region) continue;
+    const city = ix.names.toString('utf8', ix.nameStart[i], ix.nameStart[i + 1]);
+    yield { city, state: region.state, country: region.country, lat: Number(ix.lat[i].toFixed(4)), lon: Number(ix.lon[i].toFixed(4)) };
+  }
+}
+
 /** Whether `name` is `short` in a long official form: `heroica matamoros`, `leon de los aldama` (both folded). */
 function isLongForm(name: string, short: string): boolean {
   return name === `heroica ${short}` || name === `ciudad ${short}` || name.startsWith(`${short} de `) || name.startsWith(`${short} del `) || name.endsWith(` de ${short}`) || name.endsWith(` del ${short}`);

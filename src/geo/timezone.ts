@@ -30,9 +30,9 @@
  * backlog of points from the same zone costs a couple of map look-ups each. Measured (Node 20.20,
  * x86-64): `eventTime` ~1 µs per point for a truck's track in time order (zone lookup included).
  */
-import { readFileSync, readlinkSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { loadZone, parseTzif, posixZone, type ZoneRules } from './tzif.js';
+import { loadZone, type ZoneRules } from './tzif.js';
+import { systemZone } from './device-zone.js';
 import { localDateTime, utcDateTime } from './iso-text.js';
 
 const require = createRequire(import.meta.url);
@@ -54,60 +54,6 @@ export function zoneAt(lat: number, lon: number): string {
     throw new RangeError(`invalid coordinates: ${lat}, ${lon}`);
   }
   return tzlookup(lat, lon);
-}
-
-let systemZoneCache: string | undefined;
-/**
- * The zone of the machine: `TZ`, else the `/etc/localtime` link, else `/etc/timezone`, each
- * only if its zoneinfo file is there; else as `Intl` resolves it (which maps ICU's data).
- */
-export function systemZone(): string {
-  return (systemZoneCache ??= systemZoneFromFiles() ?? (Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC'));
-}
-
-/** Rules named by `TZ` when it is no zone name: a TZif file path, or a POSIX rule. */
-function customRules(tz: string): ZoneRules | undefined {
-  try {
-    return tz.startsWith('/') ? parseTzif(readFileSync(tz)) : posixZone(tz);
-  } catch {
-    return undefined; // `Mars/Olympus`: neither
-  }
-}
-
-/** `/usr/share/zoneinfo/America/Chicago` -> `America/Chicago`; undefined for other paths. */
-function zoneNameFromPath(path: string): string | undefined {
-  return /(?:^|\/)zoneinfo\/(.+)$/.exec(path)?.[1];
-}
-
-/** The machine's zone from `TZ` and the files, or undefined when none names a readable zone. */
-export function systemZoneFromFiles(env: NodeJS.ProcessEnv = process.env, localtime = '/etc/localtime', timezoneFile = '/etc/timezone', dir?: string): string | undefined {
-  const known = (name: string | undefined) => (name && loadZone(name, dir) ? name : undefined);
-  const tz = env.TZ;
-  if (tz !== undefined) {
-    // `TZ=:America/Chicago`, `TZ=America/Chicago`, or a file path; empty means UTC.
-    const name = tz.startsWith(':') ? tz.slice(1) : tz;
-    if (name === '') return 'UTC';
-    const found = known(zoneNameFromPath(name) ?? name);
-    if (found) return found;
-    // Not a zone name: a TZif file elsewhere (`/etc/localtime`), or a POSIX rule such as
-    // `CST6CDT,M3.2.0,M11.1.0` (BusyBox and OpenWrt systems set TZ so). Registered under
-    // that text, which is then the zone's name.
-    const rules = customRules(name);
-    if (!rules) return undefined;
-    zones.set(name, newState(tzifSource(rules)));
-    return name;
-  }
-  try {
-    const found = known(zoneNameFromPath(readlinkSync(localtime)));
-    if (found) return found;
-  } catch {
-    // not a link (or not there): try /etc/timezone
-  }
-  try {
-    return known(readFileSync(timezoneFile, 'utf8').trim());
-  } catch {
-    return undefined;
-  }
 }
 
 /**
@@ -207,6 +153,25 @@ function zoneState(zone: string): ZoneState {
     zones.set(zone, s);
   }
   return s;
+}
+
+/** Make `rules` the rules of `name` (a `TZ` that is a POSIX rule or a file, a fixed offset). */
+export function registerZone(name: string, rules: ZoneRules): void {
+  zones.set(name, newState(tzifSource(rules)));
+}
+
+/**
+ * A zone that is only a UTC offset, for a time typed with an offset and no place to take a
+ * zone from: `timeZoneCode` and `timeZoneOffset` are both the offset (`UTC-5`, `UTC+5:30`);
+ * offset 0 is `UTC`. Named with a space (`offset UTC-5`) so that no zone name and no POSIX
+ * `TZ` rule (where `UTC-5` means five hours east) can take its place.
+ */
+export function fixedOffsetZone(offsetMin: number): string {
+  if (offsetMin === 0) return 'UTC';
+  const text = formatOffset(offsetMin);
+  const name = `offset ${text}`;
+  if (!zones.has(name)) registerZone(name, { at: () => ({ offsetS: offsetMin * 60, isDst: false, abbr: text }) });
+  return name;
 }
 
 function zoneInfo(zone: string, ms: number, s = zoneState(zone)): ZoneInfo {
@@ -355,3 +320,4 @@ function isNorthAmerican(zone: string): boolean {
 }
 
 export { hasExplicitOffset, localTimeToInstant } from './localtime.js';
+export { systemZone, systemZoneFromFiles } from './device-zone.js';

@@ -10,13 +10,18 @@
  *   code be in `codes.events` and the reason in `codes.reasons` (`--force` sends others);
  * - one milestone per load, code and stop (`codes.repeatable` excepted): a manual X3 for a
  *   stop the detector already reported is refused, naming the first one;
- * - the place is, first match wins: a position or city given on the command line; the
- *   detector's own fix; the stop's coordinates; the resource's last fix if taken within
- *   `milestones.max_fix_age_s` of the milestone's time (of now for an appointment). Only when none exists does it go without a city and state,
- *   in the device's zone, with a warning (and the daemon fills the place in from its newest
- *   fix when it sends it, if it has one by then);
- * - a `--time` without an offset is read in the zone of that place; a time more than
- *   `sources_time.max_future_s` ahead is refused (appointments excepted).
+ * - the place is, first match wins: a position given on the command line; a city and state
+ *   typed (the gazetteer's position for the city, else the state's zone if the state has only
+ *   one: src/geo/state-zones.ts; a state of several zones is refused unless the time carries
+ *   its offset); the detector's own fix; the stop (its coordinates, else its city, else its
+ *   state's one zone); the resource's last fix if taken within `milestones.max_fix_age_s` of
+ *   the milestone's time (of now for an appointment). Only when none exists does it go
+ *   without a city and state (and the daemon fills the place in from its newest fix when it
+ *   sends it, if it has one by then), in the zone of the last fix whatever its age, else of
+ *   the offset typed (`UTC-5`), else, for a milestone of now, the device's, with a warning;
+ * - a `--time` without an offset is read once, in the zone of that place, else of the last
+ *   fix whatever its age; with neither it is refused (never read in the device's zone);
+ *   a time more than `sources_time.max_future_s` ahead is refused (appointments excepted).
  */
 import { randomUUID } from 'node:crypto';
 import pino, { type Logger } from 'pino';
@@ -26,8 +31,10 @@ import { DuplicateEventError, type LoadRow, type MilestoneOrigin, type Milestone
 import type { Config } from '../config/schema.js';
 import { DataError } from '../errors.js';
 import { placeAt, placeNamed } from '../geo/places.js';
-import { formatTime, hasExplicitOffset, localTimeToInstant, systemZone, zoneAt } from '../geo/timezone.js';
+import { stateZones } from '../geo/state-zones.js';
+import { fixedOffsetZone, formatTime, systemZone, zoneAt } from '../geo/timezone.js';
 import { check, problemLine } from '../validation.js';
+import { instantIn, type TypedTime, typedTime, withOffsetOf, zoneWithOffset } from './typed-time.js';
 
 export interface MilestoneInput {
   loadNumber: string;
@@ -66,6 +73,8 @@ export interface Placement {
   city?: string;
   state?: string;
   zone: string;
+  /** Where the zone came from, after "the zone of": `stop 1`, `the last fix of T1, 7200 s old`, `KS`, `the offset typed`, `this device`. */
+  zoneFrom: string;
   /** Age of the last fix used (or found too old), seconds. */
   fixAgeS?: number;
 }
@@ -121,97 +130,121 @@ function checkCode(kind: 'event' | 'reason', raw: string, config: Config, force:
   throw new MilestoneError(`${kind} code ${code} is not in ${key}${other}; the list holds ${examples}. If the service accepts it, add it to ${key} in the config; to send it once anyway, add --force`);
 }
 
-/** Where the milestone happened and in which zone (see the rule at the top). */
-function place(store: Store, config: Config, load: LoadRow, input: MilestoneInput, nowMs: number, warnings: string[]): Placement {
+/** Where the milestone happened and in which zone (see the rule at the top), and its instant, read once in that zone. */
+function place(store: Store, config: Config, load: LoadRow, input: MilestoneInput, typed: TypedTime, nowMs: number, warnings: string[]): { placement: Placement; timeMs: number } {
   const origin = input.origin ?? 'manual';
   const onGlobe = (lat: number | undefined, lon: number | undefined): lat is number => typeof lat === 'number' && typeof lon === 'number';
-  const at = (source: PlaceSource, lat: number, lon: number, named?: { city?: string; state?: string }, fixAgeS?: number): Placement => {
+  const at = (source: PlaceSource, lat: number, lon: number, zoneFrom: string, named?: { city?: string; state?: string }, fixAgeS?: number): Placement => {
     const found = placeAt(lat, lon);
     const city = named?.city ?? (named?.state ? undefined : found?.city);
     const state = named?.state ?? (named?.city ? undefined : found?.state);
-    return { source, lat, lon, city, state, zone: zoneAt(lat, lon), fixAgeS };
+    return { source, lat, lon, city, state, zone: zoneAt(lat, lon), zoneFrom, fixAgeS };
   };
+  const read = (zone: string) => instantOf(typed, zone, nowMs);
+  const timed = (placement: Placement) => ({ placement, timeMs: read(placement.zone) });
+  const typedName = [input.city, input.state].filter(Boolean).join(', ');
   // 1. Given on the command line (or the detector's own fix).
   if (onGlobe(input.lat, input.lon)) {
-    return at(origin === 'detected' ? 'detector fix' : 'command line', input.lat, input.lon!, input.city || input.state ? { city: input.city, state: input.state } : undefined);
+    const detected = origin === 'detected';
+    const named = input.city || input.state ? { city: input.city, state: input.state } : undefined;
+    return timed(at(detected ? 'detector fix' : 'command line', input.lat, input.lon!, detected ? "the detector's fix" : '--lat/--lon', named));
   }
-  const stop = input.stop === undefined ? undefined : load.stops.find((s) => s.sequence === input.stop);
-  // A city given without a position: its coordinates from the gazetteer give the zone.
-  const named = (city: string | undefined, state: string | undefined) => (city && state ? placeNamed(city, state) : undefined);
-  if (input.city || input.state) {
-    const p = named(input.city, input.state);
-    if (p) return { source: 'command line', lat: p.lat, lon: p.lon, city: input.city, state: input.state, zone: zoneAt(p.lat, p.lon) };
-    // Not in the gazetteer: the city as typed; the zone from the stop or the last fix below.
-    const rest = locate();
-    // A city without its state (or the reverse) cannot be looked up: say so, rather than
-    // claim that Chicago is not in the gazetteer.
-    const lookup = input.city && input.state ? 'is not in the gazetteer' : `cannot be looked up in the gazetteer without ${input.city ? '--state' : '--city'}`;
-    warnings.push(`${[input.city, input.state].filter(Boolean).join(', ')} ${lookup}: sent as typed, with the zone ${rest ? `of the ${rest.source} (${rest.zone})` : `of this device (${systemZone()})`}`);
-    return { ...(rest ?? { source: 'command line', zone: systemZone() }), city: input.city, state: input.state };
+  // 2. A city and state typed: the city's own zone, else the state's if it has only one.
+  if (input.state) {
+    const p = input.city ? placeNamed(input.city, input.state) : undefined;
+    if (p) return timed({ source: 'command line', lat: p.lat, lon: p.lon, city: input.city, state: input.state, zone: zoneAt(p.lat, p.lon), zoneFrom: typedName });
+    const unknown = input.city ? `${typedName} is not in the gazetteer` : `no --city`;
+    const zones = stateZones(input.state);
+    const typedPlace = (zone: string, zoneFrom: string): Placement => ({ source: 'command line', city: input.city, state: input.state, zone, zoneFrom });
+    if (zones.length === 1) {
+      if (input.city) warnings.push(`${unknown}: sent as typed, in the zone of ${input.state} (${zones[0]})`);
+      return timed(typedPlace(zones[0], input.state));
+    }
+    // Several zones (or a code no state uses): only a typed offset tells which.
+    if (typed.kind === 'instant' && typed.offsetMin !== undefined) {
+      const zone = zoneWithOffset(zones, typed.offsetMin, typed.ms);
+      return { placement: zone ? typedPlace(zone, `${input.state} at the offset typed`) : typedPlace(fixedOffsetZone(typed.offsetMin), 'the offset typed'), timeMs: typed.ms };
+    }
+    const spans = zones.length ? `${input.state} spans more than one time zone (${zones.join(', ')})` : `${input.state} is no US state, Canadian province or Mexican state the gazetteer knows`;
+    throw new MilestoneError(
+      `${unknown}, and ${spans}: the milestone's zone cannot be told. Give --time with its UTC offset (such as ${typed.kind === 'local' ? withOffsetOf(typed.text, zones[0] ?? 'UTC') : '2026-11-23T10:00:00-06:00'}), a --city the gazetteer knows, or --lat/--lon`,
+    );
   }
-  return locate() ?? none();
+  const rest = locate();
+  if (!input.city) return rest;
+  // A city without its state cannot be looked up: sent as typed, in the zone found below. Say
+  // so, rather than claim that Chicago is not in the gazetteer.
+  warnings.push(`${input.city} cannot be looked up in the gazetteer without --state: sent as typed, with the zone of ${rest.placement.zoneFrom} (${rest.placement.zone})`);
+  const source = rest.placement.source === 'none' ? 'command line' : rest.placement.source;
+  return { ...rest, placement: { ...rest.placement, source, city: input.city, state: undefined } };
 
   /**
-   * How far the resource's last fix is from the milestone's time, seconds: a milestone typed
-   * hours after the event did not happen where the truck is now. An appointment's time is
-   * the appointment's, not the truck's: its fix is judged against now.
+   * The stop, else the resource's last fix: the zone of the fix whatever its age (a place's
+   * zone is far more stable than its position) reads the time, and its place is used if
+   * taken close enough to that time; else none.
    */
-  function fixGapS(fix: { timeMs: number; lat: number; lon: number }): number {
-    const appointment = config.codes.appointments.includes(input.code.trim().toUpperCase());
-    const refMs = appointment ? nowMs : instantOf(input, zoneAt(fix.lat, fix.lon), nowMs);
-    return Math.round(Math.abs(refMs - fix.timeMs) / 1000);
-  }
-
-  function fixGapText(fix: { timeMs: number; lat: number; lon: number }): string {
-    const timed = input.timeMs !== undefined || input.timeText !== undefined;
-    return `${fixGapS(fix)} s ${timed ? "from the milestone's time" : 'old'}`;
-  }
-
-  function locate(): Placement | undefined {
-    // 3. The stop's coordinates (or, without them, its city found in the gazetteer).
+  function locate(): { placement: Placement; timeMs: number } {
+    // 3. The stop's coordinates (or, without them, its city found in the gazetteer, or its state's one zone).
+    const stop = input.stop === undefined ? undefined : load.stops.find((s) => s.sequence === input.stop);
+    const ofStop = `stop ${input.stop}`;
     if (stop && onGlobe(stop.latitude, stop.longitude)) {
-      return at('stop', stop.latitude, stop.longitude!, stop.city || stop.state ? { city: stop.city, state: stop.state } : undefined);
+      return timed(at('stop', stop.latitude, stop.longitude!, ofStop, stop.city || stop.state ? { city: stop.city, state: stop.state } : undefined));
     }
-    const p = stop ? named(stop.city, stop.state) : undefined;
-    if (stop && p) return { source: 'stop', lat: p.lat, lon: p.lon, city: stop.city, state: stop.state, zone: zoneAt(p.lat, p.lon) };
-    // 4. The resource's last fix, if taken close enough to the milestone's time.
+    const p = stop?.city && stop.state ? placeNamed(stop.city, stop.state) : undefined;
+    if (stop && p) return timed({ source: 'stop', lat: p.lat, lon: p.lon, city: stop.city, state: stop.state, zone: zoneAt(p.lat, p.lon), zoneFrom: ofStop });
+    const stopZones = stop?.state ? stateZones(stop.state) : [];
+    if (stop && stopZones.length === 1) return timed({ source: 'stop', city: stop.city, state: stop.state, zone: stopZones[0], zoneFrom: ofStop });
+    // 4. The resource's last fix.
     const fix = store.lastFix(load.resourceId);
-    if (fix) {
-      const gapS = fixGapS(fix);
-      if (gapS <= config.milestones.max_fix_age_s) return at('last fix', fix.lat, fix.lon, undefined, gapS);
+    if (!fix) return none();
+    const zone = zoneAt(fix.lat, fix.lon);
+    const zoneFrom = `the last fix of ${load.resourceId}, ${Math.round((nowMs - fix.timeMs) / 1000)} s old`;
+    const timeMs = read(zone);
+    // A milestone typed hours after the event did not happen where the truck is now. An
+    // appointment's time is the appointment's, not the truck's: its fix is judged against now.
+    const appointment = config.codes.appointments.includes(input.code.trim().toUpperCase());
+    const gapS = Math.round(Math.abs((appointment ? nowMs : timeMs) - fix.timeMs) / 1000);
+    if (gapS <= config.milestones.max_fix_age_s) return { placement: at('last fix', fix.lat, fix.lon, zoneFrom, undefined, gapS), timeMs };
+    const timedText = typed.kind === 'now' ? 'old' : "from the milestone's time";
+    const why = `the last fix of ${load.resourceId} is ${gapS} s ${timedText} (milestones.max_fix_age_s = ${config.milestones.max_fix_age_s})`;
+    // An offset typed that the fix's zone does not have at that instant: the offset's.
+    if (typed.kind === 'instant' && typed.offsetMin !== undefined && !zoneWithOffset([zone], typed.offsetMin, timeMs)) {
+      return none(why, fixedOffsetZone(typed.offsetMin), 'the offset typed', timeMs, fix);
     }
-    return undefined;
+    return none(why, zone, zoneFrom, timeMs, fix);
   }
 
-  function none(): Placement {
-    const fix = store.lastFix(load.resourceId);
-    const why = fix ? `the last fix of ${load.resourceId} is ${fixGapText(fix)} (milestones.max_fix_age_s = ${config.milestones.max_fix_age_s})` : `no fix of ${load.resourceId} is in the buffer yet`;
+  function none(why?: string, zone?: string, zoneFrom?: string, timeMs?: number, fix?: { timeMs: number }): { placement: Placement; timeMs: number } {
+    if (zone === undefined) {
+      why = `no fix of ${load.resourceId} is in the buffer yet`;
+      if (typed.kind === 'local') {
+        const device = systemZone();
+        throw new MilestoneError(
+          `--time ${typed.text} has no UTC offset, and nothing tells the zone it was typed in (${input.stop === undefined ? 'no --stop' : `stop ${input.stop} has no place`}; ${why}; no --lat/--lon or --city/--state): give the offset, such as ${withOffsetOf(typed.text, device)} if it is this device's zone (${device}), or the time in UTC with Z. A time without one is never read in this device's zone`,
+        );
+      }
+      timeMs = typed.kind === 'instant' ? typed.ms : nowMs;
+      // A typed offset is the zone's best witness; with none, this device's zone.
+      [zone, zoneFrom] = typed.kind === 'instant' && typed.offsetMin !== undefined ? [fixedOffsetZone(typed.offsetMin), 'the offset typed'] : [systemZone(), 'this device'];
+    }
     const stopWhy = input.stop === undefined ? 'no --stop' : `stop ${input.stop} has no coordinates`;
-    warnings.push(
-      `no position for this milestone (${why}; no --lat/--lon or --city/--state; ${stopWhy}): it is recorded in this device's zone (${systemZone()}) without a city and state${
-        origin === 'manual' ? '; the running agent fills them in from its newest fix when it sends it, if it has one by then' : ''
-      }`,
-    );
-    return { source: 'none', zone: systemZone(), fixAgeS: fix ? Math.round((nowMs - fix.timeMs) / 1000) : undefined };
+    const inZone = zoneFrom === 'this device' ? "this device's zone" : `the zone of ${zoneFrom}`;
+    if (!input.city) {
+      warnings.push(
+        `no position for this milestone (${why}; no --lat/--lon or --city/--state; ${stopWhy}): it is recorded in ${inZone} (${zone}) without a city and state${
+          origin === 'manual' ? '; the running agent fills them in from its newest fix when it sends it, if it has one by then' : ''
+        }`,
+      );
+    }
+    return { placement: { source: 'none', zone, zoneFrom: zoneFrom!, fixAgeS: fix ? Math.round((nowMs - fix.timeMs) / 1000) : undefined }, timeMs: timeMs! };
   }
 }
 
-function instantOf(input: MilestoneInput, zone: string, nowMs: number): number {
-  if (input.timeMs !== undefined) return input.timeMs;
-  if (input.timeText === undefined) return nowMs;
-  const text = input.timeText.trim();
-  const expected = `--time: expected an ISO 8601 time such as 2026-11-23T10:00:00 (read in the zone of the milestone's place), 2026-11-23T10:00:00-06:00 or 2026-11-23T16:00:00Z, got ${JSON.stringify(text)}`;
-  if (hasExplicitOffset(text)) {
-    const ms = Date.parse(text);
-    if (Number.isNaN(ms)) throw new MilestoneError(expected);
-    return ms;
-  }
-  // Not a date at all ("yesterday"): the forms it may take, not the local form's details.
-  if (!/^\d{4}-\d{2}-\d{2}/.test(text)) throw new MilestoneError(expected);
+function instantOf(typed: TypedTime, zone: string, nowMs: number): number {
   try {
-    return localTimeToInstant(text, zone);
+    return instantIn(typed, zone, nowMs);
   } catch (err) {
-    throw new MilestoneError(`--time: ${(err as Error).message}`);
+    throw new MilestoneError((err as Error).message);
   }
 }
 
@@ -232,8 +265,13 @@ export function prepareMilestone(store: Store, config: Config, input: MilestoneI
   if (input.stop !== undefined && load.stops.length > 0 && !stop) {
     throw new MilestoneError(`stop ${input.stop}: load ${load.loadNumber} has stops ${load.stops.map((s) => s.sequence).join(', ')}`);
   }
-  const placement = place(store, config, load, input, nowMs, warnings);
-  const timeMs = instantOf(input, placement.zone, nowMs);
+  let typed: TypedTime;
+  try {
+    typed = typedTime(input);
+  } catch (err) {
+    throw new MilestoneError((err as Error).message);
+  }
+  const { placement, timeMs } = place(store, config, load, input, typed, nowMs, warnings);
   if (origin === 'manual' && !config.codes.appointments.includes(code)) {
     const aheadS = Math.round((timeMs - nowMs) / 1000);
     if (aheadS > config.sources_time.max_future_s) {

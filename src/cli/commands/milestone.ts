@@ -17,7 +17,7 @@ export function addMilestoneCommand(program: Command): void {
     .option('--code <code>', 'eventCode from codes.events, e.g. X3 arrived at pick-up, AF departed, X1 arrived at delivery, D1 unloaded, SD delayed, AA/AB appointment (required)')
     .option('--reason <code>', 'reasonCode from codes.reasons (default: codes.default_reason, NS)')
     .option('--stop <n>', 'stopsequenceNumber (1 = first stop)')
-    .option('--time <iso>', 'when it happened (for AA/AB the appointment time); without an offset it is read in the zone of the place (default: now)')
+    .option('--time <iso>', 'when it happened (for AA/AB the appointment time); without an offset it is read in the zone of the place, else of the last fix (default: now)')
     .option('--lat <degrees>', 'where it happened (with --lon); default: the stop, else the last fix')
     .option('--lon <degrees>', 'where it happened (with --lat)')
     .option('--city <name>', 'eventCity (default: from the position)')
@@ -28,9 +28,14 @@ export function addMilestoneCommand(program: Command): void {
     .addHelpText(
       'after',
       `
-The place is, first match wins: --lat/--lon or --city/--state; the stop's coordinates
-(--stop); the resource's last fix if taken within milestones.max_fix_age_s of --time. Without
-any, it goes without a city and state, in this device's zone (a warning says so).`,
+The place is, first match wins: --lat/--lon or --city/--state (a city the gazetteer does
+not know takes its state's zone; a state with several zones then needs --time with its
+offset); the stop (--stop); the resource's last fix if taken within milestones.max_fix_age_s
+of --time. Without any, it goes without a city and state (a warning says so).
+A --time without an offset is read in the zone of that place, else of the resource's last
+fix whatever its age; with neither it is refused (exit 65): give the offset, such as
+2026-11-25T22:53-06:00. It is never read in this device's zone. What was recorded is printed
+in UTC and in the zone used, with where that zone came from.`,
     )
     .action(
       (opts: { load?: string; code?: string; reason?: string; stop?: string; time?: string; lat?: string; lon?: string; city?: string; state?: string; force?: boolean; json?: boolean; config?: string }) => {
@@ -63,7 +68,7 @@ any, it goes without a city and state, in this device's zone (a warning says so)
         const named = [row.body.eventCity, row.body.eventState].filter(Boolean).map(String).join(', ');
         const where = named ? ` at ${named}` : '';
         out(
-          `milestone ${row.id} (${row.code} for load ${row.loadNumber}${row.stop === null ? '' : `, stop ${row.stop}`}) committed: ${local.dateTime.replace('T', ' ').replace(/\.\d+/, '')} ${local.timeZoneCode} (${local.timeZoneOffset}) = ${new Date(timeMs).toISOString().replace(/\.000Z$/, 'Z')}${where} (place: ${placement.source}); the running agent sends it within seconds`,
+          `milestone ${row.id} (${row.code} for load ${row.loadNumber}${row.stop === null ? '' : `, stop ${row.stop}`}) committed: ${local.dateTime.replace('T', ' ').replace(/\.\d+/, '')} ${local.timeZoneCode} (${local.timeZoneOffset}) = ${new Date(timeMs).toISOString().replace(/\.000Z$/, 'Z')}${where} (place: ${placement.source}); zone ${placement.zone} (of ${placement.zoneFrom}); the running agent sends it within seconds`,
         );
       },
     );

@@ -6,6 +6,7 @@ import type { Command } from 'commander';
 import { accessProblem } from '../../buffer/db.js';
 import { redactProxy } from '../../api/transport.js';
 import { ConfigError, keyFileWarning, preflight } from '../../config/load.js';
+import { describeDeviceZone } from '../../geo/device-zone.js';
 import { configOption, err, load, out } from '../common.js';
 
 export function addValidateConfigCommand(program: Command): void {
@@ -29,7 +30,7 @@ export function addValidateConfigCommand(program: Command): void {
         if (api.proxy) api.proxy = redactProxy(api.proxy);
         out(JSON.stringify({ ...loaded.config, api, device_id: loaded.deviceId }, null, 2));
       } else {
-        out(`${loaded.file}: ok (device ${loaded.deviceId}, ${loaded.config.sources.length} source(s), key from ${key.origin})`);
+        out(`${loaded.file}: ok (device ${loaded.deviceId}, ${loaded.config.sources.length} source(s), key from ${key.origin}, device zone ${describeDeviceZone()})`);
       }
     });
 }

@@ -1,0 +1,62 @@
+/**
+ * A milestone's time as it came in: now, an instant (a program's, or typed with `Z` or an
+ * offset), or a wall-clock time typed without an offset, which only a zone turns into an
+ * instant. That zone is chosen once, by the caller (record.ts), and the text is read once:
+ * reading it in one zone to decide where the truck was, then again in another, sent a
+ * Chicago time six hours early from a device in UTC.
+ */
+import { hasExplicitOffset, localTimeToInstant, zoneOffsetMinutes } from '../geo/timezone.js';
+
+export type TypedTime =
+  | { kind: 'now' }
+  /** `offsetMin` when it was typed with one (`Z` is 0); a program's instant has none. */
+  | { kind: 'instant'; ms: number; offsetMin?: number }
+  | { kind: 'local'; text: string };
+
+const EXPECTED = (text: string) =>
+  `--time: expected an ISO 8601 time such as 2026-11-23T10:00:00 (read in the zone of the milestone's place), 2026-11-23T10:00:00-06:00 or 2026-11-23T16:00:00Z, got ${JSON.stringify(text)}`;
+
+/** What `timeMs` / `timeText` say, checked for form (a RangeError with the message to show). */
+export function typedTime(input: { timeMs?: number; timeText?: string }): TypedTime {
+  if (input.timeMs !== undefined) return { kind: 'instant', ms: input.timeMs };
+  if (input.timeText === undefined) return { kind: 'now' };
+  const text = input.timeText.trim();
+  if (hasExplicitOffset(text)) {
+    const ms = Date.parse(text);
+    if (Number.isNaN(ms)) throw new RangeError(EXPECTED(text));
+    const m = /(?:Z|([+-])(\d{2}):?(\d{2})?)$/i.exec(text)!;
+    const offsetMin = m[1] === undefined ? 0 : (m[1] === '-' ? -1 : 1) * (Number(m[2]) * 60 + Number(m[3] ?? 0));
+    return { kind: 'instant', ms, offsetMin };
+  }
+  // Not a date at all ("yesterday"): the forms it may take, not the local form's details.
+  if (!/^\d{4}-\d{2}-\d{2}/.test(text)) throw new RangeError(EXPECTED(text));
+  return { kind: 'local', text };
+}
+
+/** The instant of `t` in `zone` (a RangeError for a local time no calendar has). */
+export function instantIn(t: TypedTime, zone: string, nowMs: number): number {
+  if (t.kind === 'now') return nowMs;
+  if (t.kind === 'instant') return t.ms;
+  try {
+    return localTimeToInstant(t.text, zone);
+  } catch (err) {
+    throw new RangeError(`--time: ${(err as Error).message}`);
+  }
+}
+
+/** The first of `zones` whose offset at `ms` is `offsetMin`: an offset typed for a place with several zones picks its own. */
+export function zoneWithOffset(zones: readonly string[], offsetMin: number, ms: number): string | undefined {
+  return zones.find((z) => zoneOffsetMinutes(z, ms) === offsetMin);
+}
+
+/** `2026-11-20T08:15-06:00`: the text with the offset `zone` has there, for a message asking for one. */
+export function withOffsetOf(text: string, zone: string): string {
+  let offsetMin: number;
+  try {
+    offsetMin = zoneOffsetMinutes(zone, localTimeToInstant(text, zone));
+  } catch {
+    return `${text}-06:00`; // no such date: the form is what matters
+  }
+  const abs = Math.abs(offsetMin);
+  return `${text}${offsetMin < 0 ? '-' : '+'}${String(Math.floor(abs / 60)).padStart(2, '0')}:${String(abs % 60).padStart(2, '0')}`;
+}
