@@ -37,7 +37,7 @@ import type { Logger } from 'pino';
 import type { LoadRow, NewMilestone, StopState, Store } from '../buffer/store.js';
 import type { Config } from '../config/schema.js';
 import type { Reading } from '../reading.js';
-import { distanceM } from '../sources/routes.js';
+import { distanceM } from '../geo/distance.js';
 import { nextStopAfter, prepareMilestone, type MilestoneInput } from './record.js';
 import type { Stop } from './stops.js';
 

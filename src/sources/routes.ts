@@ -7,6 +7,8 @@ import { extname } from 'node:path';
 import { AgentError } from '../errors.js';
 import { EXIT } from '../exit.js';
 
+export { distanceM } from '../geo/distance.js';
+
 export interface RoutePoint {
   lat: number;
   lon: number;
@@ -129,16 +131,7 @@ export function loadRoute(spec: string): RoutePoint[] {
   return points;
 }
 
-const R = 6_371_008.8;
 const rad = (d: number) => (d * Math.PI) / 180;
-
-/** Great-circle distance in metres. */
-export function distanceM(a: RoutePoint, b: RoutePoint): number {
-  const dLat = rad(b.lat - a.lat);
-  const dLon = rad(b.lon - a.lon);
-  const h = Math.sin(dLat / 2) ** 2 + Math.cos(rad(a.lat)) * Math.cos(rad(b.lat)) * Math.sin(dLon / 2) ** 2;
-  return 2 * R * Math.asin(Math.min(1, Math.sqrt(h)));
-}
 
 /** Initial bearing from a to b, degrees clockwise from north in [0, 360). */
 export function bearingDeg(a: RoutePoint, b: RoutePoint): number {
