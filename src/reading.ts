@@ -18,6 +18,11 @@ export interface Reading {
   heading?: number;
   /** Kilometres. */
   odometer?: number;
+  /**
+   * The receiver's estimate of its horizontal error, metres, where it gives one (gpsd's eph,
+   * NMEA HDOP): the GNSS odometer counts no move within it. Not stored.
+   */
+  errorM?: number;
   /** Degrees Celsius (sources convert). */
   temperatureC?: number;
 }

@@ -82,6 +82,7 @@ export class GpsdDecoder {
         lon: m.lon as number,
         speed: m.speed === undefined ? undefined : (m.speed as number),
         heading: m.track === undefined ? undefined : (m.track as number),
+        errorM: horizontalErrorM(m),
       },
       `line ${p.line}`,
     );
@@ -119,6 +120,17 @@ export class GpsdDecoder {
     clearTimeout(this.holdTimer);
     this.holdTimer = timer(() => this.flush(), HOLD_MS);
   }
+}
+
+/**
+ * gpsd's estimate of the horizontal error (95 %), metres: eph where the receiver gives it,
+ * else from the longitude and latitude errors (epx, epy). Undefined when it gives neither.
+ */
+export function horizontalErrorM(m: Json): number | undefined {
+  const ok = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v >= 0;
+  if (ok(m.eph)) return m.eph;
+  if (ok(m.epx) && ok(m.epy)) return Math.hypot(m.epx, m.epy);
+  return undefined;
 }
 
 export class GpsdSource implements Source {

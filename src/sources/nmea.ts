@@ -19,6 +19,11 @@ import { Reconnector } from './reconnector.js';
 import type { Source, SourceContext, SourceHealth } from './types.js';
 
 const KNOTS_TO_MS = 1852 / 3600;
+/**
+ * Metres of horizontal error per unit of HDOP: a consumer receiver's range error (UERE) of
+ * some 5 m. GGA gives no error in metres; HDOP times this is the usual estimate.
+ */
+export const HDOP_TO_M = 5;
 
 export type SentenceResult = { ok: true; talker: string; type: string; fields: string[] } | { ok: false; reason: string; kind: 'checksum' | 'malformed' };
 
@@ -92,7 +97,7 @@ interface Epoch {
   /** The time field as sent, so GGA and RMC of the same fix pair up. */
   key: string;
   todMs: number;
-  gga?: { valid: boolean; lat: string; latH: string; lon: string; lonH: string };
+  gga?: { valid: boolean; lat: string; latH: string; lon: string; lonH: string; hdop?: string };
   rmc?: { valid: boolean; lat: string; latH: string; lon: string; lonH: string; speedKn?: string; course?: string; dateMs: number };
 }
 
@@ -167,7 +172,7 @@ export class NmeaDecoder {
     const e = this.at(f[0] ?? '', lineNo, 'GGA');
     if (!e) return;
     const quality = Number(f[5]);
-    e.gga = { valid: Number.isInteger(quality) && quality > 0 && quality !== 6, lat: f[1] ?? '', latH: f[2] ?? '', lon: f[3] ?? '', lonH: f[4] ?? '' };
+    e.gga = { valid: Number.isInteger(quality) && quality > 0 && quality !== 6, lat: f[1] ?? '', latH: f[2] ?? '', lon: f[3] ?? '', lonH: f[4] ?? '', hdop: f[7] };
     if (e.rmc) this.complete(e);
   }
 
@@ -226,6 +231,7 @@ export class NmeaDecoder {
     }
     const speedKn = optionalNumber(e.rmc?.speedKn);
     const course = optionalNumber(e.rmc?.course);
+    const hdop = optionalNumber(e.gga?.hdop);
     this.out.reading(
       {
         resourceId: this.resourceId,
@@ -234,6 +240,8 @@ export class NmeaDecoder {
         lon,
         speed: speedKn === undefined ? undefined : Math.round(speedKn * KNOTS_TO_MS * 1000) / 1000,
         heading: course,
+        // For the GNSS odometer only (not stored): a bad HDOP field is no reason to drop a fix.
+        errorM: hdop !== undefined && Number.isFinite(hdop) && hdop > 0 ? hdop * HDOP_TO_M : undefined,
       },
       `fix at ${e.key}`,
     );

@@ -65,6 +65,9 @@ describe('gpsd source against a real gpsd', () => {
       expect(r.lon).toBeCloseTo(w!.lon!, 6);
       expect(r.speed).toBeCloseTo(25.0, 2); // 48.6 kn from RMC
       expect(r.heading).toBe(160);
+      // gpsd's error estimate (eph, or epx and epy), for the GNSS odometer: HDOP 0.9 is metres, not tens.
+      expect(r.errorM).toBeGreaterThan(0.5);
+      expect(r.errorM).toBeLessThan(30);
     }
     // In order, one per second of the log, although gpsd may report a second twice (after GGA and after RMC).
     for (let i = 1; i < rec.readings.length; i++) expect(rec.readings[i].timeMs - rec.readings[i - 1].timeMs).toBe(1000);

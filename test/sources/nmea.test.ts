@@ -5,7 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { nmeaSourceSchema } from '../../src/config/schema.js';
 import type { Reading } from '../../src/reading.js';
 import { LineSplitter } from '../../src/sources/common.js';
-import { nmeaChecksum, NmeaDecoder, NmeaSource, parseSentence } from '../../src/sources/nmea.js';
+import { HDOP_TO_M, nmeaChecksum, NmeaDecoder, NmeaSource, parseSentence } from '../../src/sources/nmea.js';
 import { tempDir, waitFor } from '../helpers.js';
 import { NMEA_LOG, recorder, sleep, startPty, stopProcess } from './support.js';
 
@@ -40,7 +40,7 @@ describe('NMEA decoding', () => {
     const { readings, rejects, d } = decode(readFileSync(NMEA_LOG, 'utf8').split('\n'));
     expect(rejects).toEqual([]);
     expect(readings).toHaveLength(60);
-    expect(readings[0]).toEqual({ resourceId: 'TRUCK-1', timeMs: Date.parse('2025-06-15T14:30:03Z'), lat: 39.767789, lon: -86.1579, speed: 25.002, heading: 160 });
+    expect(readings[0]).toEqual({ resourceId: 'TRUCK-1', timeMs: Date.parse('2025-06-15T14:30:03Z'), lat: 39.767789, lon: -86.1579, speed: 25.002, heading: 160, errorM: 0.9 * HDOP_TO_M });
     expect(readings[59].timeMs).toBe(Date.parse('2025-06-15T14:31:02Z'));
     // 10 epochs without time, 23 with time but no fix; none without a date (RMC V carries it).
     expect(d.counters).toMatchObject({ noFix: 33, noDate: 0, badChecksum: 0, malformed: 0 });
