@@ -13,6 +13,7 @@
 import type { Logger } from 'pino';
 import { COUNTER_DROPPED_PENDING } from '../buffer/bounds.js';
 import { lateSince } from '../buffer/ledger.js';
+import { OdometerMarks, type OdometerBuffer } from '../buffer/odometer-marks.js';
 import type { Store } from '../buffer/store.js';
 import type { Fix } from '../buffer/types.js';
 import { type ClockSources, clockOf } from '../clock.js';
@@ -20,6 +21,7 @@ import type { Reading } from '../reading.js';
 import { commitDue, commitFailed, commitNow, commitsResumed, type CommitTrouble } from './commit-trouble.js';
 import { SourceIntake, type TimeCheck } from './intake.js';
 import { logLeftBehind } from './left-behind.js';
+import { GnssOdometers, type OdometerOptions } from './odometer.js';
 import { Riders } from './riders.js';
 import { timeProblem } from './time-guard.js';
 import { readingProblem } from './validate.js';
@@ -27,7 +29,7 @@ import { readingProblem } from './validate.js';
 export { MAX_COMMIT_RETRY_MS, type CommitTrouble } from './commit-trouble.js';
 
 /** What ingest needs of the buffer. */
-export type IngestStore = Pick<Store, 'roomForReadings' | 'insertReadings' | 'bump'>;
+export type IngestStore = Pick<Store, 'roomForReadings' | 'insertReadings' | 'bump'> & Partial<OdometerBuffer>;
 
 export interface IngestOptions {
   batchSize: number;
@@ -81,6 +83,8 @@ export class Ingest {
   /** Newest fix per resource, from every reading accepted (for milestones recorded before a commit). */
   private readonly fixes = new Map<string, Fix>();
   private warnedFull = false;
+  /** Totals of the sources with `odometer = "gnss"`, per resource. */
+  private readonly odometers: GnssOdometers;
   private retryQueued = false;
 
   constructor(
@@ -91,6 +95,8 @@ export class Ingest {
     private readonly clock: ClockSources = clockOf(now),
   ) {
     this.riders = new Riders(log);
+    const s = store;
+    this.odometers = new GnssOdometers(log, s.db && s.getState && s.setState ? new OdometerMarks({ db: s.db, getState: s.getState, setState: s.setState }) : undefined, this.clock.mono);
   }
 
   /** Called after every successful commit with the readings that were in it. */
@@ -162,8 +168,8 @@ export class Ingest {
   }
 
   /** A source's context, whose readings come to `admit` (`time`: how their times are judged). */
-  intake(name: string, log: Logger, time?: TimeCheck): SourceIntake {
-    return new SourceIntake(this, name, log, time);
+  intake(name: string, log: Logger, time?: TimeCheck, odometer?: OdometerOptions): SourceIntake {
+    return new SourceIntake(this, name, log, time, odometer);
   }
 
   /**
@@ -188,8 +194,10 @@ export class Ingest {
         source.counts.timeRejected += 1;
         return this.refused(source, late);
       }
+      if (source.odometer) this.odometers.apply(reading, source.odometer);
     }
     this.enqueue(reading, source?.name);
+    this.saveOdometers();
     return undefined;
   }
 
@@ -252,6 +260,7 @@ export class Ingest {
     if (this.handTimer) clearInterval(this.handTimer);
     this.timer = undefined;
     this.handTimer = undefined;
+    this.saveOdometers(true);
     this.flush(true);
     // Writes still waiting for a commit of readings (none came): in one of their own.
     this.countDrops();
@@ -362,6 +371,12 @@ export class Ingest {
   private failed(err: unknown): void {
     const t = commitFailed(err, this.stats, this.log, { clock: this.clock, initialMs: this.opts.flushIntervalMs, pending: this.queue.length, maxPending: this.maxPending });
     if (t.kind === 'error') this.onError?.(err);
+  }
+
+  /** The odometers' totals ride with the next commit when due (`now`: whenever one moved). */
+  private saveOdometers(now = false): void {
+    const write = this.odometers.due(now);
+    if (write) this.riders.set('odometer', () => write(this.clock.wall()));
   }
 
   /**

@@ -4,6 +4,7 @@ import type { Reading } from '../reading.js';
 import type { TimeGuardOptions } from './time-guard.js';
 import type { SourceContext, SourceCounts } from '../sources/types.js';
 import type { Ingest } from './ingest.js';
+import type { OdometerOptions } from './odometer.js';
 
 /** How a source's reading times are judged: against the window of the agent's clocks (src/clock.ts). */
 export interface TimeCheck extends TimeGuardOptions {
@@ -24,6 +25,8 @@ export class SourceIntake implements SourceContext {
     readonly log: Logger,
     /** How its reading times are judged; undefined: not at all (the simulator's clock runs ahead on purpose). */
     readonly time?: TimeCheck,
+    /** Readings with a position get the GNSS odometer's total (`odometer = "gnss"`); undefined: not. */
+    readonly odometer?: OdometerOptions,
   ) {}
 
   readonly emit = (reading: Reading, where?: string): void => void this.ingest.admit(reading, this, where);
