@@ -301,7 +301,7 @@ export class Agent {
     this.client = client;
     this.sender.updateConfig(config, this.client);
     this.sender.schedule.reconfigure(config.schedule, this.loaded.deviceId);
-    if (changed.some((p) => p === 'sources' || p.startsWith('sources_time.'))) {
+    if (changed.some((p) => p === 'sources' || p.startsWith('sources_time.') || p.startsWith('odometer.'))) {
       await this.running.stop();
       await this.running.build(config);
       await this.running.start();

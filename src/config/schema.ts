@@ -308,6 +308,15 @@ export const configSchema = z
         }
       })
       .prefault([]),
+    /** The GNSS odometer of sources with `odometer = "gnss"` (src/admission/odometer.ts). */
+    odometer: z
+      .strictObject({
+        /** A fix slower than this (km/h) adds nothing: a parked receiver's scatter is not distance. */
+        min_speed_kmh: nonNegative.max(50).default(3),
+        /** A move since the last fix counted that implies more than this (km/h) adds nothing (a wrong fix, a gap). */
+        max_speed_kmh: z.number().positive().max(1000).default(200),
+      })
+      .prefault({}),
     /** Which reading times are believed (see src/admission/time-guard.ts). Not applied to the simulator. */
     sources_time: z
       .strictObject({

@@ -59,6 +59,15 @@ export const simulatorSourceSchema = z.strictObject({
   odometer_start_km: nonNegative.default(120_000),
 });
 
+/**
+ * Where the odometer of a source's readings comes from: `gnss`, the distance between its
+ * fixes (src/admission/odometer.ts), for a receiver that has none; `none`, only what the
+ * source reports itself. A reading that carries its own odometer keeps it either way.
+ */
+const odometerMode = (d: 'gnss' | 'none') => z.enum(['gnss', 'none']).default(d);
+/** Where the GNSS odometer starts (km) for the source's resources, e.g. the truck's own reading. */
+const odometerStartKm = nonNegative.optional();
+
 /** Name in logs and `status`; default: `<type>:<what it reads>`. */
 const sourceNameKey = z.string().min(1).optional();
 /** Longest line a source accepts; a longer one is skipped as it arrives, never buffered whole. */
@@ -84,6 +93,8 @@ export const gpsdSourceSchema = z
     reconnect_initial_s: z.number().positive().default(1),
     reconnect_max_s: z.number().positive().default(60),
     max_line_bytes: maxLineBytes(65_536),
+    odometer: odometerMode('gnss'),
+    odometer_start_km: odometerStartKm,
   })
   .refine((c) => c.reconnect_max_s >= c.reconnect_initial_s, { path: ['reconnect_max_s'], message: 'expected a number >= reconnect_initial_s' });
 
@@ -107,6 +118,8 @@ export const nmeaSourceSchema = z
     reopen_max_s: z.number().positive().default(60),
     /** Sentences are at most 82 characters; proprietary ones a little more. */
     max_line_bytes: maxLineBytes(4096),
+    odometer: odometerMode('gnss'),
+    odometer_start_km: odometerStartKm,
   })
   .refine((c) => c.reopen_max_s >= c.reopen_initial_s, { path: ['reopen_max_s'], message: 'expected a number >= reopen_initial_s' });
 
@@ -148,6 +161,8 @@ export const execSourceSchema = z
     no_data_timeout_s: nonNegative.default(0),
     /** On stop, SIGTERM to the command's process group, then SIGKILL after this long. */
     stop_timeout_s: z.number().positive().max(600).default(5),
+    odometer: odometerMode('none'),
+    odometer_start_km: odometerStartKm,
   })
   .refine((c) => c.restart_max_s >= c.restart_initial_s, { path: ['restart_max_s'], message: 'expected a number >= restart_initial_s' });
 
@@ -254,6 +269,8 @@ export const mqttSourceSchema = z
     no_data_timeout_s: nonNegative.default(0),
     reconnect_initial_s: z.number().positive().default(1),
     reconnect_max_s: z.number().positive().default(60),
+    odometer: odometerMode('none'),
+    odometer_start_km: odometerStartKm,
   })
   .refine((c) => c.reconnect_max_s >= c.reconnect_initial_s, { path: ['reconnect_max_s'], message: 'expected a number >= reconnect_initial_s' })
   .refine((c) => c.password_file === undefined || c.username !== undefined, { path: ['username'], message: 'expected a user name with password_file' });
@@ -266,6 +283,8 @@ export const moduleSourceSchema = z.strictObject({
   path: z.string().min(1),
   /** Passed as it is to the factory's second argument. */
   options: z.record(z.string(), z.unknown()).default({}),
+  odometer: odometerMode('none'),
+  odometer_start_km: odometerStartKm,
 });
 
 export const sourceSchema = z.discriminatedUnion('type', [simulatorSourceSchema, gpsdSourceSchema, nmeaSourceSchema, onewireSourceSchema, execSourceSchema, mqttSourceSchema, moduleSourceSchema]);

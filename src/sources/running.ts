@@ -1,13 +1,14 @@
 /**
  * The daemon's sources while it runs: built from the config (or handed in by the caller),
  * started and stopped together, one broken source never keeping the others down, and
- * rebuilt whole when a reload changes `sources` or `sources_time`.
+ * rebuilt whole when a reload changes `sources`, `sources_time` or `odometer`.
  */
 import type { Logger } from 'pino';
 import type { Ingest } from '../admission/ingest.js';
+import type { OdometerOptions } from '../admission/odometer.js';
 import { systemClockUnset } from '../admission/time-guard.js';
 import type { TrustedClock } from '../clock.js';
-import type { Config } from '../config/schema.js';
+import type { Config, SourceConfig } from '../config/schema.js';
 import type { DaemonState } from '../daemon-state.js';
 import { IngestCommits } from './commits.js';
 import { createSource, sourceName } from './index.js';
@@ -45,7 +46,7 @@ export class RunningSources {
       // Named once the source exists (pino's setBindings adds a key, it does not replace one).
       const log = this.log.child({ component: 'source' });
       // The simulator's clock runs ahead of real time on purpose (time_scale): not judged.
-      const intake = this.ingest.intake(sourceName(cfg, i), log, cfg.type === 'simulator' ? undefined : time);
+      const intake = this.ingest.intake(sourceName(cfg, i), log, cfg.type === 'simulator' ? undefined : time, odometerOf(cfg, config));
       // The intake itself, with the commits for a source that acknowledges once they are done
       // (MQTT QoS 1): emit and reject are bound, counts is the intake's object.
       const source = await createSource(cfg, { emit: intake.emit, reject: intake.reject, log: intake.log, counts: intake.counts, commits: this.commits });
@@ -83,4 +84,10 @@ export class RunningSources {
   states(): DaemonState['sources'] {
     return this.list.map((s) => ({ name: s.name, type: s.type, ...s.health(), timeRejected: this.timeCounts.get(s)?.timeRejected ?? 0 }));
   }
+}
+
+/** The GNSS odometer of a source with `odometer = "gnss"` (the simulator and 1-Wire have no such key). */
+export function odometerOf(cfg: SourceConfig, config: Config): OdometerOptions | undefined {
+  if (!('odometer' in cfg) || cfg.odometer !== 'gnss') return undefined;
+  return { startKm: cfg.odometer_start_km, minSpeedKmh: config.odometer.min_speed_kmh, maxSpeedKmh: config.odometer.max_speed_kmh };
 }

@@ -40,8 +40,8 @@ path = "/opt/telematics/my-source.js"
       '/etc/telematics-agent',
     );
     expect(c.sources).toEqual([
-      { type: 'gpsd', resource_id: 'T1', host: '127.0.0.1', port: 2947, no_data_timeout_s: 30, reconnect_initial_s: 1, reconnect_max_s: 60, max_line_bytes: 65536 },
-      { type: 'nmea', resource_id: 'T1', device: '/dev/ttyUSB0', baud: 4800, no_data_timeout_s: 30, reopen_initial_s: 1, reopen_max_s: 60, max_line_bytes: 4096 },
+      { type: 'gpsd', resource_id: 'T1', host: '127.0.0.1', port: 2947, no_data_timeout_s: 30, reconnect_initial_s: 1, reconnect_max_s: 60, max_line_bytes: 65536, odometer: 'gnss' },
+      { type: 'nmea', resource_id: 'T1', device: '/dev/ttyUSB0', baud: 4800, no_data_timeout_s: 30, reopen_initial_s: 1, reopen_max_s: 60, max_line_bytes: 4096, odometer: 'gnss' },
       { type: 'onewire', sysfs_root: '/sys/bus/w1/devices', sensors: { '28-0316a2792aff': 'TRAILER-7' }, interval_s: 30, file: 'auto' },
       {
         type: 'exec',
@@ -52,8 +52,9 @@ path = "/opt/telematics/my-source.js"
         restart_max_s: 60,
         no_data_timeout_s: 0,
         stop_timeout_s: 5,
+        odometer: 'none',
       },
-      { type: 'module', path: '/opt/telematics/my-source.js', options: {} },
+      { type: 'module', path: '/opt/telematics/my-source.js', options: {}, odometer: 'none' },
     ]);
   });
 
@@ -77,8 +78,13 @@ sensors = { "28-XYZ" = "T1" }
 type = "exec"
 command = []
 max_line_bytes = 10
+odometer = "gps"
 [[sources]]
 type = "module"
+[[sources]]
+type = "onewire"
+sensors = { "28-0316a2792aff" = "TRAILER-7" }
+odometer = "gnss"
 `),
     ).toEqual([
       'sources[0].port: expected a number <= 65535, got 70000',
@@ -87,7 +93,9 @@ type = "module"
       'sources[2].sensors.28-XYZ: expected a 1-Wire id such as 28-0316a2792aff',
       'sources[3].command: expected the program and its arguments, e.g. ["reefer-reader", "--port", "/dev/ttyS1"]',
       'sources[3].max_line_bytes: expected a number >= 256, got 10',
+      'sources[3].odometer: expected one of "gnss", "none", got "gps"',
       'sources[4].path: required (expected string)',
+      'sources[5].odometer: unknown key',
     ]);
   });
 
