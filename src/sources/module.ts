@@ -117,6 +117,6 @@ export class ModuleSource implements Source {
 /** Only the fields of a Reading: a module's extra properties never reach the buffer. */
 function pick(r: Reading): Reading {
   const out: Reading = { resourceId: r.resourceId, timeMs: r.timeMs };
-  for (const k of ['lat', 'lon', 'speed', 'heading', 'odometer', 'temperatureC'] as const) if (r[k] !== undefined) out[k] = r[k];
+  for (const k of ['lat', 'lon', 'speed', 'heading', 'odometer', 'temperatureC', 'errorM'] as const) if (r[k] !== undefined) out[k] = r[k];
   return out;
 }
