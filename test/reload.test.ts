@@ -130,6 +130,7 @@ function configs(url: string): { a: Config; b: Config } {
     log: { level: 'debug' },
     sources: [{ type: 'module', name: 'src-b', path: moduleSource('b') }],
     sources_time: { max_future_s: 60, max_past_days: 3 },
+    odometer: { min_speed_kmh: 5, max_speed_kmh: 150 },
   });
   return { a, b };
 }
