@@ -44,13 +44,22 @@ afterEach(async () => {
  * Another process takes the daemon's lock as `run` does (and, with `write`, keeps the buffer
  * open and commits a reading into its WAL, as a running daemon of the old schema does).
  */
-async function holdLock(write = false): Promise<void> {
+async function holdLock(write = false, migrateAfterMs = 0): Promise<void> {
   const script = `
     const { BufferLock } = await import(${JSON.stringify(LOCK_MODULE)});
     const { default: Database } = await import('better-sqlite3');
     const path = ${JSON.stringify(buffer)};
     // Kept referenced: a connection the garbage collector takes releases its lock.
     globalThis.lock = BufferLock.acquire(path);
+    if (${migrateAfterMs} > 0) {
+      // A daemon of this version, starting: it migrates the buffer a moment after taking the lock.
+      const { migrate } = await import(${JSON.stringify(join(ROOT, 'dist', 'buffer', 'migrations.js'))});
+      setTimeout(() => {
+        const db = new Database(path);
+        migrate(db);
+        globalThis.db = db;
+      }, ${migrateAfterMs});
+    }
     if (${write}) {
       const db = new Database(path);
       globalThis.db = db;
@@ -158,6 +167,22 @@ describe('a newer CLI beside a daemon of an older schema', () => {
       expect(backlog).toBe(waiting);
     } finally {
       db.close();
+    }
+  });
+
+  it('beside a daemon of this version that is still migrating at its start: waits for it, then writes', async () => {
+    // Seen in CI: `load start` right after the daemon's start found schema 5 of 11 between two
+    // of its steps and refused with 75, as if an older daemon held the buffer.
+    await holdLock(false, 500);
+    const r = await runCli(['load', 'start', 'L9', '--resource', 'T9', '--config', cfg]);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    const store = Store.open(buffer, { readonly: true });
+    try {
+      expect(store.db.pragma('user_version', { simple: true })).toBe(SCHEMA_VERSION);
+      expect(store.getLoad('L9')?.resourceId).toBe('T9');
+    } finally {
+      store.close();
     }
   });
 

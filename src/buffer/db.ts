@@ -211,6 +211,9 @@ export function openDatabase(path: string, opts: OpenOptions = {}): DB {
   }
 }
 
+/** How long a command waits for a daemon starting beside it to finish migrating (see refuseUpgradeBeside). */
+const MIGRATION_WAIT_MS = 3000;
+
 /**
  * After a package upgrade the CLI is newer than the daemon still running: migrating the
  * buffer under that daemon would leave it writing with the old schema's SQL into the new one
@@ -219,11 +222,21 @@ export function openDatabase(path: string, opts: OpenOptions = {}): DB {
  * holds: this refuses, before anything is written, and says how to get there.
  */
 function refuseUpgradeBeside(db: DB, path: string): void {
-  const version = db.pragma('user_version', { simple: true }) as number;
+  let version = db.pragma('user_version', { simple: true }) as number;
   // 0: a buffer being created (a daemon starting beside this command creates it the same way).
   if (version === 0 || version >= SCHEMA_VERSION) return;
   const holder = daemonHolding(path);
   if (!holder) return;
+  // A daemon of this version that has just started migrates the buffer one step a
+  // transaction: a command beside it saw a step between two (a buffer it had just created at
+  // schema 5, say) and took it for an older daemon. One of this version is done in
+  // milliseconds; an older one never moves the version on.
+  const until = Date.now() + MIGRATION_WAIT_MS;
+  while (version < SCHEMA_VERSION && Date.now() < until) {
+    Atomics.wait(PAUSE, 0, 0, 50);
+    version = db.pragma('user_version', { simple: true }) as number;
+  }
+  if (version >= SCHEMA_VERSION) return;
   throw new BufferError(
     'held',
     path,
