@@ -6,7 +6,8 @@
 import type { Logger } from 'pino';
 import { ingestOptionsOf } from './admission/ingest-options.js';
 import { Ingest } from './admission/ingest.js';
-import { ApiClient } from './api/client.js';
+import type { ApiClient } from './api/client.js';
+import { clientOf } from './api/client-of.js';
 import { addProxySecrets, proxyInUse } from './api/transport.js';
 import { enforceBounds } from './buffer/bounds.js';
 import { ReserveKeeper } from './buffer/disk.js';
@@ -15,7 +16,8 @@ import { corruptWhileRunning, openBuffer } from './buffer/recover.js';
 import type { Store } from './buffer/store.js';
 import { ClockSteps, TrustedClock } from './clock.js';
 import { watchClockSteps } from './clock-watch.js';
-import { keyFileWarning, type KeyLookup, type LoadedConfig, resolveCa } from './config/load.js';
+import { keyFileWarning, type KeyLookup, type LoadedConfig } from './config/load.js';
+import { ClockKeeper } from './clock-keeper.js';
 import { planReload, type ReloadResult } from './config/reload.js';
 import type { Config } from './config/schema.js';
 import { splayMs, TraceSchedule } from './delivery/schedule.js';
@@ -54,6 +56,8 @@ export class Agent {
   readonly clock: TrustedClock;
   /** The one detector of wall clock steps: looked at every second here, and by the cron guard. */
   private readonly steps = new ClockSteps();
+  /** Whether the system clock is synchronised, and GNSS time while it is not. */
+  readonly clockKeeper: ClockKeeper;
   private lock: BufferLock | undefined;
   private boundsTimer: NodeJS.Timeout | undefined;
   private stateTimer: NodeJS.Timeout | undefined;
@@ -76,6 +80,7 @@ export class Agent {
     private readonly opts: AgentOptions = {},
   ) {
     this.clock = new TrustedClock();
+    this.clockKeeper = new ClockKeeper(log.child({ component: 'clock' }), () => this.loaded.config.clock.synchronised);
   }
 
   get config(): Config {
@@ -100,7 +105,7 @@ export class Agent {
     const { config, deviceId } = this.loaded;
     this.takeSecrets(this.key, config);
     // Before anything is opened: an api.ca_file that cannot be used stops the start here.
-    this.client = this.makeClient(this.loaded, this.key);
+    this.client = clientOf(this.loaded, this.key);
     // The lock before the buffer: a second daemon must not even open (or move aside) it.
     if (config.buffer.path !== ':memory:') this.lock = BufferLock.acquire(config.buffer.path);
     try {
@@ -154,7 +159,8 @@ export class Agent {
       this.log.warn({ err: (err as Error).message }, 'could not close the loads ended meanwhile; the next commit of readings does');
       this.checkFatal(err);
     }
-    this.running = new RunningSources(this.ingest, this.clock, this.log, this.opts.sources);
+    await this.clockKeeper.start();
+    this.running = new RunningSources(this.ingest, this.clock, this.log, this.opts.sources, this.clockKeeper.gnss);
     await this.running.build(config);
     this.ingest.start();
     await this.running.start();
@@ -171,7 +177,14 @@ export class Agent {
       intervalMs: this.opts.stateIntervalMs ?? STATE_INTERVAL_MS,
     });
     this.stateRow.start();
-    watchClockSteps(this.steps, { log: this.log, sender: () => this.sender, ingest: () => this.ingest, writeState: () => this.stateRow.write(true), onError: (err) => this.checkFatal(err) });
+    watchClockSteps(this.steps, {
+      gnss: this.clockKeeper.gnss,
+      log: this.log,
+      sender: () => this.sender,
+      ingest: () => this.ingest,
+      writeState: () => this.stateRow.write(true),
+      onError: (err) => this.checkFatal(err),
+    });
     this.stateTimer = setInterval(() => {
       this.steps.look();
       this.store.keepIdentityInWal();
@@ -193,6 +206,7 @@ export class Agent {
         splayMs: splayMs(deviceId, config.schedule.splay_s),
         timeZone: zone,
         timeZoneFrom,
+        clock: this.clockKeeper.gnss.view(),
       },
       'agent started',
     );
@@ -218,23 +232,6 @@ export class Agent {
     addProxySecrets(config.api.proxy);
     const warning = keyFileWarning(key);
     if (warning) this.log.warn(`subscription key: ${warning}`);
-  }
-
-  /** A client for `loaded`'s [api] (throws a ConfigError when api.ca_file cannot be used). */
-  private makeClient(loaded: LoadedConfig, key: KeyLookup): ApiClient {
-    const { api } = loaded.config;
-    return new ApiClient({
-      baseUrl: api.base_url,
-      milestonePath: api.milestone_path,
-      tracePath: api.trace_path,
-      scac: api.scac,
-      subscriptionKey: key.key,
-      timeoutMs: api.timeout_s * 1000,
-      connectTimeoutMs: api.connect_timeout_s * 1000,
-      proxy: api.proxy,
-      ca: resolveCa(loaded),
-      extraFields: api.extra_fields,
-    });
   }
 
   private async startHealth(listen: string): Promise<void> {
@@ -286,7 +283,7 @@ export class Agent {
     const { changed, applied, needsRestart, config } = planReload(old, this.loaded.deviceId, next.config, next.deviceId);
     const loaded = { ...next, config, deviceId: this.loaded.deviceId };
     // First, so that an api.ca_file that cannot be used refuses the reload with nothing changed.
-    const client = this.makeClient(loaded, key);
+    const client = clientOf(loaded, key);
     this.loaded = loaded;
     this.key = key;
     this.takeSecrets(key, config);
@@ -301,7 +298,8 @@ export class Agent {
     this.client = client;
     this.sender.updateConfig(config, this.client);
     this.sender.schedule.reconfigure(config.schedule, this.loaded.deviceId);
-    if (changed.some((p) => p === 'sources' || p.startsWith('sources_time.') || p.startsWith('odometer.'))) {
+    if (config.clock.synchronised !== old.clock.synchronised) await this.clockKeeper.ask();
+    if (changed.some((p) => p === 'sources' || p.startsWith('sources_time.') || p.startsWith('odometer.') || p === 'clock.unsynced_hold_s')) {
       await this.running.stop();
       await this.running.build(config);
       await this.running.start();
@@ -355,6 +353,11 @@ export class Agent {
     return this.sender.kick();
   }
 
+  /** The system clock's state and the readings held for a GNSS time (status, /healthz, /metrics). */
+  clockState(): NonNullable<DaemonState['clock']> {
+    return { ...this.clockKeeper.gnss.view(), ...(this.running?.held() ?? { held: 0, heldExpired: 0 }) };
+  }
+
   state(running: boolean): DaemonState {
     const disk = this.store.disk;
     const free = disk?.freeBytes();
@@ -372,6 +375,7 @@ export class Agent {
       nextTracePushMs: this.sender.schedule.nextPushMs(),
       disk: disk ? { freeBytes: free === undefined || !Number.isFinite(free) ? null : free, reserve: disk.hasReserve(), reserveBytes: disk.plan.reserveBytes } : undefined,
       clockJump: this.clockJump,
+      clock: this.clockState(),
       corrupt: this.corruptFound,
     };
   }
@@ -387,6 +391,7 @@ export class Agent {
     clearInterval(this.stateTimer);
     clearInterval(this.boundsTimer);
     await this.running.stop();
+    this.clockKeeper.stop();
     this.ingest.stop();
     await this.sender.stop();
     this.stateRow.write(false);

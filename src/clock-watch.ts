@@ -18,6 +18,8 @@ export interface StepParts {
   ingest: () => Ingest;
   /** Write the daemon's state row now (`status` shows the new times at once). */
   writeState: () => void;
+  /** Measures the GNSS offset again after a step (src/gnss-clock.ts). */
+  gnss: { clockStepped(): void };
   /** Told of an error showing the deadlines again (a corrupt buffer read for the refused loads). */
   onError: (err: unknown) => void;
 }
@@ -30,6 +32,7 @@ export function watchClockSteps(steps: ClockSteps, parts: StepParts): () => void
       `system clock stepped ${formatStep(ms)} against the monotonic clock: retries, backoffs and Retry-After keep their waits (they run on the monotonic clock); the trace schedule follows the new time`,
     );
     try {
+      parts.gnss.clockStepped();
       parts.sender().clockStepped();
       reshowCommitTrouble(parts.ingest().stats.trouble, systemClocks);
     } catch (err) {

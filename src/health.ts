@@ -3,9 +3,11 @@
  *   /healthz  200 "ok", or 503 with the reasons: the last successful push is older than twice
  *             the push interval while data waits, delivery is paused (key refused), a
  *             load's traces wait because the service refuses every request of it, or a
- *             source is unhealthy or silent for `health.source_silent_s`.
+ *             source is unhealthy or silent for `health.source_silent_s`, or readings were kept
+ *             with the time of a clock not synchronised (no GNSS time came).
  *   /metrics  Prometheus text: queue depths, oldest unsent age, pushes by class, dead
- *             letters, dropped readings, source health, last fix age, buffer size.
+ *             letters, dropped readings, source health, last fix age, buffer size, the
+ *             clock's state and its offset from GNSS time.
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -32,6 +34,10 @@ export function healthProblems(agent: Agent, nowMs = Date.now()): string[] {
         ? `disk full: readings not committed for ${since} s, ${agent.ingest.stats.pending} waiting in memory (buffer.max_pending ${agent.config.buffer.max_pending}), ${agent.ingest.stats.droppedPending} dropped; delivery goes on and makes room`
         : `readings not committed for ${since} s: ${trouble.lastError}`,
     );
+  }
+  const clock = agent.clockState();
+  if (clock.state !== 'synchronised' && clock.heldExpired > 0) {
+    problems.push(`system clock not synchronised (${clock.from}) and no GNSS time came: ${clock.heldExpired} readings kept with the system clock's time`);
   }
   const silentMs = agent.config.health.source_silent_s * 1000;
   for (const src of agent.sources) {
@@ -81,6 +87,15 @@ export function metricsText(agent: Agent, nowMs = Date.now()): string {
     Object.entries(dropCounters(agent.store.counters(), agent.ingest.stats.droppedUncounted)).map(([k, v]): [Record<string, string>, number] => [{ reason: k.replace('readings_dropped_', '') }, v]),
   );
   metric('telematics_buffer_bytes', 'gauge', 'Bytes of buffer data in use.', [[{}, agent.store.usedBytes()]]);
+  const clock = agent.clockState();
+  metric(
+    'telematics_clock_state',
+    'gauge',
+    '1 for the state the system clock is in: synchronised, gnss (not synchronised, GNSS time used) or unsynchronised.',
+    (['synchronised', 'gnss', 'unsynchronised'] as const).map((st) => [{ state: st }, clock.state === st ? 1 : 0]),
+  );
+  metric('telematics_clock_gnss_offset_seconds', 'gauge', 'GNSS time minus system time at the newest fix (0 before one).', [[{}, (clock.offsetMs ?? 0) / 1000]]);
+  metric('telematics_clock_held_readings', 'gauge', 'Readings stamped by the system clock waiting for a GNSS time.', [[{}, clock.held]]);
   const sources = agent.sources.map((src) => ({ name: src.name, type: src.type, h: src.health() }));
   metric(
     'telematics_source_healthy',

@@ -25,4 +25,11 @@ export interface Reading {
   errorM?: number;
   /** Degrees Celsius (sources convert). */
   temperatureC?: number;
+  /**
+   * Which clock stamped `timeMs`: a GNSS fix's own time (gpsd, NMEA), or this computer's
+   * clock at receipt (1-Wire, exec lines without `time`, modules); absent: the device's own
+   * clock (an exec line's `time`, MQTT). Decides how the time is judged and whether it is
+   * re-stamped while the system clock is not synchronised (src/gnss-clock.ts). Not stored.
+   */
+  clock?: 'gnss' | 'system';
 }

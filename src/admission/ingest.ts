@@ -23,7 +23,7 @@ import { SourceIntake, type TimeCheck } from './intake.js';
 import { logLeftBehind } from './left-behind.js';
 import { GnssOdometers, type OdometerOptions } from './odometer.js';
 import { Riders } from './riders.js';
-import { timeProblem } from './time-guard.js';
+import { judgeTime } from './time-guard.js';
 import { readingProblem } from './validate.js';
 
 export { MAX_COMMIT_RETRY_MS, type CommitTrouble } from './commit-trouble.js';
@@ -188,11 +188,13 @@ export class Ingest {
     if (source) {
       source.counts.readings += 1;
       source.counts.lastReadingMs = reading.timeMs;
-      const t = source.time;
-      const late = t && timeProblem(reading.timeMs, { earliestMs: t.clock.earliest(), latestMs: t.clock.latest() }, t);
-      if (late) {
-        source.counts.timeRejected += 1;
-        return this.refused(source, late);
+      if (source.time) {
+        const judged = judgeTime(reading, source.time);
+        if (judged.problem) {
+          source.counts.timeRejected += 1;
+          return this.refused(source, judged.problem);
+        }
+        reading = judged.reading;
       }
       if (source.odometer) this.odometers.apply(reading, source.odometer);
     }

@@ -5,10 +5,18 @@ import type { TimeGuardOptions } from './time-guard.js';
 import type { SourceContext, SourceCounts } from '../sources/types.js';
 import type { Ingest } from './ingest.js';
 import type { OdometerOptions } from './odometer.js';
+import type { GnssClock, Stamp } from '../gnss-clock.js';
+import type { ClockHold } from './clock-hold.js';
 
 /** How a source's reading times are judged: against the window of the agent's clocks (src/clock.ts). */
 export interface TimeCheck extends TimeGuardOptions {
   clock: { earliest(): number; latest(): number };
+  /** Time while the system clock is not synchronised: judges and re-stamps (src/gnss-clock.ts). */
+  gnss?: GnssClock;
+  /** Where system-stamped readings wait for a GNSS time. */
+  hold?: ClockHold;
+  /** Which clock stamps the source's readings when a reading does not say (`Reading.clock`). */
+  stamp?: Stamp;
 }
 
 /**
@@ -29,7 +37,11 @@ export class SourceIntake implements SourceContext {
     readonly odometer?: OdometerOptions,
   ) {}
 
-  readonly emit = (reading: Reading, where?: string): void => void this.ingest.admit(reading, this, where);
+  readonly emit = (reading: Reading, where?: string): void => {
+    const hold = this.time?.hold;
+    if (hold?.wants(reading.clock ?? this.time?.stamp)) hold.add(() => void this.ingest.admit(reading, this, where));
+    else this.ingest.admit(reading, this, where);
+  };
 
   readonly reject = (reason: string): void => this.ingest.refuse(this, reason);
 }

@@ -25,6 +25,9 @@
  * are bad input, not a reason to stop.
  */
 
+import type { Reading } from '../reading.js';
+import type { TimeCheck } from './intake.js';
+
 /** No reading can honestly be older than this release: 2025-01-01T00:00:00Z. */
 export const CLOCK_FLOOR_MS = Date.UTC(2025, 0, 1);
 
@@ -54,7 +57,8 @@ export function timeProblem(timeMs: number, now: NowWindow, opts: TimeGuardOptio
   }
   const earliest = typeof now === 'number' ? now : now.earliestMs;
   const latest = typeof now === 'number' ? now : now.latestMs;
-  if (!Number.isFinite(latest) || latest < floor) return undefined;
+  // +Infinity: nothing can say a time is ahead (GNSS time before the first fix, gnss-clock.ts).
+  if (Number.isNaN(latest) || latest < floor) return undefined;
   const aheadS = (timeMs - latest) / 1000;
   if (aheadS > opts.maxFutureS) {
     return `time: ${iso(timeMs)} is ${Math.round(aheadS)} s in the future (sources_time.max_future_s = ${opts.maxFutureS})`;
@@ -65,6 +69,20 @@ export function timeProblem(timeMs: number, now: NowWindow, opts: TimeGuardOptio
     return `time: ${iso(timeMs)} is ${behindDays.toFixed(1)} days in the past (sources_time.max_past_days = ${opts.maxPastDays})`;
   }
   return undefined;
+}
+
+/**
+ * A reading's time as admitted: re-stamped where the GNSS clock says the system clock that
+ * stamped it is wrong, and judged against the window it gives (the agent's clocks while the
+ * system clock is synchronised). A GNSS fix that passes anchors GNSS time.
+ */
+export function judgeTime(reading: Reading, t: TimeCheck): { reading: Reading; problem?: string } {
+  const stamp = reading.clock ?? t.stamp;
+  const j = t.gnss?.judge(reading.timeMs, stamp, t.clock);
+  const r = j && j.timeMs !== reading.timeMs ? { ...reading, timeMs: j.timeMs } : reading;
+  const problem = timeProblem(r.timeMs, j?.window ?? { earliestMs: t.clock.earliest(), latestMs: t.clock.latest() }, t);
+  if (!problem && stamp === 'gnss') t.gnss?.noteFix(r.timeMs);
+  return { reading: r, problem };
 }
 
 /** True when the system clock cannot be trusted (before the floor): worth one warning at start. */

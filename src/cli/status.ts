@@ -8,6 +8,7 @@ import { dropCounters } from '../buffer/bounds.js';
 import { lateSince, lateUntil } from '../buffer/ledger.js';
 import type { LastFix, Store } from '../buffer/store.js';
 import { deviceZone, describeDeviceZone } from '../geo/device-zone.js';
+import { formatStep } from '../clock.js';
 
 export interface StatusReport {
   deviceId: string;
@@ -36,6 +37,8 @@ export interface StatusReport {
   commits: DaemonState['ingest']['trouble'] | null;
   disk: DaemonState['disk'] | null;
   clockJump: DaemonState['clockJump'] | null;
+  /** The system clock as the running daemon sees it: synchronised, or GNSS time used, or neither (null: no daemon runs). */
+  clock: DaemonState['clock'] | null;
   /** This machine's zone (what a milestone of now with no place and no fix is written in) and where it came from. */
   deviceZone: { zone: string; from: string };
 }
@@ -79,6 +82,7 @@ export function buildStatus(store: Store, info: { deviceId: string; configFile: 
     commits: running ? (state?.ingest.trouble ?? null) : null,
     disk: state?.disk ?? null,
     clockJump: state?.clockJump ?? null,
+    clock: running ? (state?.clock ?? null) : null,
     deviceZone: { zone: deviceZone().zone, from: deviceZone().from },
   };
 }
@@ -152,6 +156,7 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
     );
   }
   if (r.disk && r.disk.reserveBytes > 0 && !r.disk.reserve) row('', `the ${Math.round(r.disk.reserveBytes / 1024)} KB reserve for a full disk is not in place (written again once there is room)`);
+  if (r.clock) row('system clock', clockLine(r.clock));
   if (r.clockJump) row('clock', `the system clock jumped ${Math.round(r.clockJump.ms / 3_600_000)} h at ${ago(r.clockJump.atMs, nowMs)}; no reading was dropped for its age then`);
   const dropped = Object.entries(r.dropped).filter(([k, v]) => k.startsWith('readings_dropped') && v > 0);
   if (dropped.length) row('dropped', dropped.map(([k, v]) => `${v} readings (${k.replace('readings_dropped_', '').replace('_', ' ')})`).join(', '));
@@ -194,4 +199,12 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
     );
   }
   return lines.join('\n');
+}
+
+/** `synchronised (the kernel (timedatectl))`, `not synchronised (...); GNSS time is +12 h 0 min from it, used instead`. */
+function clockLine(c: NonNullable<StatusReport['clock']>): string {
+  if (c.state === 'synchronised') return `synchronised (${c.from})`;
+  const expired = c.heldExpired ? `; ${c.heldExpired} readings kept with its time (no GNSS time came)` : '';
+  if (c.state === 'gnss') return `not synchronised (${c.from}); GNSS time is ${formatStep(c.offsetMs ?? 0)} from it and is used${expired}`;
+  return `not synchronised (${c.from}); no GNSS time yet${c.held ? `, ${c.held} readings wait for one` : ''}${expired}`;
 }

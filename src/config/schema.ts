@@ -317,6 +317,23 @@ export const configSchema = z
         max_speed_kmh: z.number().positive().max(1000).default(200),
       })
       .prefault({}),
+    /** The system clock's standing, and GNSS time while it is not synchronised (src/gnss-clock.ts). */
+    clock: z
+      .strictObject({
+        /**
+         * Whether the system clock is set: `auto` asks the system (systemd-timesyncd's flag file,
+         * else the kernel's flag through timedatectl, which chrony and ntpd set too); `yes` and
+         * `no` say so for a device where that cannot tell (an RTC and no time daemon: `yes`).
+         */
+        synchronised: z.enum(['auto', 'yes', 'no']).default('auto'),
+        /**
+         * While the clock is not synchronised and a GNSS source runs, readings only the system
+         * clock stamps wait up to this long (s) for a GNSS time to re-stamp them by, then are
+         * kept with the system clock's time and a warning. 0: never held.
+         */
+        unsynced_hold_s: nonNegative.max(86_400).default(900),
+      })
+      .prefault({}),
     /** Which reading times are believed (see src/admission/time-guard.ts). Not applied to the simulator. */
     sources_time: z
       .strictObject({

@@ -49,6 +49,8 @@ export function parseExecLine(text: string, nowMs: number): ExecLineResult {
     reading: {
       resourceId: l.resourceId,
       timeMs: l.time === undefined ? nowMs : Date.parse(l.time),
+      // A line without its own time is stamped by this computer's clock (see Reading.clock).
+      clock: l.time === undefined ? 'system' : undefined,
       lat: l.latitude,
       lon: l.longitude,
       speed: l.speed,

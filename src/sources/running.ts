@@ -8,6 +8,8 @@ import type { Ingest } from '../admission/ingest.js';
 import type { OdometerOptions } from '../admission/odometer.js';
 import { systemClockUnset } from '../admission/time-guard.js';
 import type { TrustedClock } from '../clock.js';
+import { ClockHold } from '../admission/clock-hold.js';
+import type { GnssClock, Stamp } from '../gnss-clock.js';
 import type { Config, SourceConfig } from '../config/schema.js';
 import type { DaemonState } from '../daemon-state.js';
 import { IngestCommits } from './commits.js';
@@ -23,11 +25,16 @@ export class RunningSources {
   /** One for the daemon's life: the sources of a reload see the same numbering of readings. */
   private readonly commits: IngestCommits;
 
+  /** System-stamped readings waiting for a GNSS time (one per build: `clock.unsynced_hold_s` may change). */
+  private hold: ClockHold | undefined;
+
   constructor(
     private readonly ingest: Ingest,
     private readonly clock: TrustedClock,
     private readonly log: Logger,
     private readonly factory?: SourceFactory,
+    /** Time while the system clock is not synchronised; without one, readings are judged against the system clock alone. */
+    private readonly gnss?: GnssClock,
   ) {
     this.commits = new IngestCommits(ingest);
   }
@@ -39,14 +46,19 @@ export class RunningSources {
       this.list = this.factory({ intake: (name) => this.ingest.intake(name, this.log), log: this.log });
       return;
     }
-    const time = { clock: this.clock, maxFutureS: config.sources_time.max_future_s, maxPastDays: config.sources_time.max_past_days };
+    const gnss = this.gnss;
+    if (gnss) {
+      gnss.expectGnss = config.sources.some((s) => STAMPS[s.type] === 'gnss');
+      this.hold = new ClockHold(gnss, config.clock.unsynced_hold_s * 1000, this.log.child({ component: 'clock' }));
+    }
+    const time = { clock: this.clock, maxFutureS: config.sources_time.max_future_s, maxPastDays: config.sources_time.max_past_days, gnss, hold: this.hold };
     if (systemClockUnset(Date.now())) this.log.warn('system clock is before 2025 (no RTC or NTP yet): only readings with their own good time are kept');
     const made: Source[] = [];
     for (const [i, cfg] of config.sources.entries()) {
       // Named once the source exists (pino's setBindings adds a key, it does not replace one).
       const log = this.log.child({ component: 'source' });
       // The simulator's clock runs ahead of real time on purpose (time_scale): not judged.
-      const intake = this.ingest.intake(sourceName(cfg, i), log, cfg.type === 'simulator' ? undefined : time, odometerOf(cfg, config));
+      const intake = this.ingest.intake(sourceName(cfg, i), log, cfg.type === 'simulator' ? undefined : { ...time, stamp: STAMPS[cfg.type] }, odometerOf(cfg, config));
       // The intake itself, with the commits for a source that acknowledges once they are done
       // (MQTT QoS 1): emit and reject are bound, counts is the intake's object.
       const source = await createSource(cfg, { emit: intake.emit, reject: intake.reject, log: intake.log, counts: intake.counts, commits: this.commits });
@@ -78,6 +90,13 @@ export class RunningSources {
         this.log.warn({ source: s.name, err: (err as Error).message }, 'source did not stop cleanly');
       }
     }
+    // What the sources handed over goes on to be committed, held or not.
+    this.hold?.stop();
+  }
+
+  /** Readings held for a GNSS time now, and those let go without one this run. */
+  held(): { held: number; heldExpired: number } {
+    return { held: this.hold?.count ?? 0, heldExpired: this.hold?.expired ?? 0 };
   }
 
   /** Each source's health for the daemon state, with the readings refused for their time. */
@@ -85,6 +104,13 @@ export class RunningSources {
     return this.list.map((s) => ({ name: s.name, type: s.type, ...s.health(), timeRejected: this.timeCounts.get(s)?.timeRejected ?? 0 }));
   }
 }
+
+/**
+ * Which clock stamps each type's readings when a reading does not say (see Reading.clock):
+ * GNSS time from gpsd and NMEA; this computer's clock for 1-Wire and modules. An exec line
+ * says for itself (with or without `time`); MQTT payloads carry the device's own.
+ */
+const STAMPS: Partial<Record<SourceConfig['type'], Stamp>> = { gpsd: 'gnss', nmea: 'gnss', onewire: 'system', module: 'system' };
 
 /** The GNSS odometer of a source with `odometer = "gnss"` (the simulator and 1-Wire have no such key). */
 export function odometerOf(cfg: SourceConfig, config: Config): OdometerOptions | undefined {

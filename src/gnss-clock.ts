@@ -1,0 +1,131 @@
+/**
+ * Time while the system clock is not synchronised (src/clock-sync.ts says whether it is).
+ * Measured before this existed: a device booted with its clock 12 h behind refused every
+ * good gpsd fix as "43200 s in the future" until network time came, hours later in a dead zone.
+ *
+ * The clock's state, shown by `status`, `/healthz` and `/metrics`:
+ * - `synchronised`: the system clock is set; every reading is judged against it as always;
+ * - `gnss`: it is not, and a GNSS fix has given the offset between GNSS time and the system
+ *   clock: fixes are judged against the previous GNSS time carried forward on the monotonic
+ *   clock, and readings only the system clock stamps (1-Wire, exec lines without `time`,
+ *   modules) are re-stamped by the offset;
+ * - `unsynchronised`: neither; the first GNSS fix is believed if it is not before the floor
+ *   or too old (nothing else can say it is ahead), and system-stamped readings wait for it
+ *   (src/admission/clock-hold.ts).
+ *
+ * An offset under LATENCY_MS is the way from the receiver to here (gpsd's reporting, a serial
+ * line), not a wrong clock: nothing is re-stamped by it.
+ */
+import { type ClockSources, systemClocks } from './clock.js';
+import type { SyncAnswer } from './clock-sync.js';
+import type { Reading } from './reading.js';
+
+/** Which clock stamped a reading (see `Reading.clock`); undefined: the device's own. */
+export type Stamp = Reading['clock'];
+
+export type ClockState = 'synchronised' | 'gnss' | 'unsynchronised';
+
+export const LATENCY_MS = 2000;
+
+/** What `status`, `/healthz` and `/metrics` show of the clock. */
+export interface ClockView {
+  state: ClockState;
+  /** Where the synchronised-or-not answer came from. */
+  from: string;
+  /** GNSS time minus system time at the newest fix, ms (null: no fix yet). */
+  offsetMs: number | null;
+}
+
+/** The window a reading's time is judged against (see time-guard.ts `NowWindow`). */
+export interface JudgeWindow {
+  earliestMs: number;
+  latestMs: number;
+}
+
+export class GnssClock {
+  private sync: SyncAnswer = { synchronised: undefined, from: 'not asked yet' };
+  /** The newest GNSS time seen, and the monotonic time it came at. */
+  private anchor: { timeMs: number; mono: number } | undefined;
+  /** GNSS time minus the wall clock, at the anchor. */
+  private offsetMs: number | undefined;
+  private readonly listeners = new Set<(view: ClockView) => void>();
+  /** Whether a source giving GNSS time runs (gpsd, nmea): only then do system stamps wait for one. */
+  expectGnss = false;
+
+  constructor(private readonly clocks: ClockSources = systemClocks) {}
+
+  get synchronised(): boolean {
+    return this.sync.synchronised === true;
+  }
+
+  state(): ClockState {
+    if (this.synchronised) return 'synchronised';
+    return this.offsetMs === undefined ? 'unsynchronised' : 'gnss';
+  }
+
+  view(): ClockView {
+    return { state: this.state(), from: this.sync.from, offsetMs: this.offsetMs === undefined ? null : Math.round(this.offsetMs) };
+  }
+
+  /** Told of every change of state (a log line, the state row). */
+  onChange(fn: (view: ClockView) => void): () => void {
+    this.listeners.add(fn);
+    return () => this.listeners.delete(fn);
+  }
+
+  /** The system's answer to "is the clock set?" (asked at start and every minute). */
+  setSync(answer: SyncAnswer): void {
+    const before = this.state();
+    const fromChanged = answer.from !== this.sync.from;
+    this.sync = answer;
+    if (this.state() !== before || fromChanged) this.tell();
+  }
+
+  /** GNSS time now, carried forward on the monotonic clock from the newest fix; undefined before one. */
+  reckon(): number | undefined {
+    return this.anchor && this.anchor.timeMs + (this.clocks.mono() - this.anchor.mono);
+  }
+
+  /** A GNSS fix was admitted with this time: the newest one anchors GNSS time and the offset. */
+  noteFix(timeMs: number): void {
+    if (this.anchor && timeMs < this.anchor.timeMs) return;
+    const before = this.state();
+    this.anchor = { timeMs, mono: this.clocks.mono() };
+    this.offsetMs = timeMs - this.clocks.wall();
+    if (this.state() !== before) this.tell();
+  }
+
+  /** The wall clock was stepped: the offset is measured again from the anchor (it ran on the monotonic clock). */
+  clockStepped(): void {
+    const now = this.reckon();
+    if (now !== undefined) this.offsetMs = now - this.clocks.wall();
+  }
+
+  /** Whether a system-stamped reading should wait for a GNSS time now. */
+  shouldHold(): boolean {
+    return this.expectGnss && this.state() === 'unsynchronised';
+  }
+
+  /**
+   * The reading's time as the agent believes it (re-stamped when only the system clock
+   * stamped it and the offset says that clock is wrong), and the window to judge it against:
+   * the agent's usual window while synchronised; otherwise GNSS time carried forward for a
+   * fix (no upper bound before the first), and the later of the usual window and GNSS time
+   * for the rest.
+   */
+  judge(timeMs: number, stamp: Stamp, base: { earliest(): number; latest(): number }): { timeMs: number; window: JudgeWindow } {
+    const earliestMs = base.earliest();
+    if (this.synchronised) return { timeMs, window: { earliestMs, latestMs: base.latest() } };
+    const gnssNow = this.reckon();
+    if (stamp === 'gnss') return { timeMs, window: { earliestMs, latestMs: gnssNow ?? Number.POSITIVE_INFINITY } };
+    const latestMs = Math.max(base.latest(), gnssNow ?? Number.NEGATIVE_INFINITY);
+    const off = this.offsetMs;
+    const restamp = stamp === 'system' && off !== undefined && Math.abs(off) >= LATENCY_MS;
+    return { timeMs: restamp ? Math.round(timeMs + off) : timeMs, window: { earliestMs, latestMs } };
+  }
+
+  private tell(): void {
+    const v = this.view();
+    for (const fn of this.listeners) fn(v);
+  }
+}
