@@ -341,6 +341,8 @@ export class Agent {
       'api.private_ca': this.client.transport.privateCa,
       'log.level': this.log.level,
       'schedule.traces': this.sender.schedule.expression,
+      'clock.synchronised': this.clockKeeper.gnss.view().from,
+      'clock.unsynced_hold_s': this.running.holdS(),
       sources: this.sources.map((s) => s.name),
       device_id: this.loaded.deviceId,
     };

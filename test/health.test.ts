@@ -163,6 +163,7 @@ describe('source silence', () => {
       startedAt: 0,
       ingest: { stats: { trouble: null } },
       config: { health: { source_silent_s: 300 } },
+      clockState: () => ({ state: 'synchronised', from: 'test', offsetMs: 0, held: 0, heldExpired: 0 }),
       // The detail no longer decides: a file whose name holds "finished" is still watched.
       sources: [source('replay', { finished: true, detail: 'end of file after 315 lines' }), source('gps', { detail: 'reading /tmp/finished.nmea (fifo)' })],
     } as unknown as Agent;
@@ -183,5 +184,25 @@ describe('logs', () => {
     expect(text.split('\n').filter(Boolean)).toHaveLength(4);
     expect(text).not.toContain(TEST_KEY);
     expect(text).toContain('[REDACTED]');
+  });
+});
+
+describe('the system clock', () => {
+  it('is a problem once readings were kept with the time of a clock not synchronised', () => {
+    const agent = {
+      sender: { status: {} },
+      store: { counts: () => ({ readings: 0, pendingMilestones: 0 }) },
+      pushIntervalMs: () => 900_000,
+      startedAt: 0,
+      ingest: { stats: { trouble: null } },
+      config: { health: { source_silent_s: 300 } },
+      sources: [],
+      clockState: () => ({ state: 'unsynchronised', from: 'the kernel (timedatectl)', offsetMs: null, held: 2, heldExpired: 0 }),
+    } as unknown as Agent;
+    // Waiting for the first fix is not yet a problem...
+    expect(healthProblems(agent, 1000)).toEqual([]);
+    // ...readings kept with a wrong time are.
+    (agent as unknown as { clockState: () => unknown }).clockState = () => ({ state: 'unsynchronised', from: 'the kernel (timedatectl)', offsetMs: null, held: 0, heldExpired: 3 });
+    expect(healthProblems(agent, 1000)).toEqual(["system clock not synchronised (the kernel (timedatectl)) and no GNSS time came: 3 readings kept with the system clock's time"]);
   });
 });

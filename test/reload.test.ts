@@ -131,6 +131,7 @@ function configs(url: string): { a: Config; b: Config } {
     sources: [{ type: 'module', name: 'src-b', path: moduleSource('b') }],
     sources_time: { max_future_s: 60, max_past_days: 3 },
     odometer: { min_speed_kmh: 5, max_speed_kmh: 150 },
+    clock: { synchronised: 'no', unsynced_hold_s: 60 },
   });
   return { a, b };
 }
@@ -196,6 +197,8 @@ describe('reload (SIGHUP)', () => {
       'api.private_ca': true,
       'log.level': 'debug',
       'schedule.traces': '*/5 * * * *',
+      'clock.synchronised': 'clock.synchronised = "no"',
+      'clock.unsynced_hold_s': 60,
       sources: ['src-b'],
     });
     // The health endpoint moved: the new port answers, the old one is closed.

@@ -26,7 +26,7 @@ export class ClockHold {
 
   constructor(
     private readonly gnss: GnssClock,
-    private readonly holdMs: number,
+    readonly holdMs: number,
     private readonly log: Logger,
     private readonly clocks: ClockSources = systemClocks,
   ) {

@@ -94,6 +94,11 @@ export class RunningSources {
     this.hold?.stop();
   }
 
+  /** How long system-stamped readings wait for a GNSS time, s (the hold's own setting). */
+  holdS(): number | undefined {
+    return this.hold && this.hold.holdMs / 1000;
+  }
+
   /** Readings held for a GNSS time now, and those let go without one this run. */
   held(): { held: number; heldExpired: number } {
     return { held: this.hold?.count ?? 0, heldExpired: this.hold?.expired ?? 0 };

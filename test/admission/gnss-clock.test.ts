@@ -1,0 +1,231 @@
+/**
+ * Time while the system clock is not synchronised: how the agent learns it (a real flag file,
+ * a real child process in place of timedatectl), how fixes and system-stamped readings are
+ * judged and re-stamped (src/gnss-clock.ts), and the hold of system-stamped readings until a
+ * GNSS time comes (src/admission/clock-hold.ts), through a real buffer.
+ */
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ClockHold } from '../../src/admission/clock-hold.js';
+import { Ingest } from '../../src/admission/ingest.js';
+import { judgeTime } from '../../src/admission/time-guard.js';
+import { Store } from '../../src/buffer/store.js';
+import { TrustedClock } from '../../src/clock.js';
+import { clockSyncOf, probeClockSync } from '../../src/clock-sync.js';
+import { GnssClock, LATENCY_MS } from '../../src/gnss-clock.js';
+import { createLogger } from '../../src/log.js';
+import type { Reading } from '../../src/reading.js';
+import { tempDir, writeFile } from '../helpers.js';
+
+const TRUE_NOW = Date.parse('2026-11-26T12:00:00Z');
+const BEHIND = 12 * 3_600_000;
+const LIMITS = { maxFutureS: 300, maxPastDays: 30 };
+
+/** A wall clock 12 h behind and a monotonic clock, both moved by the test. */
+function clocks() {
+  const c = { wallMs: TRUE_NOW - BEHIND, monoMs: 1000 };
+  return {
+    c,
+    sources: { wall: () => c.wallMs, mono: () => c.monoMs },
+    tick(ms: number) {
+      c.wallMs += ms;
+      c.monoMs += ms;
+    },
+  };
+}
+
+let dir: string;
+let cleanup: () => void;
+let logs: Array<{ level: number; msg: string } & Record<string, unknown>>;
+const open: Array<{ close(): void }> = [];
+beforeEach(() => {
+  ({ dir, cleanup } = tempDir());
+  logs = [];
+});
+afterEach(() => {
+  while (open.length) open.pop()!.close();
+  cleanup();
+});
+
+function logger() {
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      for (const line of chunk.toString().split('\n')) if (line.trim()) logs.push(JSON.parse(line));
+      cb();
+    },
+  });
+  return createLogger({ level: 'debug', destination: sink });
+}
+
+describe('is the system clock synchronised?', () => {
+  it("systemd-timesyncd's flag file says yes without asking anything else", async () => {
+    const flag = writeFile(dir, 'synchronized', '');
+    expect(await probeClockSync({ flagFile: flag, timedatectl: ['false'] })).toEqual({ synchronised: true, from: flag });
+  });
+
+  it('else the kernel flag through timedatectl: yes, no, or unknown when it cannot answer', async () => {
+    const flagFile = join(dir, 'absent');
+    expect(await probeClockSync({ flagFile, timedatectl: ['sh', '-c', 'echo no'] })).toEqual({ synchronised: false, from: 'the kernel (timedatectl)' });
+    expect(await probeClockSync({ flagFile, timedatectl: ['sh', '-c', 'echo yes'] })).toEqual({ synchronised: true, from: 'the kernel (timedatectl)' });
+    const down = await probeClockSync({ flagFile, timedatectl: ['sh', '-c', 'echo "System has not been booted with systemd as init system (PID 1)." >&2; exit 1'] });
+    expect(down.synchronised).toBeUndefined();
+    expect(down.from).toMatch(/^unknown: no .*absent and timedatectl failed \(System has not been booted with systemd/);
+    const missing = await probeClockSync({ flagFile, timedatectl: [join(dir, 'no-such-timedatectl')] });
+    expect(missing.synchronised).toBeUndefined();
+  });
+
+  it('clock.synchronised = "yes" or "no" is the answer, without asking', async () => {
+    expect(await clockSyncOf('no', { timedatectl: ['sh', '-c', 'echo yes'] })).toEqual({ synchronised: false, from: 'clock.synchronised = "no"' });
+    expect(await clockSyncOf('yes', { timedatectl: ['sh', '-c', 'echo no'] })).toEqual({ synchronised: true, from: 'clock.synchronised = "yes"' });
+    expect((await clockSyncOf('auto', { flagFile: join(dir, 'absent'), timedatectl: ['sh', '-c', 'echo no'] })).synchronised).toBe(false);
+  });
+});
+
+describe('judging times with the system clock 12 h behind', () => {
+  const fix = (timeMs: number): Reading => ({ resourceId: 'T1', timeMs, lat: 41.6, lon: -87.6, clock: 'gnss' });
+  const temp = (timeMs: number): Reading => ({ resourceId: 'T1', timeMs, temperatureC: 4, clock: 'system' });
+
+  it('synchronised: a fix 12 h ahead of the system clock is refused, as always', () => {
+    const k = clocks();
+    const gnss = new GnssClock(k.sources);
+    gnss.setSync({ synchronised: true, from: 'test' });
+    const t = { ...LIMITS, clock: new TrustedClock(undefined, k.sources), gnss };
+    expect(judgeTime(fix(TRUE_NOW), t).problem).toMatch(/43200 s in the future/);
+    expect(gnss.state()).toBe('synchronised');
+  });
+
+  it('not synchronised: fixes keep their own time, judged against GNSS time carried on the monotonic clock', () => {
+    const k = clocks();
+    const gnss = new GnssClock(k.sources);
+    gnss.setSync({ synchronised: false, from: 'test' });
+    const t = { ...LIMITS, clock: new TrustedClock(undefined, k.sources), gnss };
+    expect(gnss.state()).toBe('unsynchronised');
+    // Without GNSS time the agent would refuse this fix; now it is the clock.
+    expect(judgeTime(fix(TRUE_NOW), t)).toEqual({ reading: fix(TRUE_NOW), problem: undefined });
+    expect(gnss.view()).toEqual({ state: 'gnss', from: 'test', offsetMs: BEHIND });
+    k.tick(1000);
+    expect(judgeTime(fix(TRUE_NOW + 1000), t).problem).toBeUndefined();
+    // A fix an hour ahead of GNSS time carried forward is a receiver's error: refused.
+    k.tick(1000);
+    expect(judgeTime(fix(TRUE_NOW + 2000 + 3_600_000), t).problem).toMatch(/3600 s in the future \(sources_time\.max_future_s = 300\)/);
+    // Still too old is too old, and before the floor is never right.
+    expect(judgeTime(fix(Date.parse('2019-04-07T00:00:00Z')), t).problem).toMatch(/before 2025-01-01/);
+  });
+
+  it('re-stamps what only the system clock stamped by the GNSS offset; the device’s own clock is judged against GNSS time', () => {
+    const k = clocks();
+    const gnss = new GnssClock(k.sources);
+    gnss.setSync({ synchronised: false, from: 'test' });
+    const t = { ...LIMITS, clock: new TrustedClock(undefined, k.sources), gnss };
+    // Before any fix: nothing to re-stamp by.
+    expect(judgeTime(temp(k.c.wallMs), t).reading.timeMs).toBe(TRUE_NOW - BEHIND);
+    judgeTime(fix(TRUE_NOW), t);
+    k.tick(5000);
+    expect(judgeTime(temp(k.c.wallMs), t)).toEqual({ reading: temp(TRUE_NOW + 5000), problem: undefined });
+    // An adapter with its own (right) clock: 12 h ahead of the system clock, not of GNSS time.
+    expect(judgeTime({ resourceId: 'T1', timeMs: TRUE_NOW + 5000, temperatureC: 4 }, t).problem).toBeUndefined();
+  });
+
+  it('an offset under LATENCY_MS is the way from the receiver, not a wrong clock: nothing is re-stamped', () => {
+    const k = clocks();
+    k.c.wallMs = TRUE_NOW;
+    const gnss = new GnssClock(k.sources);
+    gnss.setSync({ synchronised: undefined, from: 'unknown' });
+    const t = { ...LIMITS, clock: new TrustedClock(undefined, k.sources), gnss };
+    judgeTime(fix(TRUE_NOW - LATENCY_MS + 100), t);
+    expect(gnss.state()).toBe('gnss');
+    expect(judgeTime(temp(TRUE_NOW), t).reading.timeMs).toBe(TRUE_NOW);
+  });
+
+  it('a step of the wall clock measures the offset again from GNSS time', () => {
+    const k = clocks();
+    const gnss = new GnssClock(k.sources);
+    gnss.setSync({ synchronised: false, from: 'test' });
+    gnss.noteFix(TRUE_NOW);
+    k.c.wallMs += BEHIND; // set by hand, right now
+    gnss.clockStepped();
+    expect(gnss.view().offsetMs).toBe(0);
+  });
+});
+
+describe('system-stamped readings wait for a GNSS time', () => {
+  function agent(holdMs: number) {
+    const k = clocks();
+    const store = Store.open(join(dir, 'buffer.db'));
+    open.push(store);
+    const ingest = new Ingest(store, { batchSize: 500, flushIntervalMs: 60_000, keepWithoutLoad: true }, logger(), k.sources.wall);
+    const gnss = new GnssClock(k.sources);
+    gnss.setSync({ synchronised: false, from: 'test' });
+    gnss.expectGnss = true;
+    const hold = new ClockHold(gnss, holdMs, logger(), k.sources);
+    open.push({ close: () => hold.stop() });
+    const base = { ...LIMITS, clock: new TrustedClock(undefined, k.sources), gnss, hold };
+    const reefer = ingest.intake('onewire', logger(), { ...base, stamp: 'system' });
+    const gps = ingest.intake('gpsd:T1', logger(), { ...base, stamp: 'gnss' });
+    const stored = () => (store.db.prepare('SELECT time_ms AS t FROM readings WHERE temp_c IS NOT NULL ORDER BY id').all() as Array<{ t: number }>).map((r) => r.t);
+    return { k, store, ingest, gnss, hold, reefer, gps, stored };
+  }
+
+  it('held until the first fix, then committed at the true time', async () => {
+    const a = agent(900_000);
+    a.reefer.emit({ resourceId: 'T1', timeMs: a.k.c.wallMs, temperatureC: -18 });
+    a.k.tick(1000);
+    a.reefer.emit({ resourceId: 'T1', timeMs: a.k.c.wallMs, temperatureC: -18.5 });
+    expect(a.hold.count).toBe(2);
+    a.ingest.flush();
+    expect(a.stored()).toEqual([]);
+    a.k.tick(1000);
+    a.gps.emit({ resourceId: 'T1', timeMs: TRUE_NOW + 2000, lat: 41.6, lon: -87.6 });
+    await new Promise((r) => setImmediate(r));
+    expect(a.hold.count).toBe(0);
+    a.ingest.flush();
+    expect(a.stored()).toEqual([TRUE_NOW, TRUE_NOW + 1000]);
+    // From now on, re-stamped on the way in.
+    a.k.tick(1000);
+    a.reefer.emit({ resourceId: 'T1', timeMs: a.k.c.wallMs, temperatureC: -19 });
+    a.ingest.flush();
+    expect(a.stored().at(-1)).toBe(TRUE_NOW + 3000);
+  });
+
+  it('after clock.unsynced_hold_s with no fix: kept with the system clock’s time, warned once, counted', () => {
+    const a = agent(900_000);
+    a.reefer.emit({ resourceId: 'T1', timeMs: a.k.c.wallMs, temperatureC: -18 });
+    a.k.tick(899_000);
+    a.hold.tick();
+    expect(a.hold.count).toBe(1);
+    a.reefer.emit({ resourceId: 'T1', timeMs: a.k.c.wallMs, temperatureC: -17 });
+    a.k.tick(1000);
+    a.hold.tick();
+    expect(a.hold.count).toBe(1);
+    expect(a.hold.expired).toBe(1);
+    a.ingest.flush();
+    expect(a.stored()).toEqual([TRUE_NOW - BEHIND]);
+    const warnings = logs.filter((l) => l.level === 40 && /kept with its time, which is not synchronised/.test(l.msg));
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]!.msg).toMatch(/clock\.unsynced_hold_s = 900 s/);
+  });
+
+  it('nothing waits when no GNSS source runs, the clock is synchronised, or the hold is 0', () => {
+    const a = agent(900_000);
+    a.gnss.expectGnss = false;
+    expect(a.hold.wants('system')).toBe(false);
+    a.gnss.expectGnss = true;
+    expect(a.hold.wants('system')).toBe(true);
+    expect(a.hold.wants('gnss')).toBe(false);
+    expect(a.hold.wants(undefined)).toBe(false);
+    a.gnss.setSync({ synchronised: true, from: 'test' });
+    expect(a.hold.wants('system')).toBe(false);
+    const b = agent(0);
+    expect(b.hold.wants('system')).toBe(false);
+  });
+
+  it('a stop lets the held readings go on to be committed, not lost', () => {
+    const a = agent(900_000);
+    a.reefer.emit({ resourceId: 'T1', timeMs: a.k.c.wallMs, temperatureC: -18 });
+    a.hold.stop();
+    a.ingest.flush();
+    expect(a.stored()).toEqual([TRUE_NOW - BEHIND]);
+    expect(a.hold.expired).toBe(1);
+  });
+});

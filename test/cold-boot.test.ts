@@ -1,0 +1,156 @@
+/**
+ * A cold boot without a battery-backed clock: the system clock starts 12 h behind, and a real
+ * gpsd reports fixes with the right UTC time. Measured before the agent knew about its clock:
+ * every fix was refused as "43200 s in the future" until network time came.
+ *
+ * The real daemon runs under libfaketime 12 h behind (the test, gpsd and the sandbox keep the
+ * real clock); a pseudo-terminal plays NMEA stamped with the current time, once a second, to
+ * a real gpsd; an exec adapter prints temperatures without a time, which only the (wrong)
+ * system clock can stamp. `clock.synchronised = "no"` says what such a device's kernel says
+ * (libfaketime moves the time, not the kernel's synchronised flag).
+ */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Sandbox } from '../src/sandbox/server.js';
+import { agentConfig, type Daemon, fakeClockEnv, findLibfaketime, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile } from './helpers.js';
+import { freePort, requireGpsd, startGpsd, startPty, stopProcess } from './sources/support.js';
+import type { ChildProcess } from 'node:child_process';
+
+const LIBFAKETIME = findLibfaketime();
+const BEHIND_MS = 12 * 3_600_000;
+const EPOCHS = 12;
+
+const cs = (body: string) => {
+  let c = 0;
+  for (const ch of body) c ^= ch.charCodeAt(0);
+  return `$${body}*${c.toString(16).toUpperCase().padStart(2, '0')}`;
+};
+const two = (n: number) => String(n).padStart(2, '0');
+const hms = (d: Date) => `${two(d.getUTCHours())}${two(d.getUTCMinutes())}${two(d.getUTCSeconds())}.00`;
+const dmy = (d: Date) => `${two(d.getUTCDate())}${two(d.getUTCMonth() + 1)}${two(d.getUTCFullYear() % 100)}`;
+const dm = (v: number, degDigits: number, pos: string, neg: string) => {
+  const a = Math.abs(v);
+  const d = Math.floor(a);
+  return `${String(d).padStart(degDigits, '0')}${((a - d) * 60).toFixed(5).padStart(8, '0')},${v >= 0 ? pos : neg}`;
+};
+
+/** EPOCHS seconds of driving south of Chicago, stamped from `t0` (whole seconds), one GGA and RMC each. */
+function nmeaFrom(t0: number): { text: string; times: number[] } {
+  const lines: string[] = [];
+  const times: number[] = [];
+  for (let i = 0; i < EPOCHS; i++) {
+    const d = new Date(t0 + i * 1000);
+    const lat = 41.6 - i * 0.0002;
+    const lon = -87.6;
+    lines.push(cs(`GPGGA,${hms(d)},${dm(lat, 2, 'N', 'S')},${dm(lon, 3, 'E', 'W')},1,09,0.9,180.0,M,-33.9,M,,`));
+    lines.push(cs(`GPRMC,${hms(d)},A,${dm(lat, 2, 'N', 'S')},${dm(lon, 3, 'E', 'W')},43.0,180.0,${dmy(d)},,,A`));
+    times.push(t0 + i * 1000);
+  }
+  return { text: `${lines.join('\r\n')}\r\n`, times };
+}
+
+let tmp: ReturnType<typeof tempDir>;
+let sandbox: Sandbox;
+let daemon: Daemon | undefined;
+const procs: Array<ChildProcess | undefined> = [];
+
+beforeEach(() => {
+  tmp = tempDir();
+  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
+});
+afterEach(async () => {
+  await daemon?.stop('SIGKILL');
+  daemon = undefined;
+  while (procs.length) await stopProcess(procs.pop());
+  await sandbox.stop();
+  tmp.cleanup();
+});
+
+describe('a cold boot with the system clock 12 h behind', () => {
+  it('delivers every gpsd fix with its GNSS time, re-stamps system-stamped temperatures, and shows the clock as gnss', async (ctx) => {
+    if (!LIBFAKETIME) {
+      console.log('skipped: libfaketime not found under /usr/lib/*/faketime/ (apt-get install faketime)');
+      ctx.skip();
+    }
+    requireGpsd();
+    const { url } = await sandbox.start();
+    const port = await freePort();
+    // The first epoch a few seconds from now: gpsd needs a moment to recognise NMEA.
+    const t0 = Math.ceil(Date.now() / 1000) * 1000 + 3000;
+    const { text, times } = nmeaFrom(t0);
+    const log = writeFile(tmp.dir, 'drive.nmea', text);
+    const script = writeFile(tmp.dir, 'reefer.sh', '#!/bin/sh\nwhile :; do echo \'{"resourceId":"T1","temperature":-18.5}\'; sleep 1; done\n', 0o755);
+    const cfg = agentConfig(
+      tmp.dir,
+      url,
+      `[health]
+listen = "127.0.0.1:0"
+[clock]
+synchronised = "no"
+unsynced_hold_s = 600
+[[sources]]
+type = "gpsd"
+resource_id = "T1"
+port = ${port}
+reconnect_initial_s = 0.2
+reconnect_max_s = 0.5
+[[sources]]
+type = "exec"
+name = "reefer"
+command = ["${script}"]
+`,
+      { traces: '*/5 * * * * *', sampling: 0 },
+    );
+    const clockFile = writeFile(tmp.dir, 'faketime', '-12h\n');
+    const fakeClock = fakeClockEnv(LIBFAKETIME!, clockFile);
+    expect((await runCli(['load', 'start', 'L1', '-r', 'T1', '--config', cfg], { env: fakeClock })).code).toBe(0);
+
+    // Two lines a second: one epoch a second, as a receiver sends them.
+    const pty = await startPty(log, 0.5);
+    procs.push(pty.proc);
+    const gpsd = startGpsd(pty.path, port);
+    procs.push(gpsd.proc);
+    daemon = startDaemon(['--config', cfg], fakeClock);
+    await waitFor(() => daemon!.output().includes('"msg":"agent started"'), 15_000, 'the start');
+    // Temperatures come at once, stamped 12 h early: they wait for a GNSS time.
+    await waitFor(() => daemon!.output().includes('no GNSS time yet') || daemon!.output().includes('wait for the first one'), 10_000, 'the clock said unsynchronised');
+    await new Promise((r) => setTimeout(r, Math.max(0, t0 - 2500 - Date.now())));
+    pty.go();
+
+    const points = () => sandbox.traces.flatMap((t) => t.body.traces);
+    const fixTimes = () => new Set(points().map((p) => Date.parse(p.time.dateTime)));
+    await waitFor(() => times.every((t) => fixTimes().has(t)), 40_000, `every fix delivered (${times.length})`).catch((err) => {
+      throw new Error(
+        `${(err as Error).message}\ndelivered: ${[...fixTimes()].map((t) => new Date(t).toISOString()).join(' ')}\ndaemon:\n${daemon!.output().slice(-3000)}\ngpsd:\n${gpsd.output().slice(-1000)}`,
+      );
+    });
+    const delivered = points();
+    // Every fix, at its GNSS time: none refused for being "in the future".
+    for (const t of times) expect(delivered.some((p) => Date.parse(p.time.dateTime) === t)).toBe(true);
+    expect(daemon.output()).not.toMatch(/in the future/);
+    // Every temperature is at a true time (within the fixes' run, give or take the hold and a
+    // second of latency), not 12 h early.
+    const temps = delivered.filter((p) => p.temperature);
+    expect(temps.length).toBeGreaterThan(0);
+    for (const p of temps) {
+      const at = Date.parse(p.temperature!.dateTime);
+      expect(Math.abs(at - Date.now())).toBeLessThan(120_000);
+    }
+
+    // status, on the device's own (wrong) clock, says which clock the agent uses.
+    const st = await runCli(['status', '--json', '--config', cfg], { env: fakeClock });
+    const clock = (JSON.parse(st.stdout) as { clock: { state: string; offsetMs: number; from: string } }).clock;
+    expect(clock.state).toBe('gnss');
+    expect(Math.abs(clock.offsetMs - BEHIND_MS)).toBeLessThan(5000);
+    expect(clock.from).toBe('clock.synchronised = "no"');
+    const text2 = await runCli(['status', '--config', cfg], { env: fakeClock });
+    expect(text2.stdout).toMatch(/system clock:\s+not synchronised \(clock\.synchronised = "no"\); GNSS time is \+12 h 0 min from it and is used/);
+    // And /metrics, for monitoring.
+    const healthPort = Number(/"health":(\d+)/.exec(daemon.output())![1]);
+    const metrics = await (await fetch(`http://127.0.0.1:${healthPort}/metrics`)).text();
+    expect(metrics).toMatch(/^telematics_clock_state\{state="gnss"\} 1$/m);
+    expect(metrics).toMatch(/^telematics_clock_state\{state="synchronised"\} 0$/m);
+    const offsetS = Number(/^telematics_clock_gnss_offset_seconds (\S+)$/m.exec(metrics)![1]);
+    expect(Math.abs(offsetS - BEHIND_MS / 1000)).toBeLessThan(5);
+    expect(metrics).toMatch(/^telematics_clock_held_readings 0$/m);
+  }, 90_000);
+});
