@@ -43,7 +43,7 @@ export interface StatusReport {
   deviceZone: { zone: string; from: string };
 }
 
-function pidAlive(pid: number): boolean {
+export function pidAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

@@ -7,6 +7,7 @@ import { CliError } from '../../errors.js';
 import { EXIT } from '../../exit.js';
 import { formatTime } from '../../geo/timezone.js';
 import { MilestoneError, recordMilestone } from '../../milestones/record.js';
+import { commandNow } from '../now.js';
 import { configOption, err, load, out, parseCoordinate, parseIntArg, withReader, withStore } from '../common.js';
 
 export function addMilestoneCommand(program: Command): void {
@@ -47,20 +48,29 @@ in UTC and in the zone used, with where that zone came from.`,
         const lon = opts.lon === undefined ? undefined : parseCoordinate(opts.lon, '--lon', 180);
         if (opts.state !== undefined && !/^[A-Za-z]{2}$/.test(opts.state)) throw new CliError(`--state: expected a two-letter state or province code, got ${JSON.stringify(opts.state)}`, EXIT.DATA);
         const loaded = load(opts.config);
-        const { row, warnings, timeMs, placement } = withStore(loaded, (store) =>
-          recordMilestone(store, loaded.config, {
-            loadNumber: opts.load!,
-            code: opts.code!,
-            reason: opts.reason,
-            stop,
-            timeText: opts.time,
-            lat,
-            lon,
-            city: opts.city,
-            state: opts.state?.toUpperCase(),
-            force: opts.force ?? false,
-          }),
-        );
+        let clockNote: string | undefined;
+        const { row, warnings, timeMs, placement } = withStore(loaded, (store) => {
+          const now = commandNow(store);
+          clockNote = now.note;
+          return recordMilestone(
+            store,
+            loaded.config,
+            {
+              loadNumber: opts.load!,
+              code: opts.code!,
+              reason: opts.reason,
+              stop,
+              timeText: opts.time,
+              lat,
+              lon,
+              city: opts.city,
+              state: opts.state?.toUpperCase(),
+              force: opts.force ?? false,
+            },
+            now.nowMs,
+          );
+        });
+        if (clockNote) err(`note: ${clockNote}`);
         for (const w of warnings) err(`warning: ${w}`);
         if (opts.json) return out(JSON.stringify(row, null, 2));
         const local = formatTime(new Date(timeMs), placement.zone, 'local');
