@@ -131,6 +131,7 @@ function configs(url: string): { a: Config; b: Config } {
     sources: [{ type: 'module', name: 'src-b', path: moduleSource('b') }],
     sources_time: { max_future_s: 60, max_past_days: 3 },
     odometer: { min_speed_kmh: 5, max_speed_kmh: 150 },
+    history: { interval_s: 30, keep_days: 7 },
   });
   return { a, b };
 }
@@ -198,6 +199,8 @@ describe('reload (SIGHUP)', () => {
       'schedule.traces': '*/5 * * * *',
       sources: ['src-b'],
     });
+    // The position history: the next commit of readings writes it at the new interval.
+    expect(agent.ingest.options.history).toEqual({ intervalS: 30, keepDays: 7 });
     // The health endpoint moved: the new port answers, the old one is closed.
     expect(eff['health.port']).not.toBe(oldHealthPort);
     expect(eff['health.listen']).toBe('127.0.0.2:0');
