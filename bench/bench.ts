@@ -15,7 +15,8 @@
  *    the agent's process idle, during the drain (sampled peak), after; small vs large backlog;
  *    `run` at 1 Hz, and its cgroup's figure (what `systemctl status` shows).
  * 4. Idle CPU (daemon.ts): `telematics-agent run` with a 1 Hz simulator, from /proc.
- * 5. Flash writes (flash.ts): the same, NORMAL and FULL, over a whole push cycle.
+ * 5. Flash writes (flash.ts): the same, NORMAL and FULL, over a whole push cycle; the position
+ *    history's pages per position (5c).
  * 6. Startup (daemon.ts): process start to first reading committed.
  * 7. A full disk (full-disk.ts): `run` with its buffer on a small tmpfs (as root).
  * 8. Outages (outage.ts): `run` whose service is away 1, 5 and 30 minutes, then back: how
@@ -36,7 +37,7 @@ import { BENCH_KEY, BENCH_SCAC, CHUNK, copySynced } from './common.js';
 import { backlogFile, bufferBytes, drainRun, postRun, type DrainResult } from './drain.js';
 import { benchMqtt, MQTT_RATE, MQTT_SECONDS, MQTT_TRAILERS, mqttFigures, mqttRows } from './mqtt.js';
 import { benchDaemons } from './daemon.js';
-import { CYCLE_S, benchFlash, FLASH_TARGET_BYTES } from './flash.js';
+import { CYCLE_S, benchFlash, benchHistory, FLASH_TARGET_BYTES } from './flash.js';
 import { FULL_DISK_BYTES, benchFullDisk, fullDiskRows, unmount } from './full-disk.js';
 import { benchIngest } from './ingest.js';
 import { memoryFigures, memoryRows } from './memory.js';
@@ -167,6 +168,8 @@ async function main(): Promise<void> {
     progress('5. waiting for the flash daemons to finish their cycle');
     const [flashNormal, flashFull] = await flashRunning;
     await sandbox.stop();
+    progress('5c. the position history: 14 days of 10 trucks, its pages measured');
+    const history = benchHistory(dir);
 
     // schedstat (ns, every live thread), not utime+stime: in clock ticks of 10 ms an idle
     // agent can show 0 over a short window.
@@ -272,6 +275,15 @@ async function main(): Promise<void> {
         pass: null,
       },
       {
+        id: '5c',
+        measure: `flash: the position history, ${fmt(history.rows)} positions (${history.resources} trucks x ${history.days} days, one per ${history.intervalS} s; pages in use, dbstat; its writes are in 5 and 5a)`,
+        value: `${fmt(history.bytesPerRow)} B/position`,
+        reference: `${fmt(history.bytesPerResourceDay / 1024)} KB per resource-day`,
+        ratio: '',
+        target: '',
+        pass: null,
+      },
+      {
         id: '6',
         measure: `startup: process start to first reading committed ('agent started' at ${fmt(daemon.startedMs)} ms)`,
         value: `${fmt(daemon.firstCommitMs)} ms`,
@@ -332,6 +344,8 @@ async function main(): Promise<void> {
       flashReadings: flashNormal.readings,
       flashBytesPerReading: bytesPerReading,
       flashBytesPerReadingFull: bytesPerReadingFull,
+      historyBytesPerPosition: history.bytesPerRow,
+      historyBytesPerResourceDay: history.bytesPerResourceDay,
       drainWriteBytesPerReading: drain.writeBytes / large,
       weekWriteBytesPerReading: week.writeBytes / week.readings,
       startupAgentStartedMs: daemon.startedMs,

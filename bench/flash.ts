@@ -9,8 +9,12 @@
  * bytes of them changed), which is what the flash gets. Defaults throughout (pushes every
  * 15 minutes); in --quick a push every 10 s, which shows only that the row works.
  */
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { walSalts } from '../src/buffer/db.js';
+import { Store } from '../src/buffer/store.js';
+import { configSchema } from '../src/config/schema.js';
+import type { Reading } from '../src/reading.js';
 import { Sandbox } from '../src/sandbox/server.js';
 import { BENCH_KEY, BENCH_SCAC, sleep, writeBytesOf } from './common.js';
 import { committed, daemonFiles, startDaemon } from './daemon.js';
@@ -85,4 +89,57 @@ export async function oneCycle(dir: string, synchronous: 'NORMAL' | 'FULL', buff
 /** NORMAL and FULL side by side, each over one cycle. */
 export function benchFlash(dir: string): Promise<FlashRun[]> {
   return Promise.all([oneCycle(dir, 'NORMAL'), oneCycle(dir, 'FULL')]);
+}
+
+/** Row 5c: the position history (src/buffer/history.ts), `TRUCKS` resources over `DAYS` days. */
+export interface HistoryRun {
+  rows: number;
+  resources: number;
+  days: number;
+  intervalS: number;
+  /** Pages the table takes (dbstat), per row and per resource-day. */
+  bytesPerRow: number;
+  bytesPerResourceDay: number;
+}
+
+/**
+ * What the position history takes on the card: 14 days (its default keep_days) of 10 trucks
+ * at its default interval, written through the commit of readings as the daemon writes it
+ * (trucks interleaved in time, as they come), then measured as the pages its B-tree holds
+ * (SQLite's dbstat), not estimated from the columns. Its share of the flash written is in
+ * rows 5 and 5a: the daemons there run with it on (the default).
+ */
+export function benchHistory(dir: string): HistoryRun {
+  const resources = 10;
+  const days = QUICK ? 2 : 14;
+  const config = configSchema.parse({ api: { scac: BENCH_SCAC }, sources: [{ type: 'simulator', resource_id: 'T1' }] });
+  const history = { intervalS: config.history.interval_s, keepDays: config.history.keep_days };
+  const path = join(dir, 'history.db');
+  const store = Store.open(path);
+  try {
+    const t0 = Date.UTC(2026, 0, 1);
+    const trucks = Array.from({ length: resources }, (_, i) => `TRUCK-${String(i + 1).padStart(4, '0')}`);
+    for (const t of trucks) store.startLoad({ loadNumber: `L-${t}`, resourceId: t, resourceType: 'Truck', stops: [], nowMs: t0 - 1000 });
+    const steps = (days * 86_400) / history.intervalS;
+    let batch: Reading[] = [];
+    for (let s = 0; s < steps; s++) {
+      for (const [i, t] of trucks.entries()) {
+        // A truck moving about 1 km a minute, somewhere in the US.
+        batch.push({ resourceId: t, timeMs: t0 + s * history.intervalS * 1000 + i * 1000, lat: 35 + i * 0.5 + s * 1e-4, lon: -100 + s * 1.3e-4 });
+      }
+      if (batch.length >= 500) {
+        store.insertReadings(batch, false, undefined, undefined, undefined, undefined, history);
+        batch = [];
+      }
+    }
+    if (batch.length > 0) store.insertReadings(batch, false, undefined, undefined, undefined, undefined, history);
+    const rows = store.db.prepare('SELECT count(*) FROM positions').pluck().get() as number;
+    const bytes = store.db.prepare("SELECT sum(pgsize) FROM dbstat WHERE name = 'positions'").pluck().get() as number;
+    return { rows, resources, days, intervalS: history.intervalS, bytesPerRow: bytes / rows, bytesPerResourceDay: bytes / (resources * days) };
+  } finally {
+    store.close();
+    rmSync(path, { force: true });
+    rmSync(`${path}-wal`, { force: true });
+    rmSync(`${path}-shm`, { force: true });
+  }
 }

@@ -132,6 +132,7 @@ function configs(url: string): { a: Config; b: Config } {
     sources_time: { max_future_s: 60, max_past_days: 3 },
     odometer: { min_speed_kmh: 5, max_speed_kmh: 150 },
     clock: { synchronised: 'no', unsynced_hold_s: 60 },
+    history: { interval_s: 30, keep_days: 7 },
   });
   return { a, b };
 }
@@ -201,6 +202,8 @@ describe('reload (SIGHUP)', () => {
       'clock.unsynced_hold_s': 60,
       sources: ['src-b'],
     });
+    // The position history: the next commit of readings writes it at the new interval.
+    expect(agent.ingest.options.history).toEqual({ intervalS: 30, keepDays: 7 });
     // The health endpoint moved: the new port answers, the old one is closed.
     expect(eff['health.port']).not.toBe(oldHealthPort);
     expect(eff['health.listen']).toBe('127.0.0.2:0');

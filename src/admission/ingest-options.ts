@@ -12,5 +12,6 @@ export function ingestOptionsOf(config: Config): IngestOptions {
     keepWithoutLoad: config.privacy.record_without_load,
     maxPending: config.buffer.max_pending,
     lateReadingsMs: config.loads.late_readings_s * 1000,
+    history: { intervalS: config.history.interval_s, keepDays: config.history.keep_days },
   };
 }

@@ -15,7 +15,7 @@ import { COUNTER_DROPPED_PENDING } from '../buffer/bounds.js';
 import { lateSince } from '../buffer/ledger.js';
 import { OdometerMarks, type OdometerBuffer } from '../buffer/odometer-marks.js';
 import type { Store } from '../buffer/store.js';
-import type { Fix } from '../buffer/types.js';
+import type { Fix, HistoryOptions } from '../buffer/types.js';
 import { type ClockSources, clockOf } from '../clock.js';
 import type { Reading } from '../reading.js';
 import { commitDue, commitFailed, commitNow, commitsResumed, type CommitTrouble } from './commit-trouble.js';
@@ -39,6 +39,8 @@ export interface IngestOptions {
   maxPending?: number;
   /** `loads.late_readings_s` in ms: how long after `load end` a reading of its window still joins it (0 or none: not after the close). */
   lateReadingsMs?: number;
+  /** `[history]`: fixes committed go into the position history (buffer/history.ts); undefined: not. */
+  history?: HistoryOptions;
 }
 
 export interface IngestStats {
@@ -317,6 +319,7 @@ export class Ingest {
           all ? now : undefined,
           // Closed loads ended since then still take the readings of their window (late readings).
           late ? lateSince(now, late) : undefined,
+          this.opts.history,
         );
         committed();
       } catch (err) {

@@ -335,6 +335,26 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
        WHERE l.end_id IS NULL OR l.acked_id < l.end_id;
     `);
   },
+  // 11 -> 12: where each resource was, kept after its readings are purged, so a milestone typed
+  // hours after the event is placed where the truck was then (history.ts): one row per
+  // resource per interval, integers only (time in s, degrees x 1e5, about 1 m), keyed by
+  // resource and time with no rowid: about 32 bytes a row in its pages. The fixes the buffer
+  // holds now are copied in, one a minute (the default history.interval_s), so the positions
+  // of readings not yet delivered outlive them too.
+  (db) => {
+    db.exec(`
+      CREATE TABLE positions (
+        resource_id TEXT    NOT NULL,
+        t_s         INTEGER NOT NULL,
+        lat_e5      INTEGER NOT NULL,
+        lon_e5      INTEGER NOT NULL,
+        PRIMARY KEY (resource_id, t_s)
+      ) WITHOUT ROWID;
+      INSERT OR IGNORE INTO positions (resource_id, t_s, lat_e5, lon_e5)
+        SELECT resource_id, min(time_ms) / 1000, CAST(round(lat * 100000) AS INTEGER), CAST(round(lon * 100000) AS INTEGER)
+          FROM readings WHERE lat IS NOT NULL AND lon IS NOT NULL GROUP BY resource_id, time_ms / 60000;
+    `);
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

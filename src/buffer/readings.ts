@@ -15,6 +15,7 @@
 import type { Statement, Transaction } from 'better-sqlite3';
 import type { Reading } from '../reading.js';
 import type { DB } from './db.js';
+import { type HistoryOptions, PositionHistory } from './history.js';
 import { ACK_LOAD, AWAITED, BOUND_WINDOW, CLOSE_ENDED, DUE, FAR, FIRST_DUE, MARK_SENT, NEXT_READING_ID, SETTLE_LOADS, type StoredWindow, UNDONE, windowBounds } from './ledger.js';
 import type { Reclaim } from './reclaim.js';
 import type { FixedRequest, Requests } from './requests.js';
@@ -65,6 +66,8 @@ export interface MarkAfter {
 }
 
 export class Readings {
+  /** Where each resource was, kept after its readings go (written with them, history.ts). */
+  readonly history: PositionHistory;
   private readonly db: DB;
   private readonly insertRow: Statement;
   private readonly nextId: Statement;
@@ -88,6 +91,7 @@ export class Readings {
   ) {
     const db = ctx.db;
     this.db = db;
+    this.history = new PositionHistory(db);
     this.nextId = db.prepare(NEXT_READING_ID).pluck();
     this.insertRow = db.prepare('INSERT INTO readings (id, resource_id, time_ms, lat, lon, speed, heading, odometer, temp_c, source, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)');
     this.windows = new LoadWindows(db);
@@ -143,12 +147,16 @@ export class Readings {
     committedBefore?: number,
     /** Closed loads ended at or after this time (epoch ms) still take late readings of their window (see windows.ts). */
     lateSince?: number,
+    /** `[history]`: the kept fixes' positions go into the history in the same transaction; undefined: none. */
+    history?: HistoryOptions,
   ): number {
     let kept = 0;
     // IMMEDIATE: the write lock is taken before the loads are read, so a load the CLI starts
     // or ends concurrently is seen either wholly before or wholly after this batch.
     this.db
       .transaction(() => {
+        // Noted in this transaction: the history's hint holds it only once the commit is in.
+        this.history.begin();
         // The windows are looked up in the batch's own transaction, so a load started by the
         // CLI a moment ago applies to the very next batch.
         const windows = this.windows.batch(lateSince);
@@ -159,6 +167,7 @@ export class Readings {
           const state = windows.stateOf(r.resourceId, timeMs, id);
           if (state === ReadingState.UNASSIGNED && !keepWithoutLoad) continue;
           this.insertRow.run(id++, r.resourceId, timeMs, r.lat ?? null, r.lon ?? null, r.speed ?? null, r.heading ?? null, r.odometer ?? null, r.temperatureC ?? null, sources?.[i] ?? r.source ?? null, state);
+          if (typeof r.lat === 'number' && typeof r.lon === 'number') this.history.note(r.resourceId, timeMs, r.lat, r.lon, history);
           kept += 1;
         }
         const adopted = windows.close();
@@ -169,6 +178,7 @@ export class Readings {
         rideAlong(this.db, alongside);
       })
       .immediate();
+    this.history.committed();
     return kept;
   }
 

@@ -3,6 +3,8 @@
  */
 import type { Stop } from '../milestones/stops.js';
 
+export type { HistoryOptions } from './history.js';
+
 /**
  * What a stored reading is: WAITING (the loads whose windows hold it take it in turn, and it
  * goes once every one has its cursor past it), HELD (a dead letter or a retry of some load

@@ -275,6 +275,15 @@ export const configSchema = z
           .prefault({}),
       })
       .prefault({}),
+    /** Where each resource was, kept after its readings are delivered (src/buffer/history.ts): what places a milestone typed after the event. */
+    history: z
+      .strictObject({
+        /** At most one position per resource per this many seconds (the first fix of each interval). */
+        interval_s: positiveInt.min(5).max(3600).default(60),
+        /** Positions are kept this many days; 0: no history (what there is goes at the next purge). */
+        keep_days: nonNegative.max(366).default(14),
+      })
+      .prefault({}),
     health: z
       .strictObject({
         /** Loopback address for /healthz and /metrics, e.g. "127.0.0.1:9101"; empty: off. */

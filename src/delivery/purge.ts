@@ -48,6 +48,21 @@ export class Purger {
     }
   }
 
+  /**
+   * The position history's rows older than history.keep_days go with each purge pass
+   * (buffer/history.ts): a few rows a resource, one range of its key each.
+   */
+  private pruneHistory(): void {
+    const { store, config, log, now } = this.deps();
+    try {
+      const pruned = store.withReserve(() => store.readings.history.prune(now?.() ?? Date.now(), config.history.keep_days));
+      if (pruned > 0) log.debug({ pruned, keepDays: config.history.keep_days }, 'old positions pruned from the history');
+    } catch (err) {
+      // The next pass tries again.
+      log.warn({ err: (err as Error).message }, 'could not prune the position history; will try after the next push');
+    }
+  }
+
   private start(): void {
     if (this.running) return;
     const run = async () => {
@@ -64,6 +79,7 @@ export class Purger {
           const slice = store.purgeAcked(PURGE_SLICE);
           if (slice.deleted > 0) onPurged?.(slice.deleted);
           if (slice.done) {
+            this.pruneHistory();
             // On a full disk the WAL gives its room back at once (it would keep its high-water
             // mark, up to the WAL limit). Not otherwise: a checkpoint after every push copied
             // each page the readings of 15 minutes had touched into the file, each 1 KB page a

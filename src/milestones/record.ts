@@ -15,7 +15,9 @@
  *   one: src/geo/state-zones.ts; a state of several zones is refused unless the time carries
  *   its offset); the detector's own fix; the stop (its coordinates, else its city, else its
  *   state's one zone); the resource's last fix if taken within `milestones.max_fix_age_s` of
- *   the milestone's time (of now for an appointment). Only when none exists does it go
+ *   the milestone's time (of now for an appointment); for a milestone typed after the event,
+ *   its position nearest that time within the same limit, from the readings still held or
+ *   the position history (src/buffer/position-at.ts). Only when none exists does it go
  *   without a city and state (and the daemon fills the place in from its newest fix when it
  *   sends it, if it has one by then), in the zone of the last fix whatever its age, else of
  *   the offset typed (`UTC-5`), else, for a milestone of now, the device's, with a warning;
@@ -27,6 +29,7 @@ import { randomUUID } from 'node:crypto';
 import pino, { type Logger } from 'pino';
 import { milestoneBodySchema } from '../api/schemas.js';
 import { withRoom } from '../buffer/bounds.js';
+import { positionAt } from '../buffer/position-at.js';
 import { DuplicateEventError, type LoadRow, type MilestoneOrigin, type MilestoneRow, type NewMilestone, type Store } from '../buffer/store.js';
 import type { Config } from '../config/schema.js';
 import { DataError } from '../errors.js';
@@ -64,7 +67,7 @@ export class MilestoneError extends DataError {
 }
 
 /** How the place of a milestone was found. */
-export type PlaceSource = 'command line' | 'detector fix' | 'stop' | 'last fix' | 'none';
+export type PlaceSource = 'command line' | 'detector fix' | 'stop' | 'last fix' | 'history' | 'none';
 
 export interface Placement {
   source: PlaceSource;
@@ -73,9 +76,9 @@ export interface Placement {
   city?: string;
   state?: string;
   zone: string;
-  /** Where the zone came from, after "the zone of": `stop 1`, `the last fix of T1, 7200 s old`, `KS`, `the offset typed`, `this device`. */
+  /** Where the zone came from, after "the zone of": `stop 1`, `the last fix of T1, 7200 s old`, `the position of T1 at 2026-11-25T22:52:20Z, 40 s from the milestone's time`, `KS`, `the offset typed`, `this device`. */
   zoneFrom: string;
-  /** Age of the last fix used (or found too old), seconds. */
+  /** Age of the last fix used (or found too old), seconds; for `history`, the position's distance from the milestone's time. */
   fixAgeS?: number;
 }
 
@@ -205,8 +208,23 @@ function place(store: Store, config: Config, load: LoadRow, input: MilestoneInpu
     const appointment = config.codes.appointments.includes(input.code.trim().toUpperCase());
     const gapS = Math.round(Math.abs((appointment ? nowMs : timeMs) - fix.timeMs) / 1000);
     if (gapS <= config.milestones.max_fix_age_s) return { placement: at('last fix', fix.lat, fix.lon, zoneFrom, undefined, gapS), timeMs };
+    // Typed after the event: where the truck was then, from the readings the buffer holds or
+    // the position history. The time stays as read above, in the zone of the last fix: read
+    // again in the zone of the place found, it could name another instant, and so another
+    // place. The body writes that one instant in the zone of the place, as for any place.
+    const then = appointment || typed.kind === 'now' ? undefined : positionAt(store.db, load.resourceId, timeMs, config.milestones.max_fix_age_s * 1000);
+    if (then) {
+      const offS = Math.round(Math.abs(timeMs - then.timeMs) / 1000);
+      const when = new Date(then.timeMs).toISOString().replace(/\.\d+Z$/, 'Z');
+      const placed = at('history', then.lat, then.lon, `the position of ${load.resourceId} at ${when}, ${offS} s from the milestone's time`, undefined, offS);
+      if (typed.kind === 'local' && placed.zone !== zone) {
+        warnings.push(`--time ${typed.text} was read in the zone of ${zoneFrom} (${zone}); ${load.resourceId} was in ${placed.zone} then, and the same instant is sent in that zone`);
+      }
+      return { placement: placed, timeMs };
+    }
     const timedText = typed.kind === 'now' ? 'old' : "from the milestone's time";
-    const why = `the last fix of ${load.resourceId} is ${gapS} s ${timedText} (milestones.max_fix_age_s = ${config.milestones.max_fix_age_s})`;
+    const noneThen = appointment || typed.kind === 'now' ? '' : `, and no position of ${load.resourceId} in its readings or history is that close to it`;
+    const why = `the last fix of ${load.resourceId} is ${gapS} s ${timedText}${noneThen} (milestones.max_fix_age_s = ${config.milestones.max_fix_age_s})`;
     // An offset typed that the fix's zone does not have at that instant: the offset's.
     if (typed.kind === 'instant' && typed.offsetMin !== undefined && !zoneWithOffset([zone], typed.offsetMin, timeMs)) {
       return none(why, fixedOffsetZone(typed.offsetMin), 'the offset typed', timeMs, fix);
