@@ -8,7 +8,7 @@ import { ingestOptionsOf } from './admission/ingest-options.js';
 import { Ingest } from './admission/ingest.js';
 import type { ApiClient } from './api/client.js';
 import { clientOf } from './api/client-of.js';
-import { addProxySecrets, proxyInUse } from './api/transport.js';
+import { addProxySecrets } from './api/transport.js';
 import { enforceBounds } from './buffer/bounds.js';
 import { ReserveKeeper } from './buffer/disk.js';
 import { BufferLock } from './buffer/lock.js';
@@ -23,9 +23,6 @@ import type { Config } from './config/schema.js';
 import { splayMs, TraceSchedule } from './delivery/schedule.js';
 import { Sender } from './delivery/sender.js';
 import { type BufferError, isCorruption } from './errors.js';
-import { ruleSourceOf } from './geo/timezone.js';
-import { deviceZone, STALE_ZONEINFO } from './geo/device-zone.js';
-import { zoneinfoDir } from './geo/tzif.js';
 import { HealthServer } from './health.js';
 import { addSecret } from './log.js';
 import { MilestoneDetector } from './milestones/detector.js';
@@ -33,6 +30,7 @@ import { RunningSources, type SourceFactory } from './sources/running.js';
 import type { Source } from './sources/types.js';
 import { DAEMON_STATE_KEY, type DaemonState, STATE_INTERVAL_MS } from './daemon-state.js';
 import { StateRow } from './state-row.js';
+import { logStarted } from './start-log.js';
 
 export { DAEMON_STATE_KEY, type DaemonState, splayMs };
 export { changedSettings, type ReloadResult } from './config/reload.js';
@@ -192,27 +190,16 @@ export class Agent {
       this.stateRow.tick();
     }, 1000);
     await this.startHealth(config.health.listen);
-    const { zone, from: timeZoneFrom } = deviceZone();
-    this.log.info(
-      {
-        deviceId,
-        config: this.loaded.file,
-        health: this.healthPort,
-        buffer: config.buffer.path,
-        keyOrigin: this.key.origin,
-        proxy: proxyInUse(new URL(config.api.base_url), config.api.proxy),
-        sources: this.sources.map((s) => s.name),
-        traces: config.schedule.traces,
-        splayMs: splayMs(deviceId, config.schedule.splay_s),
-        timeZone: zone,
-        timeZoneFrom,
-        clock: this.clockKeeper.gnss.view(),
-      },
-      'agent started',
-    );
-    // The system's tzdata is the fresher one: Alberta on UTC-6 all year (Nov 2026) is not in Node 20's ICU.
-    if (ruleSourceOf(zone) === 'intl') this.log.warn({ timeZone: zone, zoneinfo: zoneinfoDir() }, STALE_ZONEINFO);
-    if (this.sender.schedule.zoneProblem) this.log.warn({ timeZone: zone }, this.sender.schedule.zoneProblem);
+    logStarted(this.log, {
+      deviceId,
+      configFile: this.loaded.file,
+      config,
+      healthPort: this.healthPort,
+      keyOrigin: this.key.origin,
+      sources: this.sources.map((s) => s.name),
+      clock: this.clockKeeper.gnss.view(),
+      scheduleZoneProblem: this.sender.schedule.zoneProblem,
+    });
   }
 
   /** A failure delivery or ingest cannot get past (a corrupt buffer): stop, with the exit status it maps to. */

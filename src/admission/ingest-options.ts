@@ -3,7 +3,19 @@
  * which applies every one of these at once.
  */
 import type { Config } from '../config/schema.js';
-import type { IngestOptions } from './ingest.js';
+import type { HistoryOptions } from '../buffer/types.js';
+
+export interface IngestOptions {
+  batchSize: number;
+  flushIntervalMs: number;
+  keepWithoutLoad: boolean;
+  /** Cap on readings waiting in memory (e.g. while the disk is full); the oldest go first. */
+  maxPending?: number;
+  /** `loads.late_readings_s` in ms: how long after `load end` a reading of its window still joins it (0 or none: not after the close). */
+  lateReadingsMs?: number;
+  /** `[history]`: fixes committed go into the position history (buffer/history.ts); undefined: not. */
+  history?: HistoryOptions;
+}
 
 export function ingestOptionsOf(config: Config): IngestOptions {
   return {

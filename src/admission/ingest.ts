@@ -15,7 +15,7 @@ import { COUNTER_DROPPED_PENDING } from '../buffer/bounds.js';
 import { lateSince } from '../buffer/ledger.js';
 import { OdometerMarks, type OdometerBuffer } from '../buffer/odometer-marks.js';
 import type { Store } from '../buffer/store.js';
-import type { Fix, HistoryOptions } from '../buffer/types.js';
+import type { Fix } from '../buffer/types.js';
 import { type ClockSources, clockOf } from '../clock.js';
 import type { Reading } from '../reading.js';
 import { commitDue, commitFailed, commitNow, commitsResumed, type CommitTrouble } from './commit-trouble.js';
@@ -27,21 +27,11 @@ import { judgeTime } from './time-guard.js';
 import { readingProblem } from './validate.js';
 
 export { MAX_COMMIT_RETRY_MS, type CommitTrouble } from './commit-trouble.js';
+export type { IngestOptions } from './ingest-options.js';
+import type { IngestOptions } from './ingest-options.js';
 
 /** What ingest needs of the buffer. */
 export type IngestStore = Pick<Store, 'roomForReadings' | 'insertReadings' | 'bump'> & Partial<OdometerBuffer>;
-
-export interface IngestOptions {
-  batchSize: number;
-  flushIntervalMs: number;
-  keepWithoutLoad: boolean;
-  /** Cap on readings waiting in memory (e.g. while the disk is full); the oldest go first. */
-  maxPending?: number;
-  /** `loads.late_readings_s` in ms: how long after `load end` a reading of its window still joins it (0 or none: not after the close). */
-  lateReadingsMs?: number;
-  /** `[history]`: fixes committed go into the position history (buffer/history.ts); undefined: not. */
-  history?: HistoryOptions;
-}
 
 export interface IngestStats {
   accepted: number;
