@@ -31,6 +31,7 @@ import { RunningSources, type SourceFactory } from './sources/running.js';
 import type { Source } from './sources/types.js';
 import { DAEMON_STATE_KEY, type DaemonState, STATE_INTERVAL_MS } from './daemon-state.js';
 import { StateRow } from './state-row.js';
+import { VERSION } from './version.js';
 
 export { DAEMON_STATE_KEY, type DaemonState, splayMs };
 export { changedSettings, type ReloadResult } from './config/reload.js';
@@ -129,8 +130,7 @@ export class Agent {
       this.clock.noteCommitted(newest);
       detector.committed();
     });
-    // As readings are accepted, not as they are committed: a commit interval chosen to spare
-    // the flash (buffer.flush_interval_ms) does not hold back an arrival.
+    // As readings are accepted, not as committed: a commit interval that spares the flash (buffer.flush_interval_ms) does not hold back an arrival.
     this.ingest.onAdmitted((batch) => detector.process(batch));
     this.sender = new Sender({
       store: this.store,
@@ -182,6 +182,7 @@ export class Agent {
     const { zone, from: timeZoneFrom } = deviceZone();
     this.log.info(
       {
+        version: VERSION,
         deviceId,
         config: this.loaded.file,
         health: this.healthPort,
@@ -274,8 +275,7 @@ export class Agent {
    * `restartSettings`), which keep their running value and are named in the result.
    */
   async reload(loaded: LoadedConfig, key: KeyLookup): Promise<ReloadResult> {
-    // One at a time: two SIGHUPs in quick succession must not both stop and start sources
-    // across each other's awaits (the first set would be left running).
+    // One at a time: two SIGHUPs in quick succession must not both stop and start sources across each other's awaits (the first set would be left running).
     const run = this.reloading.then(() => this.reloadNow(loaded, key));
     this.reloading = run.catch(() => undefined);
     return run;
@@ -360,6 +360,7 @@ export class Agent {
     const free = disk?.freeBytes();
     return {
       pid: process.pid,
+      version: VERSION,
       deviceId: this.loaded.deviceId,
       configFile: this.loaded.file,
       startedMs: this.startedMs,

@@ -6,7 +6,7 @@
 import { Command, CommanderError } from 'commander';
 import { AgentError } from '../errors.js';
 import { EXIT } from '../exit.js';
-import { packageVersion } from '../paths.js';
+import { VERSION } from '../version.js';
 import { addBufferCommand } from './commands/buffer.js';
 import { addDeadLetterCommand } from './commands/dead-letter.js';
 import { addDemoCommand } from './commands/demo.js';
@@ -17,8 +17,6 @@ import { addSandboxCommand } from './commands/sandbox.js';
 import { addStatusCommand } from './commands/status.js';
 import { addValidateConfigCommand } from './commands/validate-config.js';
 import { err } from './common.js';
-
-const VERSION = packageVersion();
 
 /** Set by `run`: the daemon keeps collecting when nobody reads its output any more. */
 let daemon = false;
