@@ -446,3 +446,22 @@ describe('drop-ins (agent.d/*.toml beside agent.toml)', () => {
     expect(r.stdout).toContain(`${cfg} with ${join(tmp.dir, 'agent.d', '10-fleet.toml')}: ok`);
   });
 });
+
+describe('references in the shipped configs', () => {
+  it('name sections that exist: (docs/sources.md: "exec") is a heading of docs/sources.md', () => {
+    const refs: string[] = [];
+    for (const name of ['agent.example.toml', 'agent.toml']) {
+      const text = readFileSync(join(ROOT, 'config', name), 'utf8');
+      for (const m of text.matchAll(/\((?:see )?(README|docs\/[\w-]+\.md)(?:, |: )"([^"]+)"\)/g)) {
+        const file = m[1] === 'README' ? 'README.md' : m[1];
+        const headings = readFileSync(join(ROOT, file), 'utf8')
+          .split('\n')
+          .filter((l) => l.startsWith('#'))
+          .map((l) => l.replace(/^#+\s*/, '').replace(/`/g, ''));
+        refs.push(`${name}: ${m[0]}${headings.includes(m[2]) ? '' : ' (no such heading)'}`);
+      }
+    }
+    expect(refs.length).toBeGreaterThan(0);
+    expect(refs.filter((r) => r.endsWith('(no such heading)'))).toEqual([]);
+  });
+});
