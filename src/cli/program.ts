@@ -37,7 +37,8 @@ export function buildProgram(): Command {
     .addHelpText(
       'after',
       `
-Exit status: 0 ok, 1 run-time failure, 3 daemon not running (status), 64 usage error,
+Exit status: 0 ok, 1 run-time failure, 3 daemon not running (status), 5 delivery paused
+(status), 6 a source unhealthy (status), 64 usage error,
 65 bad input data or an unusable buffer (corrupt, newer version), 73 buffer cannot be
 opened or created, 75 the buffer's schema needs an upgrade that the daemon still running must
 do (restart the service), 78 invalid configuration, no key, or another daemon on the buffer.`,
