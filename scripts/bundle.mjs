@@ -56,6 +56,8 @@ export async function bundle({ entryPoints, outbase, outdir }) {
     sourcemap: true,
     sourcesContent: false,
     logLevel: 'warning',
+    // The version in the code itself (src/version.ts): package.json is its one home.
+    define: { __TELEMATICS_AGENT_VERSION__: JSON.stringify(String(pkg.version)) },
   });
 }
 

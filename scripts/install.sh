@@ -6,7 +6,8 @@
 #
 # Safe to run again (and to upgrade with a newer tarball): it never overwrites an existing
 # /etc/telematics-agent/agent.toml or key, and replaces only the package and the unit.
-# The unit and the example config are taken from the package this script belongs to.
+# The unit and the config (config/agent.toml: placeholders and no source, so the agent refuses
+# to start until it is edited) are taken from the package this script belongs to.
 set -eu
 
 NAME=telematics-agent
@@ -70,7 +71,7 @@ fi
 
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 UNIT_SRC=$SRC/systemd/$NAME.service
-CONFIG_SRC=$SRC/config/agent.example.toml
+CONFIG_SRC=$SRC/config/agent.toml
 [ -f "$UNIT_SRC" ] || die "$UNIT_SRC is missing: run this script from the package (tar -xzf the tarball) or a checkout"
 [ -f "$CONFIG_SRC" ] || die "$CONFIG_SRC is missing"
 
@@ -104,12 +105,13 @@ if [ -n "$TARBALL" ]; then
 fi
 
 echo "== directories"
-mkdir -p "$ROOT$CONF_DIR" "$ROOT$STATE_DIR" "$ROOT$UNIT_DIR"
-# The config directory is readable by the service's group, writable by root only; the buffer
-# (positions) is private to the service user. systemd would create the state directory at
-# the first start, but the CLI (status, load, milestone) may be used before that.
-chmod 0750 "$ROOT$CONF_DIR" "$ROOT$STATE_DIR"
-system chown "root:$SERVICE_USER" "$CONF_DIR"
+mkdir -p "$ROOT$CONF_DIR" "$ROOT$CONF_DIR/agent.d" "$ROOT$STATE_DIR" "$ROOT$UNIT_DIR"
+# The config directory (and agent.d/, its drop-ins) is readable by the service's group,
+# writable by root only; the buffer (positions) is private to the service user. systemd would
+# create the state directory at the first start, but the CLI (status, load, milestone) may be
+# used before that.
+chmod 0750 "$ROOT$CONF_DIR" "$ROOT$CONF_DIR/agent.d" "$ROOT$STATE_DIR"
+system chown "root:$SERVICE_USER" "$CONF_DIR" "$CONF_DIR/agent.d"
 system chown "$SERVICE_USER:$SERVICE_USER" "$STATE_DIR"
 
 echo "== configuration"
@@ -121,7 +123,7 @@ else
 	(umask 077 && cp "$CONFIG_SRC" "$ROOT$CONFIG")
 	chmod 0640 "$ROOT$CONFIG"
 	system chown "root:$SERVICE_USER" "$CONFIG"
-	echo "$CONFIG created from the example (edit it before starting)"
+	echo "$CONFIG created: the agent refuses to start until it is edited (validate-config names the lines)"
 fi
 KEY=$CONF_DIR/subscription-key
 KEY_PRESENT=0
@@ -162,7 +164,8 @@ fi
 cat <<EOF
 
 Installed. Next steps:
-  1. Edit the configuration (api.scac, api.base_url, [[sources]]):
+  1. Edit the configuration (api.base_url, api.scac, a [[sources]] table; or put them in a
+     drop-in, $CONF_DIR/agent.d/*.toml):
        sudoedit $CONFIG
 EOF
 if [ "$KEY_PRESENT" = 0 ]; then

@@ -1,9 +1,11 @@
 #!/bin/sh
 # Build LazyFS (a FUSE file system that drops every write not yet fsynced on command: a
 # simulated power cut) into .lazyfs/ of this clone, where test/power-cut.test.ts looks for
-# it. The source is ../shared/tools/lazyfs beside the clone (LAZYFS_SRC to use another);
-# its build is offline. Needs, on Debian: g++ cmake libfuse3-dev fuse3 libtoml11-dev
-# libspdlog-dev. Does nothing when .lazyfs/lazyfs is there already (--force builds again).
+# it. LazyFS is https://github.com/dsrhaslab/lazyfs; the source is a copy vendored beside the
+# clone, ../shared/tools/lazyfs (LAZYFS_SRC to use another: its source under src/ and a
+# build.sh OUT_DIR, with CMake files that use Debian's toml11 and spdlog); its build is
+# offline. Needs, on Debian: g++ cmake libfuse3-dev fuse3 libtoml11-dev libspdlog-dev.
+# Does nothing when .lazyfs/lazyfs is there already (--force builds again).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 src=${LAZYFS_SRC:-$root/../shared/tools/lazyfs}

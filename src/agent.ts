@@ -31,6 +31,7 @@ import type { Source } from './sources/types.js';
 import { DAEMON_STATE_KEY, type DaemonState, STATE_INTERVAL_MS } from './daemon-state.js';
 import { StateRow } from './state-row.js';
 import { logStarted } from './start-log.js';
+import { VERSION } from './version.js';
 
 export { DAEMON_STATE_KEY, type DaemonState, splayMs };
 export { changedSettings, type ReloadResult } from './config/reload.js';
@@ -132,8 +133,7 @@ export class Agent {
       this.clock.noteCommitted(newest);
       detector.committed();
     });
-    // As readings are accepted, not as they are committed: a commit interval chosen to spare
-    // the flash (buffer.flush_interval_ms) does not hold back an arrival.
+    // As readings are accepted, not as committed: a commit interval that spares the flash (buffer.flush_interval_ms) does not hold back an arrival.
     this.ingest.onAdmitted((batch) => detector.process(batch));
     this.sender = new Sender({
       store: this.store,
@@ -191,6 +191,7 @@ export class Agent {
     }, 1000);
     await this.startHealth(config.health.listen);
     logStarted(this.log, {
+      version: VERSION,
       deviceId,
       configFile: this.loaded.file,
       config,
@@ -258,8 +259,7 @@ export class Agent {
    * `restartSettings`), which keep their running value and are named in the result.
    */
   async reload(loaded: LoadedConfig, key: KeyLookup): Promise<ReloadResult> {
-    // One at a time: two SIGHUPs in quick succession must not both stop and start sources
-    // across each other's awaits (the first set would be left running).
+    // One at a time: two SIGHUPs in quick succession must not both stop and start sources across each other's awaits (the first set would be left running).
     const run = this.reloading.then(() => this.reloadNow(loaded, key));
     this.reloading = run.catch(() => undefined);
     return run;
@@ -352,6 +352,7 @@ export class Agent {
     const free = disk?.freeBytes();
     return {
       pid: process.pid,
+      version: VERSION,
       deviceId: this.loaded.deviceId,
       configFile: this.loaded.file,
       startedMs: this.startedMs,

@@ -21,6 +21,8 @@ export const STATE_INTERVAL_MS = 60_000;
 
 export interface DaemonState {
   pid: number;
+  /** The daemon's version (src/version.ts): after a package upgrade, the CLI's may be newer until a restart. */
+  version?: string;
   deviceId: string;
   configFile: string;
   startedMs: number;

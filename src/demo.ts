@@ -125,6 +125,8 @@ export async function runDemo(opts: DemoOptions): Promise<boolean> {
   write(`  buffer   ${config.buffer.path}`);
   write(`  route    Chicago, IL -> Indianapolis, IN, ${Math.round(durationS / 60)} simulated minutes at ${opts.timeScale}x (about ${Math.round(durationS / opts.timeScale)} s)`);
   write(`  loads    ${LOAD} from Chicago, and ${LOAD2} picked up in Lafayette, IN on the way: one truck, two loads, both to Indianapolis`);
+  // X12 214 status codes, as the milestone lines below show them.
+  write('  codes    AB: the delivery appointment, recorded by hand before the start (it comes first); detected from positions: X3 arrived and AF departed at pick-up, X1 arrived and D1 departed at delivery');
   write('');
 
   const stops: Stop[] = [

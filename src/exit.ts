@@ -9,6 +9,10 @@ export const EXIT = {
   FAILURE: 1,
   /** `status`: the daemon is not running (as in LSB init scripts). */
   NOT_RUNNING: 3,
+  /** `status`: the daemon runs, but delivery is paused: the service refuses the key, SCAC or address. */
+  PAUSED: 5,
+  /** `status`: the daemon runs and delivers, but a source is unhealthy (a device gone, a command that exits). */
+  SOURCE_UNHEALTHY: 6,
   /** EX_USAGE: unknown command or option, missing argument. */
   USAGE: 64,
   /**

@@ -5,14 +5,15 @@
  *             load's traces wait because the service refuses every request of it, or a
  *             source is unhealthy or silent for `health.source_silent_s`, or readings were kept
  *             with the time of a clock not synchronised (no GNSS time came).
- *   /metrics  Prometheus text: queue depths, oldest unsent age, pushes by class, dead
- *             letters, dropped readings, source health, last fix age, buffer size, the
- *             clock's state and its offset from GNSS time.
+ *   /metrics  Prometheus text: the version (build_info), queue depths, oldest unsent age,
+ *             pushes by class, dead letters, dropped readings, source health, last fix age,
+ *             buffer size, the clock's state and its offset from GNSS time.
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Agent } from './agent.js';
 import { dropCounters } from './buffer/bounds.js';
+import { VERSION } from './version.js';
 
 export function healthProblems(agent: Agent, nowMs = Date.now()): string[] {
   const problems: string[] = [];
@@ -63,6 +64,7 @@ export function metricsText(agent: Agent, nowMs = Date.now()): string {
       lines.push(`${name}${l ? `{${l}}` : ''} ${Number.isFinite(v) ? v : 0}`);
     }
   };
+  metric('telematics_agent_build_info', 'gauge', "The agent's version, as a label; always 1.", [[{ version: VERSION }, 1]]);
   const c = agent.store.counts();
   const s = agent.sender.status;
   metric('telematics_queue_readings', 'gauge', 'Readings waiting to be sent.', [[{}, c.readings]]);

@@ -12,6 +12,8 @@ afterEach(() => tmp.cleanup());
 
 /** Every config needs a source; tests about other tables add this one. */
 const SRC = '[[sources]]\ntype = "simulator"\nresource_id = "T1"\n';
+/** A real device's source: validate-config warns about a simulator. */
+const GPSD = '[[sources]]\ntype = "gpsd"\nresource_id = "T1"\n';
 
 function problems(text: string): string[] {
   try {
@@ -165,7 +167,7 @@ describe('subscription key', () => {
 describe('validate-config (real CLI)', () => {
   it('exits 0 on a good config and names where the key came from', async () => {
     const keyFile = writeFile(tmp.dir, 'key', 'secret-key-value\n', 0o600);
-    const cfg = writeFile(tmp.dir, 'agent.toml', `[api]\nscac = "ABCD"\nsubscription_key_file = "${keyFile}"\n[buffer]\npath = "${join(tmp.dir, 'b.db')}"\n${SRC}`);
+    const cfg = writeFile(tmp.dir, 'agent.toml', `[api]\nscac = "ABCD"\nsubscription_key_file = "${keyFile}"\n[buffer]\npath = "${join(tmp.dir, 'b.db')}"\n${GPSD}`);
     const r = await runCli(['validate-config', '--config', cfg]);
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
@@ -180,16 +182,16 @@ describe('validate-config (real CLI)', () => {
     expect(r.code).toBe(78);
     expect(r.stderr).toBe(
       `${cfg}: invalid configuration
-  api.scac: expected a 2-4 letter SCAC code in capitals, got "abcd"
-  sampling.interval_s: expected a number >= 0, got -1
-  sampling.foo: unknown key
+  ${cfg}:2: api.scac: expected a 2-4 letter SCAC code in capitals, got "abcd"
+  ${cfg}:4: sampling.interval_s: expected a number >= 0, got -1
+  ${cfg}:5: sampling.foo: unknown key
 `,
     );
   });
 
   it('warns when the key would cross the network in plain HTTP, not for the sandbox on this machine', async () => {
     const keyFile = writeFile(tmp.dir, 'key', 'secret-key-value\n', 0o600);
-    const withUrl = (url: string) => writeFile(tmp.dir, 'agent.toml', `[api]\nbase_url = "${url}"\nscac = "ABCD"\nsubscription_key_file = "${keyFile}"\n${SRC}`);
+    const withUrl = (url: string) => writeFile(tmp.dir, 'agent.toml', `[api]\nbase_url = "${url}"\nscac = "ABCD"\nsubscription_key_file = "${keyFile}"\n${GPSD}`);
     const remote = await runCli(['validate-config', '--config', withUrl('http://user:pw@api.example.com:8080/base')]);
     expect(remote.code).toBe(0);
     expect(remote.stderr).toBe(
@@ -294,11 +296,17 @@ route = "builtin:atlantis"
     expect(missing).toEqual([]);
   });
 
-  it('the example config in config/ is valid', async () => {
+  it('the example config in config/ is valid, and its simulator is warned about', async () => {
     const r = await runCli(['validate-config', '--config', 'config/agent.example.toml'], {
       env: { TELEMATICS_AGENT_SUBSCRIPTION_KEY: 'example-key' },
     });
-    expect(r.stderr).toBe('');
+    const line =
+      readFileSync(join(ROOT, 'config', 'agent.example.toml'), 'utf8')
+        .split('\n')
+        .indexOf('[[sources]]') + 1;
+    expect(r.stderr).toBe(
+      `warning: config/agent.example.toml:${line}: sources[0]: a simulator source: its positions and temperatures are made up (route builtin:chicago-indianapolis) and are sent to the service as those of TRUCK-1; for trying the agent out and tests only, remove it on a device\n`,
+    );
     expect(r.code).toBe(0);
   });
 });
@@ -330,5 +338,130 @@ describe('config/agent.example.toml', () => {
       }
     }
     expect(example).toEqual(bare);
+  });
+});
+
+describe('the installed config (config/agent.toml)', () => {
+  const INSTALLED = join(ROOT, 'config', 'agent.toml');
+  const text = readFileSync(INSTALLED, 'utf8');
+  const lineOf = (re: RegExp) => text.split('\n').findIndex((l) => re.test(l)) + 1;
+
+  it('refuses to start until edited, naming the lines to edit; with those lines edited it is valid and has no simulator', async () => {
+    const cfg = writeFile(tmp.dir, 'agent.toml', text.replace('path = "/var/lib/telematics-agent/buffer.db"', `path = "${join(tmp.dir, 'state', 'buffer.db')}"`));
+    const env = { TELEMATICS_AGENT_SUBSCRIPTION_KEY: 'k' };
+    const r = await runCli(['validate-config', '--config', cfg], { env });
+    expect(r.code).toBe(78);
+    expect(r.stderr).toBe(
+      `${cfg}: invalid configuration
+  ${cfg}:${lineOf(/^base_url = /)}: api.base_url: still "CHANGE-ME", the installed config's placeholder: set it (docs/configuration.md, "The installed config")
+  ${cfg}:${lineOf(/^scac = /)}: api.scac: still "CHANGE-ME", the installed config's placeholder: set it (docs/configuration.md, "The installed config")
+  ${cfg}:${lineOf(/^# \[\[sources\]\]/)}: sources: expected at least one [[sources]] table: an agent without a source collects nothing
+`,
+    );
+    // The daemon refuses the same way (78: systemd does not restart it), before it creates anything.
+    const run = await runCli(['run', '--config', cfg], { env });
+    expect(run.code).toBe(78);
+    expect(run.stderr).toContain(`${cfg}:${lineOf(/^scac = /)}: api.scac: still "CHANGE-ME"`);
+    expect(existsSync(join(tmp.dir, 'state'))).toBe(false);
+
+    // The edits an operator makes: the two lines named, and the gpsd source uncommented.
+    let edited = readFileSync(cfg, 'utf8').replace('base_url = "CHANGE-ME"', 'base_url = "https://events.example.com"').replace('scac = "CHANGE-ME"', 'scac = "ABCD"');
+    const gpsd = edited.indexOf('# [[sources]]\n# type = "gpsd"');
+    const end = edited.indexOf('#\n', gpsd);
+    edited = edited.slice(0, gpsd) + edited.slice(gpsd, end).replace(/^# /gm, '') + edited.slice(end);
+    writeFile(tmp.dir, 'agent.toml', edited);
+    const ok = await runCli(['validate-config', '--config', cfg], { env });
+    expect(ok.stderr).toBe('');
+    expect(ok.code).toBe(0);
+  });
+
+  it('every source it shows commented out is valid uncommented, alone', () => {
+    const blocks = text.split(/^# \[\[sources\]\]$/m).slice(1);
+    expect(blocks.length).toBe(6);
+    for (const b of blocks) {
+      const body = b
+        .split('\n')
+        .filter((l) => /^# \w+ = /.test(l))
+        .map((l) => l.slice(2))
+        .join('\n');
+      expect(() => parseConfigText(`[api]\nscac = "ABCD"\n[[sources]]\n${body}\n`, 'agent.toml', '/etc/telematics-agent'), body).not.toThrow();
+    }
+  });
+});
+
+describe('drop-ins (agent.d/*.toml beside agent.toml)', () => {
+  const MAIN = `[api]\nbase_url = "https://events.example.com"\nscac = "ABCD"\ntimeout_s = 7\n[schedule]\nsplay_s = 30\n${SRC}`;
+  const setUp = (files: Record<string, string>) => {
+    const cfg = writeFile(tmp.dir, 'agent.toml', MAIN);
+    mkdirSync(join(tmp.dir, 'agent.d'));
+    for (const [name, t] of Object.entries(files)) writeFile(join(tmp.dir, 'agent.d'), name, t);
+    return cfg;
+  };
+
+  it('are merged in name order over agent.toml: tables key by key, [[sources]] appended, other files ignored', () => {
+    const cfg = setUp({
+      '20-truck.toml': 'device_id = "truck-042"\n[api]\nscac = "TRKS"\n[[sources]]\ntype = "gpsd"\nresource_id = "T42"\n',
+      '10-fleet.toml': '[api]\nscac = "FLET"\ntimeout_s = 9\n[schedule]\ntraces = "*/5 * * * *"\n[[sources]]\ntype = "nmea"\nresource_id = "T42"\ndevice = "/dev/ttyUSB0"\n',
+      'notes.txt': 'not toml',
+      '.30-hidden.toml': '[api]\nscac = "HIDE"\n',
+    });
+    const loaded = loadConfig(cfg);
+    expect(loaded.dropIns).toEqual([join(tmp.dir, 'agent.d', '10-fleet.toml'), join(tmp.dir, 'agent.d', '20-truck.toml')]);
+    expect(loaded.deviceId).toBe('truck-042');
+    // The last file that sets a key wins; keys no drop-in sets keep agent.toml's value.
+    expect(loaded.config.api).toMatchObject({ base_url: 'https://events.example.com', scac: 'TRKS', timeout_s: 9 });
+    expect(loaded.config.schedule).toEqual({ traces: '*/5 * * * *', splay_s: 30 });
+    expect(loaded.config.sources.map((s) => s.type)).toEqual(['simulator', 'nmea', 'gpsd']);
+  });
+
+  it('name the file and line of every problem, a drop-in as well as agent.toml', async () => {
+    const cfg = setUp({
+      '10-fleet.toml': '[api]\ntimeout_s = 9\n\n[schedule]\nsplay_s = -1\n',
+      '20-truck.toml': '# truck 42\n[[sources]]\ntype = "gpsd"\nresource_id = "T42"\nport = "2947"\n[[sources]]\ntype = "gpsd"\nhost = "127.0.0.1"\n',
+    });
+    writeFile(tmp.dir, 'agent.toml', MAIN.replace('scac = "ABCD"', 'scac = "abcd"'));
+    const r = await runCli(['validate-config', '--config', cfg], { env: { TELEMATICS_AGENT_SUBSCRIPTION_KEY: 'k' } });
+    expect(r.code).toBe(78);
+    const d = (name: string) => join(tmp.dir, 'agent.d', name);
+    expect(r.stderr).toBe(
+      `${cfg}: invalid configuration
+  ${cfg}:3: api.scac: expected a 2-4 letter SCAC code in capitals, got "abcd"
+  ${d('10-fleet.toml')}:5: schedule.splay_s: expected a number >= 0, got -1
+  ${d('20-truck.toml')}:5: sources[1].port: expected number, got "2947"
+  ${d('20-truck.toml')}:6: sources[2].resource_id: required (expected string)
+`,
+    );
+    // A syntax error names its file too.
+    writeFile(join(tmp.dir, 'agent.d'), '10-fleet.toml', '[api]\ntimeout_s = = 9\n');
+    writeFile(tmp.dir, 'agent.toml', MAIN);
+    const syntax = await runCli(['validate-config', '--config', cfg], { env: { TELEMATICS_AGENT_SUBSCRIPTION_KEY: 'k' } });
+    expect(syntax.code).toBe(78);
+    expect(syntax.stderr).toMatch(new RegExp(`^  ${d('10-fleet.toml').replace(/[.]/g, '\\.')}: line 2, column \\d+: TOML syntax error`, 'm'));
+  });
+
+  it('validate-config names the drop-ins it merged', async () => {
+    const cfg = setUp({ '10-fleet.toml': '[api]\ntimeout_s = 9\n' });
+    const r = await runCli(['validate-config', '--config', cfg], { env: { TELEMATICS_AGENT_SUBSCRIPTION_KEY: 'k' } });
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain(`${cfg} with ${join(tmp.dir, 'agent.d', '10-fleet.toml')}: ok`);
+  });
+});
+
+describe('references in the shipped configs', () => {
+  it('name sections that exist: (docs/sources.md: "exec") is a heading of docs/sources.md', () => {
+    const refs: string[] = [];
+    for (const name of ['agent.example.toml', 'agent.toml']) {
+      const text = readFileSync(join(ROOT, 'config', name), 'utf8');
+      for (const m of text.matchAll(/\((?:see )?(README|docs\/[\w-]+\.md)(?:, |: )"([^"]+)"\)/g)) {
+        const file = m[1] === 'README' ? 'README.md' : m[1];
+        const headings = readFileSync(join(ROOT, file), 'utf8')
+          .split('\n')
+          .filter((l) => l.startsWith('#'))
+          .map((l) => l.replace(/^#+\s*/, '').replace(/`/g, ''));
+        refs.push(`${name}: ${m[0]}${headings.includes(m[2]) ? '' : ' (no such heading)'}`);
+      }
+    }
+    expect(refs.length).toBeGreaterThan(0);
+    expect(refs.filter((r) => r.endsWith('(no such heading)'))).toEqual([]);
   });
 });

@@ -8,6 +8,10 @@ describe('demo', () => {
     expect(r.code).toBe(0);
     // One truck, two loads: each its own milestones, the shared Indianapolis dock included...
     expect(r.stdout).toContain('milestones DEMO-LOAD-1  AB X3 AF X1 D1 (in order)');
+    // The first milestone line shows AB: what it is is said before it.
+    const firstMilestone = r.stdout.indexOf('milestone 200');
+    expect(r.stdout.indexOf('AB: the delivery appointment, recorded by hand')).toBeGreaterThan(-1);
+    expect(r.stdout.indexOf('AB: the delivery appointment, recorded by hand')).toBeLessThan(firstMilestone);
     expect(r.stdout).toContain('milestones DEMO-LOAD-2  X3 AF X1 D1 (in order)');
     expect(r.stdout).toContain('DEMO-LOAD-2 started on TRUCK-DEMO in Lafayette, IN; DEMO-LOAD-1 stays on');
     expect(r.stdout).toMatch(/trace requests\s+\d+ accepted/);

@@ -289,7 +289,7 @@ describe('codes are checked, not just warned about (item 6)', () => {
     const bad = writeFile(tmp.dir, 'bad.toml', readFileSync(cfg, 'utf8').replace(/\[\[sources\]\][^]*$/, '[[sources]]\ntype = "simulator"\nresource_id = "T1"\nresource_type = "car"\n'));
     const v = await runCli(['validate-config', '--config', bad]);
     expect(v.code).toBe(78);
-    expect(v.stderr).toContain('  sources[0].resource_type: expected one of Truck, Trailer, Driver, got "car"\n');
+    expect(v.stderr).toContain(`  ${bad}:${readFileSync(bad, 'utf8').split('\n').indexOf('resource_type = "car"') + 1}: sources[0].resource_type: expected one of Truck, Trailer, Driver, got "car"\n`);
     const ok = writeFile(tmp.dir, 'ok.toml', readFileSync(bad, 'utf8').replace('"car"', '"driver"'));
     const json = JSON.parse((await runCli(['validate-config', '--json', '--config', ok])).stdout) as { sources: Array<{ resource_type: string }> };
     expect(json.sources[0].resource_type).toBe('Driver');
@@ -338,7 +338,7 @@ describe('load numbers are checked where they are typed (item 7)', () => {
     cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9', '', { api: 'load_number_pattern = "(["' });
     const v = await cli(['validate-config']);
     expect(v.code).toBe(78);
-    expect(v.stderr).toMatch(/ {2}api\.load_number_pattern: expected a regular expression \(.*\)/);
+    expect(v.stderr).toMatch(/ {2}\S+agent\.toml:\d+: api\.load_number_pattern: expected a regular expression \(.*\)/);
   });
 });
 

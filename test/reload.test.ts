@@ -263,9 +263,31 @@ describe('reload (SIGHUP)', () => {
       writeFileSync(cfg, `${readFileSync(cfg, 'utf8')}\n[[sources]]\ntype = "simulator"\nresource_id = "T9"\nroute = "${route}"\n`);
       d.child.kill('SIGHUP');
       const line = await lineWith(d, 'new configuration refused', 'the refusal');
-      expect(JSON.parse(line).problems).toEqual([`sources[1].route: ${route}: cannot read route file (ENOENT)`]);
+      const at = readFileSync(cfg, 'utf8').split('\n').indexOf(`route = "${route}"`) + 1;
+      expect(JSON.parse(line).problems).toEqual([`${cfg}:${at}: sources[1].route: ${route}: cannot read route file (ENOENT)`]);
       expect(d.output()).not.toContain('configuration reloaded');
       expect(await d.stop('SIGTERM')).toEqual({ code: 0, signal: null });
+    } finally {
+      await d.stop();
+    }
+  });
+
+  it('reads the drop-ins again: a new one is applied, a bad one refused naming its file and line', async () => {
+    const { url } = await sandbox.start();
+    const cfg = agentConfig(tmp.dir, url);
+    const d = startDaemon(['--config', cfg]);
+    try {
+      await waitFor(() => d.output().includes('agent started'), 15_000, 'the daemon to start');
+      const { mkdirSync } = await import('node:fs');
+      mkdirSync(join(tmp.dir, 'agent.d'));
+      writeFile(join(tmp.dir, 'agent.d'), '50-poll.toml', '# faster\n[delivery]\npoll_interval_ms = 250\n');
+      d.child.kill('SIGHUP');
+      const line = await lineWith(d, 'configuration reloaded', 'the reload');
+      expect(JSON.parse(line)).toMatchObject({ applied: ['delivery.poll_interval_ms'], needsRestart: [] });
+      const bad = writeFile(join(tmp.dir, 'agent.d'), '60-bad.toml', '[delivery]\n\npoll_interval_ms = -5\n');
+      d.child.kill('SIGHUP');
+      const refused = await lineWith(d, 'new configuration refused', 'the refusal');
+      expect(JSON.parse(refused).problems).toEqual([`${bad}:3: delivery.poll_interval_ms: expected a number > 0, got -5`]);
     } finally {
       await d.stop();
     }

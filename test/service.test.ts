@@ -259,7 +259,10 @@ describe('install.sh and uninstall.sh into a temporary root', () => {
     expect(mode(r('etc/telematics-agent'))).toBe(0o750);
     expect(mode(r('var/lib/telematics-agent'))).toBe(0o750);
     expect(mode(r('etc/telematics-agent/agent.toml'))).toBe(0o640);
-    expect(readFileSync(r('etc/telematics-agent/agent.toml'), 'utf8')).toBe(readFileSync(EXAMPLE_CONFIG, 'utf8'));
+    // The installed config (placeholders, no source: it refuses to start until edited), not the example.
+    expect(readFileSync(r('etc/telematics-agent/agent.toml'), 'utf8')).toBe(readFileSync(join(ROOT, 'config', 'agent.toml'), 'utf8'));
+    expect(mode(r('etc/telematics-agent/agent.d'))).toBe(0o750);
+    expect(res.stdout).toContain('would run: chown root:telematics-agent /etc/telematics-agent /etc/telematics-agent/agent.d');
     expect(mode(r('etc/systemd/system/telematics-agent.service'))).toBe(0o644);
     expect(readFileSync(r('etc/systemd/system/telematics-agent.service'), 'utf8')).toBe(unitText);
     // No key is invented; the operator is told how to put one.

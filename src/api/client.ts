@@ -10,6 +10,7 @@
 import { subscribe } from 'node:diagnostics_channel';
 import { type Dispatcher, errors, request } from 'undici';
 import { createDispatcher, redactProxy, type TransportOptions } from './transport.js';
+import { USER_AGENT } from '../version.js';
 
 export interface ApiClientOptions extends Omit<TransportOptions, 'timeoutMs' | 'connectTimeoutMs'> {
   baseUrl: string;
@@ -105,6 +106,7 @@ export class ApiClient {
       carrierSCAC: this.opts.scac,
       Accept: 'application/json',
       'Content-Type': 'application/json',
+      'User-Agent': USER_AGENT,
     };
     if (idempotencyKey) h['Idempotency-Key'] = idempotencyKey;
     return h;

@@ -169,6 +169,7 @@ export function openDatabase(path: string, opts: OpenOptions = {}): DB {
   const memory = path === ':memory:';
   try {
     if (!memory && !opts.readonly) mkdirSync(dirname(path), { recursive: true });
+    if (!memory && !opts.readonly) createPrivate(path);
     const header = memory ? 'empty' : checkFile(path);
     if (header !== 'empty' && !opts.readonly) checkWalIdentity(path, header.applicationId);
     const db = new Database(path, { readonly: opts.readonly ?? false, fileMustExist: opts.readonly ?? false });
@@ -308,6 +309,20 @@ export function checkWalIdentity(path: string, mainIdentity: number): void {
     if (recorded !== undefined && recorded !== String(seen)) throw foreignWal(path, `the header says ${seen}, the buffer's own record ${recorded}`);
   } finally {
     ro.close();
+  }
+}
+
+/**
+ * Create `path` empty, mode 0640, unless it is there: the buffer holds the truck's positions,
+ * and SQLite makes a file 0644 (less the umask; a run by hand has 022), readable by every user
+ * of the device. SQLite gives the -wal and -shm it makes the mode of the database file, and
+ * the daemon's lock file is made here too (lock.ts).
+ */
+export function createPrivate(path: string): void {
+  try {
+    closeSync(openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL, 0o640));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
   }
 }
 

@@ -11,7 +11,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { BufferError } from '../errors.js';
-import { accessProblem, keepOwner } from './db.js';
+import { accessProblem, createPrivate, keepOwner } from './db.js';
 import { lockFileOf, lockHolder } from './lock-holder.js';
 
 export class BufferLock {
@@ -26,6 +26,7 @@ export class BufferLock {
     let db: Database.Database | undefined;
     try {
       mkdirSync(dirname(file), { recursive: true });
+      createPrivate(file);
       // A second daemon gives up after this wait. Not at once: a CLI about to migrate the
       // buffer reads the file (lock-holder.ts) to see whether a daemon holds it, and a daemon
       // starting in that moment must not take the reader for another daemon.

@@ -7,6 +7,7 @@
  */
 import { rmSync } from 'node:fs';
 import Database from 'better-sqlite3';
+import { createPrivate } from './db.js';
 import { migrate } from './migrations.js';
 import { readPages } from './pages.js';
 
@@ -34,6 +35,7 @@ function knownTables(): Array<{ name: string; sql: string }> {
 export function rebuildFromPages(file: string, dest: string): Rebuilt {
   const read = readPages(file, knownTables());
   for (const suffix of ['', '-wal', '-shm', '-journal']) rmSync(dest + suffix, { force: true });
+  createPrivate(dest);
   const db = new Database(dest);
   const rows: Record<string, number> = {};
   try {

@@ -5,12 +5,14 @@
  */
 import { existsSync } from 'node:fs';
 import { Option } from 'commander';
-import { corrupt, SCHEMA_VERSION } from '../buffer/db.js';
+import { accessProblem, corrupt, SCHEMA_VERSION } from '../buffer/db.js';
 import { openForReading } from '../buffer/read.js';
 import { Store } from '../buffer/store.js';
 import { loadConfig, resolveConfigPath, type LoadedConfig } from '../config/load.js';
 import { CliError, isCorruption } from '../errors.js';
+import { BufferError } from '../errors.js';
 import { EXIT } from '../exit.js';
+import { isReadOnly, notThisUser, readProblem } from './access.js';
 
 export const out = (s: string): void => {
   process.stdout.write(`${s}\n`);
@@ -34,7 +36,20 @@ export function load(configPath: string | undefined): LoadedConfig {
  */
 export function withStore<T>(loaded: LoadedConfig, fn: (store: Store) => T): T {
   const b = loaded.config.buffer;
-  return closing(Store.open(b.path, { synchronous: b.synchronous, cacheKb: b.cache_kb, reserveKb: b.reserve_kb }), fn);
+  let store: Store;
+  try {
+    store = Store.open(b.path, { synchronous: b.synchronous, cacheKb: b.cache_kb, reserveKb: b.reserve_kb });
+  } catch (e) {
+    if (e instanceof BufferError && e.problem === 'access') throw notThisUser(b.path, 'write', accessProblem(b.path) ?? e.message);
+    throw e;
+  }
+  try {
+    return closing(store, fn);
+  } catch (e) {
+    // SQLite opens a file this user may only read read-only, and says so at the first write.
+    if (isReadOnly(e)) throw notThisUser(b.path, 'write', accessProblem(b.path) ?? (e as Error).message);
+    throw e;
+  }
 }
 
 /**
@@ -44,6 +59,9 @@ export function withStore<T>(loaded: LoadedConfig, fn: (store: Store) => T): T {
  */
 export function withReader<T>(loaded: LoadedConfig, fn: (store: Store) => T): T {
   const b = loaded.config.buffer;
+  // Not "no buffer" for a buffer this user cannot see: a directory it may not look into.
+  const unreadable = b.path === ':memory:' ? undefined : readProblem(b.path);
+  if (unreadable) throw notThisUser(b.path, 'read', unreadable);
   if (b.path === ':memory:' || !existsSync(b.path)) return closing(Store.open(':memory:'), fn);
   const { db, upgradedFrom } = openForReading(b.path, { cacheKb: b.cache_kb });
   if (upgradedFrom !== undefined) {

@@ -6,7 +6,7 @@
 import { Command, CommanderError } from 'commander';
 import { AgentError } from '../errors.js';
 import { EXIT } from '../exit.js';
-import { packageVersion } from '../paths.js';
+import { VERSION } from '../version.js';
 import { addBufferCommand } from './commands/buffer.js';
 import { addDeadLetterCommand } from './commands/dead-letter.js';
 import { addDemoCommand } from './commands/demo.js';
@@ -17,8 +17,6 @@ import { addSandboxCommand } from './commands/sandbox.js';
 import { addStatusCommand } from './commands/status.js';
 import { addValidateConfigCommand } from './commands/validate-config.js';
 import { err } from './common.js';
-
-const VERSION = packageVersion();
 
 /** Set by `run`: the daemon keeps collecting when nobody reads its output any more. */
 let daemon = false;
@@ -39,7 +37,8 @@ export function buildProgram(): Command {
     .addHelpText(
       'after',
       `
-Exit status: 0 ok, 1 run-time failure, 3 daemon not running (status), 64 usage error,
+Exit status: 0 ok, 1 run-time failure, 3 daemon not running (status), 5 delivery paused
+(status), 6 a source unhealthy (status), 64 usage error,
 65 bad input data or an unusable buffer (corrupt, newer version), 73 buffer cannot be
 opened or created, 75 the buffer's schema needs an upgrade that the daemon still running must
 do (restart the service), 78 invalid configuration, no key, or another daemon on the buffer.`,

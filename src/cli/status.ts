@@ -9,14 +9,18 @@ import { lateSince, lateUntil } from '../buffer/ledger.js';
 import type { LastFix, Store } from '../buffer/store.js';
 import { deviceZone, describeDeviceZone } from '../geo/device-zone.js';
 import { formatStep } from '../clock.js';
+import { VERSION } from '../version.js';
 
 export interface StatusReport {
+  /** This command's version; `daemon.version` is the daemon's (they differ after an upgrade until a restart). */
+  version: string;
   deviceId: string;
   configFile: string;
   buffer: string;
   daemon: {
     running: boolean;
     pid: number | null;
+    version: string | null;
     startedMs: number | null;
     stateUpdatedMs: number | null;
     note: string;
@@ -67,10 +71,11 @@ export function buildStatus(store: Store, info: { deviceId: string; configFile: 
     }
   }
   return {
+    version: VERSION,
     deviceId: state?.deviceId ?? info.deviceId,
     configFile: info.configFile,
     buffer: info.buffer,
-    daemon: { running, pid: state?.pid ?? null, startedMs: state?.startedMs ?? null, stateUpdatedMs: state?.updatedMs ?? null, note },
+    daemon: { running, pid: state?.pid ?? null, version: state?.version ?? null, startedMs: state?.startedMs ?? null, stateUpdatedMs: state?.updatedMs ?? null, note },
     queue: store.counts(),
     dropped: dropCounters(store.counters(), running ? (state?.ingest.droppedUncounted ?? 0) : 0),
     delivery: state?.sender ?? null,
@@ -139,6 +144,8 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
   // A row without a key continues the one above it: no colon of its own.
   const row = (k: string, v: string) => lines.push(`${(k ? `${k}:` : '').padEnd(14)}${v}`);
   row('device', r.deviceId);
+  const daemonVersion = r.daemon.running && r.daemon.version && r.daemon.version !== r.version ? ` (the daemon running is ${r.daemon.version}: restart it to run this one)` : '';
+  row('version', `${r.version}${daemonVersion}`);
   row('config', r.configFile);
   row('buffer', r.buffer);
   row('device zone', describeDeviceZone(r.deviceZone));

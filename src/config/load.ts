@@ -1,7 +1,8 @@
 /**
- * Finding, reading and validating the config file, and finding the subscription key.
- * Every problem is collected and reported at once as `path: problem`; nothing falls
- * back silently to a default the operator did not ask for.
+ * Finding, reading and validating the config file and its drop-ins (drop-ins.ts), and finding
+ * the subscription key. Every problem is collected and reported at once as `path: problem`,
+ * after the file and line it came from; nothing falls back silently to a default the
+ * operator did not ask for.
  */
 import { accessSync, constants, readFileSync, statSync } from 'node:fs';
 import { hostname } from 'node:os';
@@ -12,6 +13,8 @@ import { deviceZone } from '../geo/device-zone.js';
 import { EXIT } from '../exit.js';
 import { check, problemLine } from '../validation.js';
 import { configSchema, type Config } from './schema.js';
+import { type ConfigPart, dropInFiles, mergeToml, Origins } from './drop-ins.js';
+import { placeholderProblems } from './fake-data.js';
 import { readCaFile } from '../api/transport.js';
 import { loadRoute } from '../sources/routes.js';
 
@@ -25,11 +28,18 @@ export const CREDENTIAL_NAME = 'subscription-key';
 export class ConfigError extends AgentError {
   readonly code = 'ECONFIG';
   readonly exitCode = EXIT.CONFIG;
+  /** `at[i]`: the `file:line` that problems[i] came from, when known. */
   constructor(
     readonly file: string,
     readonly problems: string[],
+    readonly at: Array<string | undefined> = [],
   ) {
-    super(`${file}: invalid configuration\n${problems.map((p) => `  ${p}`).join('\n')}`);
+    super(`${file}: invalid configuration\n${problems.map((p, i) => `  ${at[i] ? `${at[i]}: ` : ''}${p}`).join('\n')}`);
+  }
+
+  /** Each problem after the `file:line` it came from, when known. */
+  located(): string[] {
+    return this.problems.map((p, i) => (this.at[i] ? `${this.at[i]}: ${p}` : p));
   }
 
   /** The message names the file and lists one problem a line: no `error:` before it. */
@@ -44,6 +54,21 @@ export interface LoadedConfig {
   config: Config;
   deviceId: string;
   warnings: string[];
+  /** The drop-ins merged over `file`, in the order they were applied. */
+  dropIns?: string[];
+  /** Where each setting was written, for problems found after loading (the key, the sources' files). */
+  origins?: Origins;
+}
+
+/** The path of a problem (`sources[1].route: ...`), as written by problemLine. */
+const problemPath = (problem: string) => /^([A-Za-z_][\w-]*(?:\[\d+\]|\.[\w-]+)*): /.exec(problem)?.[1];
+
+/** Where each problem came from, by its path. */
+export function locate(problems: string[], origins: Origins | undefined): Array<string | undefined> {
+  return problems.map((p) => {
+    const path = problemPath(p);
+    return origins && path ? origins.where(path) : undefined;
+  });
 }
 
 export function resolveConfigPath(option: string | undefined, env: NodeJS.ProcessEnv = process.env): string {
@@ -62,19 +87,41 @@ function readConfigText(file: string): string {
 
 /** Parse TOML text and validate it. Relative paths in it are taken relative to `baseDir`. */
 export function parseConfigText(text: string, file: string, baseDir = dirname(resolve(file))): Config {
-  let raw: unknown;
-  try {
-    raw = parseToml(text);
-  } catch (err) {
-    if (err instanceof TomlError) {
-      const first = err.message.split('\n')[0];
-      throw new ConfigError(file, [`line ${err.line}, column ${err.column}: TOML syntax error: ${first}`]);
+  return parseConfigParts([{ file, text }], baseDir).config;
+}
+
+/**
+ * Parse a config file and its drop-ins (each TOML text on its own), merge them in order
+ * (drop-ins.ts) and validate the result; every problem is named with the file and line it
+ * came from. Relative paths are taken relative to `baseDir`, the main file's directory.
+ */
+export function parseConfigParts(parts: ConfigPart[], baseDir: string): { config: Config; origins: Origins } {
+  const main = parts[0].file;
+  const origins = new Origins();
+  const merged: Record<string, unknown> = {};
+  const syntax: string[] = [];
+  const syntaxAt: string[] = [];
+  for (const part of parts) {
+    try {
+      const raw = parseToml(part.text) as Record<string, unknown>;
+      origins.add(part, raw);
+      mergeToml(merged, structuredClone(raw));
+    } catch (err) {
+      if (!(err instanceof TomlError)) throw err;
+      syntax.push(`line ${err.line}, column ${err.column}: TOML syntax error: ${err.message.split('\n')[0]}`);
+      syntaxAt.push(part.file);
     }
-    throw err;
   }
-  const result = check(configSchema, raw, 'toml');
-  if (!result.success) throw new ConfigError(file, result.problems.map(problemLine));
-  return absolutise(result.data, baseDir);
+  // Each file's syntax errors at once; the settings of a file that does not parse are unknown.
+  if (syntax.length) throw new ConfigError(main, syntax, parts.length > 1 ? syntaxAt : []);
+  const result = check(configSchema, merged, 'toml');
+  const placeholders = placeholderProblems(merged);
+  if (!result.success || placeholders.length) {
+    const left = new Set(placeholders.map(problemPath));
+    const problems = [...placeholders, ...(result.success ? [] : result.problems.map(problemLine).filter((p) => !left.has(problemPath(p))))];
+    throw new ConfigError(main, problems, locate(problems, origins));
+  }
+  return { config: absolutise(result.data, baseDir), origins };
 }
 
 function absolutise(config: Config, baseDir: string): Config {
@@ -120,7 +167,14 @@ export function defaultDeviceId(host = hostname(), machineIdFile = '/etc/machine
 
 export function loadConfig(file: string): LoadedConfig {
   const text = readConfigText(file);
-  const config = parseConfigText(text, file);
+  let dropIns: string[];
+  try {
+    dropIns = dropInFiles(file);
+  } catch (err) {
+    throw new ConfigError(file, [`${file}: cannot read its drop-in directory (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`]);
+  }
+  const parts = [{ file, text }, ...dropIns.map((f) => ({ file: f, text: readConfigText(f) }))];
+  const { config, origins } = parseConfigParts(parts, dirname(resolve(file)));
   // A misspelt TZ would put the schedule and every positionless time in UTC without a word.
   const zone = deviceZone();
   if (zone.problem) throw new ConfigError(file, [zone.problem]);
@@ -146,7 +200,7 @@ export function loadConfig(file: string): LoadedConfig {
   // name when there are several MQTT sources: the schema asks for one), after every restart.
   const mqtt = config.sources.filter((s) => s.type === 'mqtt');
   for (const s of mqtt) s.client_id ??= mqttClientId(deviceId, mqtt.length > 1 ? s.name : undefined);
-  return { file, config, deviceId, warnings };
+  return { file, config, deviceId, warnings, dropIns, origins };
 }
 
 /**
@@ -214,18 +268,21 @@ function sourceFileProblems(config: Config): string[] {
   return problems;
 }
 
-/** Every problem of `checks` (each throwing a ConfigError or not), as one ConfigError. */
-export function allProblems(file: string, checks: Array<() => unknown>): void {
+/** Every problem of `checks` (each throwing a ConfigError or not), as one ConfigError, each named with where it came from. */
+export function allProblems(file: string, checks: Array<() => unknown>, origins?: Origins): void {
   const problems: string[] = [];
+  const at: Array<string | undefined> = [];
   for (const c of checks) {
     try {
       c();
     } catch (err) {
       if (!(err instanceof ConfigError)) throw err;
+      const found = locate(err.problems, origins);
       problems.push(...err.problems);
+      at.push(...err.problems.map((_, i) => err.at[i] ?? found[i]));
     }
   }
-  if (problems.length) throw new ConfigError(file, problems);
+  if (problems.length) throw new ConfigError(file, problems, at);
 }
 
 /**
@@ -234,17 +291,21 @@ export function allProblems(file: string, checks: Array<() => unknown>): void {
  */
 export function preflight(loaded: LoadedConfig, ...more: Array<() => unknown>): KeyLookup {
   let key: KeyLookup | undefined;
-  allProblems(loaded.file, [
-    () => {
-      key = resolveSubscriptionKey(loaded);
-    },
-    () => resolveCa(loaded),
-    () => {
-      const problems = sourceFileProblems(loaded.config);
-      if (problems.length) throw new ConfigError(loaded.file, problems);
-    },
-    ...more,
-  ]);
+  allProblems(
+    loaded.file,
+    [
+      () => {
+        key = resolveSubscriptionKey(loaded);
+      },
+      () => resolveCa(loaded),
+      () => {
+        const problems = sourceFileProblems(loaded.config);
+        if (problems.length) throw new ConfigError(loaded.file, problems);
+      },
+      ...more,
+    ],
+    loaded.origins,
+  );
   return key!;
 }
 

@@ -96,7 +96,7 @@ export async function runDaemon(loaded: LoadedConfig, key: KeyLookup, log: Retur
         .catch((e) => log.error({ err: (e as Error).message }, 'reload failed'))
         .finally(() => void notifier.ready(running()));
     } catch (e) {
-      const problems = e instanceof ConfigError ? e.problems : [(e as Error).message];
+      const problems = e instanceof ConfigError ? e.located() : [(e as Error).message];
       log.error({ problems }, 'new configuration refused; still running with the previous one');
       void notifier.ready(running());
     }

@@ -1,6 +1,7 @@
 /**
- * `status`: the report of ../status.ts, read from the buffer without the daemon; exit 3
- * when the daemon is not running.
+ * `status`: the report of ../status.ts, read from the buffer without the daemon. Its exit
+ * status is for monitoring scripts: 3 when the daemon is not running, 5 when delivery is
+ * paused, 6 when a source is unhealthy, the first that applies; else 0.
  */
 import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
@@ -11,7 +12,7 @@ import { buildStatus, formatStatus, type StatusReport } from '../status.js';
 export function addStatusCommand(program: Command): void {
   program
     .command('status')
-    .description('queue depths, last successful push, last error, active loads, sources; exit 3 when the daemon is not running')
+    .description('queue depths, last successful push, last error, active loads, sources; exit 3 when the daemon is not running, 5 when delivery is paused, 6 when a source is unhealthy')
     .addOption(configOption())
     .option('--json', 'machine-readable output')
     .action((opts: { config?: string; json?: boolean }) => {
@@ -25,6 +26,14 @@ export function addStatusCommand(program: Command): void {
       const report: StatusReport = withReader(loaded, (store) => buildStatus(store, info));
       if (missing) report.daemon.note = `no buffer at ${buffer}: the daemon has never run with this config`;
       out(opts.json ? JSON.stringify(report, null, 2) : formatStatus(report));
-      if (!report.daemon.running) process.exitCode = EXIT.NOT_RUNNING;
+      process.exitCode = statusExit(report);
     });
+}
+
+/** The exit status of a report: the worst state first. */
+export function statusExit(r: StatusReport): number {
+  if (!r.daemon.running) return EXIT.NOT_RUNNING;
+  if (r.delivery?.paused) return EXIT.PAUSED;
+  if (r.sources.some((s) => !s.healthy)) return EXIT.SOURCE_UNHEALTHY;
+  return EXIT.OK;
 }

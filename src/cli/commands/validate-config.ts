@@ -6,6 +6,7 @@ import type { Command } from 'commander';
 import { accessProblem } from '../../buffer/db.js';
 import { redactProxy } from '../../api/transport.js';
 import { ConfigError, keyFileWarning, preflight } from '../../config/load.js';
+import { simulatorWarnings } from '../../config/fake-data.js';
 import { describeDeviceZone } from '../../geo/device-zone.js';
 import { configOption, err, load, out } from '../common.js';
 
@@ -25,12 +26,14 @@ export function addValidateConfigCommand(program: Command): void {
       });
       const keyWarning = keyFileWarning(key);
       if (keyWarning) err(`warning: subscription key: ${keyWarning}`);
+      for (const w of simulatorWarnings(loaded.config, loaded.origins)) err(`warning: ${w}`);
       if (opts.json) {
         const { subscription_key: _omit, ...api } = loaded.config.api;
         if (api.proxy) api.proxy = redactProxy(api.proxy);
         out(JSON.stringify({ ...loaded.config, api, device_id: loaded.deviceId }, null, 2));
       } else {
-        out(`${loaded.file}: ok (device ${loaded.deviceId}, ${loaded.config.sources.length} source(s), key from ${key.origin}, device zone ${describeDeviceZone()})`);
+        const dropIns = loaded.dropIns?.length ? ` with ${loaded.dropIns.join(', ')}` : '';
+        out(`${loaded.file}${dropIns}: ok (device ${loaded.deviceId}, ${loaded.config.sources.length} source(s), key from ${key.origin}, device zone ${describeDeviceZone()})`);
       }
     });
 }
