@@ -26,6 +26,7 @@ import { type BufferError, isCorruption } from './errors.js';
 import { ruleSourceOf } from './geo/timezone.js';
 import { deviceZone, STALE_ZONEINFO } from './geo/device-zone.js';
 import { zoneinfoDir } from './geo/tzif.js';
+import { FleetLink } from './fleet/link.js';
 import { HealthServer } from './health.js';
 import { addSecret } from './log.js';
 import { MilestoneDetector } from './milestones/detector.js';
@@ -66,6 +67,7 @@ export class Agent {
   /** Port of the health endpoint when it is on. */
   healthPort: number | undefined;
   private healthListen = '';
+  private fleet: FleetLink | undefined;
   private stateRow!: StateRow;
   private reloading: Promise<unknown> = Promise.resolve();
   private clockJump: { ms: number; atMs: number } | undefined;
@@ -192,6 +194,7 @@ export class Agent {
       this.stateRow.tick();
     }, 1000);
     await this.startHealth(config.health.listen);
+    (this.fleet = new FleetLink(this, deviceId, this.log.child({ component: 'fleet' }))).start(config);
     const { zone, from: timeZoneFrom } = deviceZone();
     this.log.info(
       {
@@ -308,6 +311,7 @@ export class Agent {
       await this.stopHealth();
       await this.startHealth(config.health.listen);
     }
+    await this.fleet?.configure(config);
     void oldClient.close();
     // The limits apply at once (a lowered buffer.max_age_days or max_size_mb must not wait up
     // to a minute for the timer), and a clock step since the last check is seen and logged now.
@@ -345,6 +349,7 @@ export class Agent {
       'clock.unsynced_hold_s': this.running.holdS(),
       sources: this.sources.map((s) => s.name),
       device_id: this.loaded.deviceId,
+      ...this.fleet?.effective(),
     };
   }
 
@@ -387,6 +392,7 @@ export class Agent {
    * under way may finish (bounded by delivery.shutdown_timeout_s), the state is written.
    */
   async stop(): Promise<void> {
+    await this.fleet?.stop();
     await this.stopHealth();
     // No new push from here on; the one under way may finish (sender.stop below).
     this.sender.schedule.stop();
