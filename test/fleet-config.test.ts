@@ -52,3 +52,14 @@ describe('[fleet] config', () => {
     expect(problems({ url: 'mqtts://b.example.com', client_id: 'truck-7-fleet' }, { sources: [mqttSource] })).toEqual([]);
   });
 });
+
+describe('docs/fleet.md', () => {
+  it('holds the JSON Schemas generated from the zod schemas, and the ACL the tests use', async () => {
+    const { readFileSync } = await import('node:fs');
+    const { jsonSchemas } = await import('../src/fleet/messages.js');
+    const { FLEET_ACL } = await import('./fleet-acl.js');
+    const doc = readFileSync(new URL('../docs/fleet.md', import.meta.url), 'utf8');
+    for (const [name, schema] of Object.entries(jsonSchemas())) expect(doc, name).toContain(`### \`${name}\`\n\n\`\`\`json\n${JSON.stringify(schema, null, 2)}\n\`\`\``);
+    expect(doc).toContain(FLEET_ACL);
+  });
+});

@@ -13,23 +13,11 @@ import Database from 'better-sqlite3';
 import { connect, type IClientOptions, type MqttClient } from 'mqtt';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Sandbox } from '../src/sandbox/server.js';
-import { agentConfig, type Daemon, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile } from './helpers.js';
+import { agentConfig, type Daemon, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile } from './helpers.js';
+import { FLEET_ACL } from './fleet-acl.js';
 import { makePki } from './pki.js';
 import { Broker, NO_MOSQUITTO } from './sources/mosquitto.js';
 import { freePort } from './sources/support.js';
-
-/** The ACL docs/fleet.md gives (a test below keeps the two equal). */
-export const FLEET_ACL = `# dispatch: every device's commands, status and replies
-user dispatch
-topic write fleet/+/cmd/#
-topic read fleet/+/status
-topic read fleet/+/reply/#
-
-# each device (its user name is its device id): its own topics only
-pattern read fleet/%u/cmd/#
-pattern write fleet/%u/status
-pattern write fleet/%u/reply/#
-`;
 
 const USERS = { dispatch: 'dispatch-pw', 'truck-a': 'a-pw', 'truck-b': 'b-pw' };
 
@@ -190,7 +178,29 @@ ${extra}`,
     await run(cfg);
     const d = await dispatch();
     const cmd = { commandId: 'sd-1', loadNumber: 'L-7', eventCode: 'SD', reasonCode: 'AO', time: '2026-01-10T10:00:00-06:00' };
-    expect((await send(d, 'truck-a', 'load-start', { commandId: 'ls-1', loadNumber: 'L-7', resourceId: 'T7' })).ok).toBe(true);
+    // The operator's CLI, as dispatch would: its exit status is the answer's.
+    const file = writeFile(tmp.dir, 'load.json', JSON.stringify({ commandId: 'ls-1', loadNumber: 'L-7', resourceId: 'T7' }));
+    const pw = writeFile(tmp.dir, 'dispatch-pw', `${USERS.dispatch}\n`);
+    const sent = await runCli(['fleet', 'send', '--url', broker.url, '--username', 'dispatch', '--password-file', pw, '--device', 'truck-a', 'load-start', '--file', file]);
+    expect(sent.code, sent.stderr).toBe(0);
+    expect(JSON.parse(sent.stdout)).toEqual({ commandId: 'ls-1', ok: true, status: 0, message: 'load L-7 started on T7 (Truck) with 0 stop(s)' });
+    const refused = await runCli([
+      'fleet',
+      'send',
+      '--url',
+      broker.url,
+      '--username',
+      'dispatch',
+      '--password-file',
+      pw,
+      '--device',
+      'truck-a',
+      'milestone',
+      '--json',
+      '{"loadNumber": "L-7", "eventCode": "ZZ"}',
+    ]);
+    expect(refused.code).toBe(65);
+    expect(JSON.parse(refused.stdout).message).toContain('event code ZZ is not in codes.events');
     // SD is repeatable: only the command id keeps a second one out.
     const first = await send(d, 'truck-a', 'milestone', cmd);
     expect(first).toMatchObject({ ok: true, status: 0 });
