@@ -23,7 +23,8 @@ import type { Config } from './config/schema.js';
 import { splayMs, TraceSchedule } from './delivery/schedule.js';
 import { Sender } from './delivery/sender.js';
 import { type BufferError, isCorruption } from './errors.js';
-import { HealthServer } from './health.js';
+import { FleetLink } from './fleet/link.js';
+import { HealthEndpoint } from './health.js';
 import { addSecret } from './log.js';
 import { MilestoneDetector } from './milestones/detector.js';
 import { RunningSources, type SourceFactory } from './sources/running.js';
@@ -61,10 +62,9 @@ export class Agent {
   private boundsTimer: NodeJS.Timeout | undefined;
   private stateTimer: NodeJS.Timeout | undefined;
   private readonly startedMs = Date.now();
-  private health: HealthServer | undefined;
-  /** Port of the health endpoint when it is on. */
-  healthPort: number | undefined;
-  private healthListen = '';
+  /** The health endpoint (`health.listen`), moved by a reload. */
+  private readonly health = new HealthEndpoint(this);
+  private fleet: FleetLink | undefined;
   private stateRow!: StateRow;
   private reloading: Promise<unknown> = Promise.resolve();
   private clockJump: { ms: number; atMs: number } | undefined;
@@ -89,6 +89,11 @@ export class Agent {
   /** The sources running now. */
   get sources(): Source[] {
     return this.running?.list ?? [];
+  }
+
+  /** Port of the health endpoint when it is on. */
+  get healthPort(): number | undefined {
+    return this.health.port;
   }
 
   get startedAt(): number {
@@ -189,7 +194,8 @@ export class Agent {
       this.reserve.check();
       this.stateRow.tick();
     }, 1000);
-    await this.startHealth(config.health.listen);
+    await this.health.listen(config.health.listen, this.log);
+    (this.fleet = new FleetLink(this, deviceId, this.log.child({ component: 'fleet' }))).start(config);
     logStarted(this.log, {
       version: VERSION,
       deviceId,
@@ -220,26 +226,6 @@ export class Agent {
     addProxySecrets(config.api.proxy);
     const warning = keyFileWarning(key);
     if (warning) this.log.warn(`subscription key: ${warning}`);
-  }
-
-  private async startHealth(listen: string): Promise<void> {
-    this.healthListen = listen;
-    this.healthPort = undefined;
-    if (!listen) return;
-    this.health = new HealthServer(this);
-    try {
-      this.healthPort = await this.health.start(listen);
-    } catch (err) {
-      this.health = undefined;
-      this.log.error({ listen, err: (err as Error).message }, 'health endpoint could not listen; running without it');
-    }
-  }
-
-  private async stopHealth(): Promise<void> {
-    const h = this.health;
-    this.health = undefined;
-    this.healthPort = undefined;
-    await h?.stop();
   }
 
   private checkBounds(): void {
@@ -291,10 +277,8 @@ export class Agent {
       await this.running.build(config);
       await this.running.start();
     }
-    if (config.health.listen !== this.healthListen) {
-      await this.stopHealth();
-      await this.startHealth(config.health.listen);
-    }
+    await this.health.listen(config.health.listen, this.log);
+    await this.fleet?.configure(config);
     void oldClient.close();
     // The limits apply at once (a lowered buffer.max_age_days or max_size_mb must not wait up
     // to a minute for the timer), and a clock step since the last check is seen and logged now.
@@ -319,8 +303,8 @@ export class Agent {
       'privacy.record_without_load': this.ingest.options.keepWithoutLoad,
       'loads.late_readings_s': (this.ingest.options.lateReadingsMs ?? 0) / 1000,
       'delivery.poll_interval_ms': this.sender.pollIntervalMs,
-      'health.listen': this.healthListen,
-      'health.port': this.healthPort,
+      'health.listen': this.health.address,
+      'health.port': this.health.port,
       'api.base_url': this.client.baseUrl,
       'api.timeout_s': this.client.transport.timeoutMs / 1000,
       'api.connect_timeout_s': this.client.transport.connectTimeoutMs / 1000,
@@ -332,6 +316,7 @@ export class Agent {
       'clock.unsynced_hold_s': this.running.holdS(),
       sources: this.sources.map((s) => s.name),
       device_id: this.loaded.deviceId,
+      ...this.fleet?.effective(),
     };
   }
 
@@ -375,7 +360,8 @@ export class Agent {
    * under way may finish (bounded by delivery.shutdown_timeout_s), the state is written.
    */
   async stop(): Promise<void> {
-    await this.stopHealth();
+    await this.fleet?.stop();
+    await this.health.stop();
     // No new push from here on; the one under way may finish (sender.stop below).
     this.sender.schedule.stop();
     clearInterval(this.stateTimer);

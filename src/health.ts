@@ -11,6 +11,7 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Logger } from 'pino';
 import type { Agent } from './agent.js';
 import { dropCounters } from './buffer/bounds.js';
 import { VERSION } from './version.js';
@@ -166,5 +167,41 @@ export class HealthServer {
     if (!s) return;
     s.closeAllConnections();
     await new Promise<void>((r) => s.close(() => r()));
+  }
+}
+
+/**
+ * The daemon's health endpoint as configured: listening on `health.listen` (off when empty),
+ * moved when a reload changes it; a listen that fails is logged and the agent runs without it.
+ */
+export class HealthEndpoint {
+  private server: HealthServer | undefined;
+  /** The `health.listen` it was last given. */
+  address = '';
+  /** Port of the endpoint when it is on. */
+  port: number | undefined;
+
+  constructor(private readonly agent: Agent) {}
+
+  /** Listen on `listen` (nothing to do when it is the address already in use). */
+  async listen(listen: string, log: Logger): Promise<void> {
+    if (this.server && listen === this.address) return;
+    await this.stop();
+    this.address = listen;
+    if (!listen) return;
+    const server = new HealthServer(this.agent);
+    try {
+      this.port = await server.start(listen);
+      this.server = server;
+    } catch (err) {
+      log.error({ listen, err: (err as Error).message }, 'health endpoint could not listen; running without it');
+    }
+  }
+
+  async stop(): Promise<void> {
+    const s = this.server;
+    this.server = undefined;
+    this.port = undefined;
+    await s?.stop();
   }
 }

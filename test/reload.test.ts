@@ -57,6 +57,8 @@ function configs(url: string): { a: Config; b: Config } {
     health: { listen: '127.0.0.1:0' },
     log: { level: 'info' },
     sources: [{ type: 'module', name: 'src-a', path: moduleSource('a') }],
+    // Nothing listens there: the link keeps trying in the background.
+    fleet: { url: 'mqtt://127.0.0.1:1' },
   });
   const b = configSchema.parse({
     device_id: 'dev-b',
@@ -133,6 +135,22 @@ function configs(url: string): { a: Config; b: Config } {
     odometer: { min_speed_kmh: 5, max_speed_kmh: 150 },
     clock: { synchronised: 'no', unsynced_hold_s: 60 },
     history: { interval_s: 30, keep_days: 7 },
+    fleet: {
+      url: 'mqtt://127.0.0.2:1',
+      client_id: 'b-fleet',
+      username: 'dev-b',
+      password_file: join(tmp.dir, 'fleet-password'),
+      ca_file: join(tmp.dir, 'fleet-ca.pem'),
+      cert_file: join(tmp.dir, 'fleet-cert.pem'),
+      key_file: join(tmp.dir, 'fleet-key.pem'),
+      topic_prefix: 'carrier/dev-b',
+      status_interval_s: 10,
+      keepalive_s: 30,
+      commands: false,
+      max_command_bytes: 2048,
+      allow_plaintext: true,
+      protocol_version: 4,
+    },
   });
   return { a, b };
 }
@@ -201,6 +219,11 @@ describe('reload (SIGHUP)', () => {
       'clock.synchronised': 'clock.synchronised = "no"',
       'clock.unsynced_hold_s': 60,
       sources: ['src-b'],
+      'fleet.url': 'mqtt://127.0.0.2:1',
+      'fleet.client_id': 'b-fleet',
+      'fleet.topic_prefix': 'carrier/dev-b',
+      'fleet.status_interval_s': 10,
+      'fleet.keepalive_s': 30,
     });
     // The position history: the next commit of readings writes it at the new interval.
     expect(agent.ingest.options.history).toEqual({ intervalS: 30, keepDays: 7 });

@@ -355,6 +355,19 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
           FROM readings WHERE lat IS NOT NULL AND lon IS NOT NULL GROUP BY resource_id, time_ms / 60000;
     `);
   },
+  // 12 -> 13 (fleet commands): each command dispatch sent over the fleet link, by its id, with
+  // the answer it got, written in the same commit as what it did: a broker's redelivery or a
+  // restart is answered again with that answer, and the command is never applied twice.
+  (db) => {
+    db.exec(`
+      CREATE TABLE fleet_commands (
+        command_id  TEXT    PRIMARY KEY,
+        name        TEXT    NOT NULL,
+        answer      TEXT    NOT NULL,
+        received_ms INTEGER NOT NULL
+      ) WITHOUT ROWID;
+    `);
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -281,6 +281,9 @@ export class Store implements BufferContext {
    * about. Readings keep the cheaper level (there are many of them and they are sampled).
    */
   durably<T>(fn: () => T): T {
+    // Inside another durable write (a fleet command and its answer, src/fleet/commands.ts): a
+    // savepoint of it, which commits with it (the level cannot change inside a transaction).
+    if (this.db.inTransaction) return this.db.transaction(fn)();
     const previous = this.db.pragma('synchronous', { simple: true }) as number;
     this.db.pragma('synchronous = FULL');
     try {

@@ -10,6 +10,7 @@ import { VERSION } from '../version.js';
 import { addBufferCommand } from './commands/buffer.js';
 import { addDeadLetterCommand } from './commands/dead-letter.js';
 import { addDemoCommand } from './commands/demo.js';
+import { addFleetCommand } from './commands/fleet.js';
 import { addLoadCommand } from './commands/load.js';
 import { addMilestoneCommand } from './commands/milestone.js';
 import { addRunCommand } from './commands/run.js';
@@ -57,6 +58,7 @@ do (restart the service), 78 invalid configuration, no key, or another daemon on
   addDeadLetterCommand(program);
   addSandboxCommand(program);
   addDemoCommand(program);
+  addFleetCommand(program);
   return program;
 }
 

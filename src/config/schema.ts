@@ -7,6 +7,7 @@
 import * as z from 'zod';
 import { cronProblem } from '../cron.js';
 import { DEFAULT_LOAD_NUMBER_PATTERN, EVENT_CODES, REASON_CODES } from '../milestones/codes.js';
+import { fleetSchema } from './fleet.js';
 import { nonNegative, positiveInt, sourceSchema } from './sources.js';
 
 export * from './sources.js';
@@ -352,6 +353,8 @@ export const configSchema = z
         max_past_days: z.number().positive().default(30),
       })
       .prefault({}),
+    /** The link to the carrier's MQTT broker (src/config/fleet.ts, docs/fleet.md); off when absent. */
+    fleet: fleetSchema.optional(),
   })
   .superRefine((c, ctx) => {
     // The codes the agent sends by itself must be on the lists the CLI checks against.
@@ -364,6 +367,12 @@ export const configSchema = z
     need(events.has(c.milestones.delay.code), ['milestones', 'delay', 'code'], c.milestones.delay.code, 'events');
     need(reasons.has(c.milestones.delay.reason), ['milestones', 'delay', 'reason'], c.milestones.delay.reason, 'reasons');
     need(reasons.has(c.codes.default_reason), ['codes', 'default_reason'], c.codes.default_reason, 'reasons');
+    // One client id, one session at a broker: the fleet link and an MQTT source under the same one would throw each other out.
+    const mqtt = c.sources.filter((s) => s.type === 'mqtt');
+    const clientIdOf = (s: (typeof mqtt)[number]) => s.client_id ?? (mqtt.length > 1 ? `-${s.name}` : '');
+    if (c.fleet && mqtt.some((s) => clientIdOf(s) === (c.fleet?.client_id ?? ''))) {
+      ctx.addIssue({ code: 'custom', path: ['fleet', 'client_id'], message: 'the same client id as an MQTT source: give the fleet link a client_id of its own (the broker keeps one session per client id)' });
+    }
   });
 
 export type Config = z.infer<typeof configSchema>;

@@ -169,7 +169,7 @@ export const execSourceSchema = z
 /** The reading fields a message may carry (the exec line format), which `fields` can rename. */
 export const MQTT_FIELDS = ['resourceId', 'time', 'latitude', 'longitude', 'speed', 'heading', 'odometer', 'temperature', 'temperatureUnit'] as const;
 
-const MQTT_PROTOCOLS = ['mqtt:', 'mqtts:', 'ws:', 'wss:'];
+export const MQTT_PROTOCOLS = ['mqtt:', 'mqtts:', 'ws:', 'wss:'];
 
 /** An MQTT topic filter: levels split by `/`, `+` a whole level, `#` only as the last level. */
 const topicFilter = z

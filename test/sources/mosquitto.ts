@@ -30,8 +30,13 @@ export const NO_MOSQUITTO = MOSQUITTO ? undefined : 'mosquitto is not installed 
 export interface BrokerOptions {
   /** user -> password: a password file, no anonymous access. */
   users?: Record<string, string>;
-  /** A TLS listener with this certificate and key (PEM text). */
-  tls?: { cert: string; key: string };
+  /**
+   * A TLS listener with this certificate and key (PEM text); with `clientCa` (a PEM file) a
+   * client must present a certificate it signed, whose CN is then the client's user name.
+   */
+  tls?: { cert: string; key: string; clientCa?: string };
+  /** The text of an acl_file (mosquitto's own syntax). */
+  acl?: string;
 }
 
 export class Broker {
@@ -69,6 +74,11 @@ export class Broker {
       writeFileSync(join(this.dir, 'server.pem'), this.opts.tls.cert);
       writeFileSync(join(this.dir, 'server.key'), this.opts.tls.key);
       lines.push(`certfile ${join(this.dir, 'server.pem')}`, `keyfile ${join(this.dir, 'server.key')}`);
+      if (this.opts.tls.clientCa) lines.push(`cafile ${this.opts.tls.clientCa}`, 'require_certificate true', 'use_identity_as_username true');
+    }
+    if (this.opts.acl) {
+      writeFileSync(join(this.dir, 'acl'), this.opts.acl);
+      lines.push(`acl_file ${join(this.dir, 'acl')}`);
     }
     const conf = join(this.dir, 'mosquitto.conf');
     writeFileSync(conf, `${lines.join('\n')}\n`);

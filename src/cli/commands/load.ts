@@ -6,6 +6,7 @@ import type { Command } from 'commander';
 import { CliError } from '../../errors.js';
 import { EXIT } from '../../exit.js';
 import { resourceTypeOf, RESOURCE_TYPES } from '../../milestones/codes.js';
+import { describeStart, startLoadChecked } from '../../milestones/assign.js';
 import { checkLoadNumber } from '../../milestones/record.js';
 import { readStopsFile } from '../../milestones/stops.js';
 import { configOption, err, load, out, withReader, withStore } from '../common.js';
@@ -25,22 +26,11 @@ export function addLoadCommand(program: Command): void {
       if (!resourceType) throw new CliError(`--resource-type: expected one of ${RESOURCE_TYPES.join(', ')}, got ${JSON.stringify(opts.resourceType)}`, EXIT.DATA);
       const stops = opts.stops ? readStopsFile(opts.stops) : [];
       const loaded = load(opts.config);
+      // Before the buffer is opened (or created) for it.
       checkLoadNumber(loadNumber, loaded.config);
-      const nowMs = Date.now();
-      const row = withStore(loaded, (store) => store.startLoad({ loadNumber, resourceId: opts.resource, resourceType, stops, nowMs }));
-      out(`load ${row.loadNumber} started on ${row.resourceId} (${row.resourceType}) with ${row.stops.length} stop(s)`);
-      // A stops file copied from an old load (or the example) has appointments long gone: the
-      // delay detector would report every stop late. Said now, not found at the service.
-      const delays = loaded.config.milestones.detect && loaded.config.milestones.delay.enabled;
-      for (const s of row.stops) {
-        const end = s.appointment?.end;
-        const endMs = end ? Date.parse(end) : Number.NaN;
-        if (delays && endMs < nowMs - 3_600_000) {
-          err(
-            `warning: stop ${s.sequence}'s appointment ended ${Math.round((nowMs - endMs) / 3_600_000)} h ago (${end}): a delay (${loaded.config.milestones.delay.code}) will be reported for it until the truck arrives; check the stops file's dates`,
-          );
-        }
-      }
+      const { row, warnings } = withStore(loaded, (store) => startLoadChecked(store, loaded.config, { loadNumber, resourceId: opts.resource, resourceType, stops }));
+      out(describeStart(row));
+      for (const w of warnings) err(`warning: ${w}`);
     });
   loadCmd
     .command('end')

@@ -1,0 +1,106 @@
+/**
+ * `fleet send`: what a dispatch system does over the fleet link, from a shell (an operator
+ * assigning a load by hand, a test of the broker's ACL): publish one command to a device and
+ * wait for its answer. `fleet schemas`: the JSON Schemas of every message (docs/fleet.md).
+ */
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import type { Command } from 'commander';
+import { connect, type IClientOptions } from 'mqtt';
+import { isLoopback } from '../../config/fleet.js';
+import { CliError } from '../../errors.js';
+import { EXIT } from '../../exit.js';
+import { COMMANDS, jsonSchemas, type Reply } from '../../fleet/messages.js';
+import { out } from '../common.js';
+
+interface SendOptions {
+  url: string;
+  device?: string;
+  prefix?: string;
+  file?: string;
+  json?: string;
+  username?: string;
+  passwordFile?: string;
+  caFile?: string;
+  certFile?: string;
+  keyFile?: string;
+  timeout: string;
+  allowPlaintext?: boolean;
+}
+
+const read = (path: string, what: string) => {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new CliError(`${what} ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, EXIT.DATA);
+  }
+};
+
+export function addFleetCommand(program: Command): void {
+  const fleet = program.command('fleet').description("dispatch's side of the fleet link, for operators (docs/fleet.md)");
+  fleet
+    .command('send')
+    .description("publish one command to a device over the fleet broker and print its answer (exit status: the answer's status)")
+    .argument('<command>', Object.keys(COMMANDS).join(', '))
+    .requiredOption('--url <url>', 'the broker, e.g. mqtts://broker.example.com:8883')
+    .option('--device <id>', "the device's id: topics under fleet/<id>")
+    .option('--prefix <topic>', "the device's topic_prefix, if not fleet/<id>")
+    .option('-f, --file <file>', 'the command as JSON (a commandId is added if it has none)')
+    .option('--json <text>', 'the command as JSON text')
+    .option('--username <name>', 'user name at the broker')
+    .option('--password-file <file>', "file holding the broker's password (first line)")
+    .option('--ca-file <file>', 'PEM CA certificates to trust, besides the public ones')
+    .option('--cert-file <file>', 'TLS client certificate (PEM)')
+    .option('--key-file <file>', 'its key (PEM)')
+    .option('--timeout <s>', 'how long to wait for the answer (a device out of coverage answers when it is back)', '30')
+    .option('--allow-plaintext', 'allow mqtt:// or ws:// to a host other than loopback')
+    .action(async (name: string, opts: SendOptions) => {
+      if (!Object.hasOwn(COMMANDS, name)) throw new CliError(`<command>: expected one of ${Object.keys(COMMANDS).join(', ')}, got ${JSON.stringify(name)}`, EXIT.USAGE);
+      if (!opts.device && !opts.prefix) throw new CliError('give --device (or --prefix)', EXIT.USAGE);
+      const prefix = opts.prefix ?? `fleet/${opts.device}`;
+      const url = new URL(opts.url);
+      if ((url.protocol === 'mqtt:' || url.protocol === 'ws:') && !isLoopback(url.hostname) && !opts.allowPlaintext)
+        throw new CliError(`--url: a plain ${url.protocol}// connection to ${url.hostname} would carry the password in clear: use mqtts:// or wss://, or add --allow-plaintext`, EXIT.USAGE);
+      const text = opts.file ? read(opts.file, '--file') : (opts.json ?? '{}');
+      let body: Record<string, unknown>;
+      try {
+        body = JSON.parse(text);
+      } catch (err) {
+        throw new CliError(`${opts.file ?? '--json'}: not JSON (${(err as Error).message})`, EXIT.DATA);
+      }
+      body.commandId ??= randomUUID();
+      const options: IClientOptions = { protocolVersion: 5, reconnectPeriod: 0, connectTimeout: 15_000, clientId: `telematics-agent-send-${randomUUID().slice(0, 8)}` };
+      if (opts.username) options.username = opts.username;
+      if (opts.passwordFile) options.password = read(opts.passwordFile, '--password-file').split(/\r?\n/)[0];
+      if (opts.caFile) options.ca = read(opts.caFile, '--ca-file');
+      if (opts.certFile) options.cert = read(opts.certFile, '--cert-file');
+      if (opts.keyFile) options.key = read(opts.keyFile, '--key-file');
+      const client = connect(opts.url, options);
+      try {
+        const reply = await new Promise<Reply>((resolve, reject) => {
+          const timer = setTimeout(() => reject(new Error(`no answer from ${prefix} within ${opts.timeout} s (the command stays queued at the broker for the device)`)), Number(opts.timeout) * 1000);
+          client.once('error', (err) => reject(new Error(`broker ${url.host}: ${err.message}`)));
+          client.on('message', (_topic, payload) => {
+            clearTimeout(timer);
+            resolve(JSON.parse(payload.toString()) as Reply);
+          });
+          client.once('connect', async () => {
+            try {
+              await client.subscribeAsync(`${prefix}/reply/${body.commandId}`, { qos: 1 });
+              await client.publishAsync(`${prefix}/cmd/${name}`, JSON.stringify(body), { qos: 1 });
+            } catch (err) {
+              reject(new Error(`broker ${url.host}: ${(err as Error).message}`));
+            }
+          });
+        });
+        out(JSON.stringify(reply));
+        process.exitCode = reply.status;
+      } finally {
+        client.end(true);
+      }
+    });
+  fleet
+    .command('schemas')
+    .description('print the JSON Schemas of the commands, the answer and the status')
+    .action(() => out(JSON.stringify(jsonSchemas(), null, 2)));
+}

@@ -1,0 +1,76 @@
+/**
+ * The `[fleet]` table: the link to the carrier's own MQTT broker, through which dispatch
+ * assigns loads and the operations desk reads every agent's health (src/fleet/, docs/fleet.md).
+ * Off when the table is absent.
+ */
+import * as z from 'zod';
+import { MQTT_PROTOCOLS } from './sources.js';
+
+/** A host a plain connection to stays on this machine. */
+export function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
+  return h === 'localhost' || h === '::1' || /^127\.\d+\.\d+\.\d+$/.test(h);
+}
+
+export const fleetSchema = z
+  .strictObject({
+    /** The broker: mqtts://host:8883 (TLS), wss://; mqtt:// and ws:// only to loopback unless allow_plaintext. */
+    url: z.string().superRefine((u, ctx) => {
+      let url: URL;
+      try {
+        url = new URL(u);
+      } catch {
+        ctx.addIssue({ code: 'custom', message: 'expected a URL such as mqtts://broker.example.com:8883' });
+        return;
+      }
+      if (!MQTT_PROTOCOLS.includes(url.protocol)) ctx.addIssue({ code: 'custom', message: `expected mqtt://, mqtts://, ws:// or wss://, not ${url.protocol}//` });
+      if (url.password) ctx.addIssue({ code: 'custom', message: 'a password in the URL: put it in password_file, and the user name in username' });
+    }),
+    /** The session's name at the broker; default telematics-agent-<device_id>. Keep it stable: the broker holds commands under it. */
+    client_id: z.string().min(1).max(128).optional(),
+    username: z.string().min(1).optional(),
+    /** A file holding the password (its first line); never the password itself in the config. */
+    password_file: z.string().min(1).optional(),
+    /** PEM CA certificates trusted for mqtts:// and wss://, besides the public ones. */
+    ca_file: z.string().min(1).optional(),
+    /** A TLS client certificate and its key (PEM files), as AWS IoT Core and most brokers use. */
+    cert_file: z.string().min(1).optional(),
+    key_file: z.string().min(1).optional(),
+    /** Every topic of this device lies under it; default fleet/<device_id>. */
+    topic_prefix: z
+      .string()
+      .regex(/^[^+#\0]+$/, 'expected a topic without + or # wildcards')
+      .refine((p) => !p.endsWith('/') && !p.startsWith('/'), 'expected no leading or trailing /')
+      .optional(),
+    /** The retained status is published again this often, besides at every change of state. */
+    status_interval_s: z.number().min(5).max(86_400).default(300),
+    /** MQTT keepalive: the broker publishes the Last Will some 1.5 x this after the agent vanishes. */
+    keepalive_s: z.number().int().min(5).max(3600).default(60),
+    /** Take commands from dispatch (cmd/<name>); false: status only. */
+    commands: z.boolean().default(true),
+    /** A command larger than this is answered with an error and not read. */
+    max_command_bytes: z.number().int().min(1024).max(1_048_576).default(65_536),
+    /** A plain mqtt:// or ws:// URL to a host other than loopback: refused unless true (passwords and loads would cross the network in clear). */
+    allow_plaintext: z.boolean().default(false),
+    /** 5: replies also go to a command's response topic with its correlation data; 4 (MQTT 3.1.1) for brokers without 5. */
+    protocol_version: z.union([z.literal(4), z.literal(5)]).default(5),
+  })
+  .superRefine((f, ctx) => {
+    let url: URL;
+    try {
+      url = new URL(f.url);
+    } catch {
+      return;
+    }
+    if ((url.protocol === 'mqtt:' || url.protocol === 'ws:') && !isLoopback(url.hostname) && !f.allow_plaintext) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['url'],
+        message: `a plain ${url.protocol}// connection to ${url.hostname} would carry the password and every load in clear: use mqtts:// or wss://, or set fleet.allow_plaintext = true`,
+      });
+    }
+    if (f.password_file !== undefined && f.username === undefined) ctx.addIssue({ code: 'custom', path: ['username'], message: 'expected a user name with password_file' });
+    if ((f.cert_file === undefined) !== (f.key_file === undefined)) ctx.addIssue({ code: 'custom', path: [f.cert_file ? 'key_file' : 'cert_file'], message: 'cert_file and key_file go together' });
+  });
+
+export type FleetConfig = z.infer<typeof fleetSchema>;

@@ -1,0 +1,296 @@
+/**
+ * The fleet link: the device's side of the carrier's MQTT broker (docs/fleet.md). The broker
+ * authenticates the device, enforces its ACL and keeps commands for a truck out of coverage;
+ * this part connects with a persistent session (clean = false, so commands published while the
+ * truck was away are handed over when it is back), keeps a retained `<prefix>/status` (at
+ * connect, every status_interval_s, at each change of state; a Last Will says `online: false`
+ * when the agent vanishes, a clean stop says it itself), and takes dispatch's commands on
+ * `<prefix>/cmd/<name>` (commands.ts). A command's PUBACK goes only after the commit that
+ * applied it (and recorded its answer): MQTT.js sends it when handleMessage calls back.
+ */
+import { readFileSync } from 'node:fs';
+import { rootCertificates } from 'node:tls';
+import { connect, type IClientOptions, type IPublishPacket, type MqttClient } from 'mqtt';
+import type { Logger } from 'pino';
+import type { Agent } from '../agent.js';
+import { Backoff } from '../backoff.js';
+import type { FleetConfig } from '../config/fleet.js';
+import { mqttClientId } from '../config/load.js';
+import type { Config } from '../config/schema.js';
+import { addSecret } from '../log.js';
+import { AttemptLog, timer } from '../sources/common.js';
+import { Commands } from './commands.js';
+import type { Reply } from './messages.js';
+import { fleetStatus, offlineStatus, stateKey } from './status.js';
+
+/** A session at the broker outlives a disconnect this long (MQTT 5; 3.1.1 keeps it for ever). */
+const SESSION_EXPIRY_S = 7 * 24 * 3600;
+/** How often a change of state is looked for (from memory: cheap). */
+const STATE_LOOK_MS = 2000;
+
+export class FleetLink {
+  private cfg: FleetConfig | undefined;
+  private client: MqttClient | undefined;
+  private active = false;
+  private connected = false;
+  private retryTimer: NodeJS.Timeout | undefined;
+  private statusTimer: NodeJS.Timeout | undefined;
+  private lookTimer: NodeJS.Timeout | undefined;
+  private lastKey = '';
+  private lastError: string | undefined;
+  private readonly backoff = new Backoff({ initialMs: 1000, maxMs: 120_000, jitter: true });
+  private attempts: AttemptLog;
+  private commands: Commands | undefined;
+  readonly counters = { connects: 0, commands: 0, repeated: 0, refused: 0, statusPublished: 0 };
+
+  constructor(
+    private readonly agent: Agent,
+    private readonly deviceId: string,
+    private readonly log: Logger,
+  ) {
+    this.attempts = new AttemptLog(log, 'fleet broker');
+  }
+
+  get prefix(): string {
+    return this.cfg?.topic_prefix ?? `fleet/${this.deviceId}`;
+  }
+
+  get clientId(): string {
+    return this.cfg?.client_id ?? mqttClientId(this.deviceId);
+  }
+
+  /** Connect (in the background) if the config has a [fleet] table. */
+  start(config: Config): void {
+    this.cfg = config.fleet;
+    if (!this.cfg) return;
+    this.active = true;
+    this.commands = new Commands(
+      this.agent.store,
+      () => this.agent.config,
+      () => this.cfg?.max_command_bytes ?? 65_536,
+    );
+    this.open();
+  }
+
+  /** A clean stop: `online: false` retained, then a DISCONNECT (no Last Will). */
+  async stop(): Promise<void> {
+    this.active = false;
+    clearTimeout(this.retryTimer);
+    clearInterval(this.statusTimer);
+    clearInterval(this.lookTimer);
+    const client = this.client;
+    this.client = undefined;
+    const wasConnected = this.connected;
+    this.connected = false;
+    if (!client) return;
+    await new Promise<void>((resolve) => {
+      const force = () => {
+        client.end(true, {}, () => undefined);
+        client.stream?.destroy();
+        resolve();
+      };
+      if (!wasConnected) return force();
+      const t = timer(force, 3000);
+      client.publish(`${this.prefix}/status`, JSON.stringify(offlineStatus(this.deviceId, 'stopped')), { qos: 1, retain: true }, () => {
+        client.end(false, {}, () => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+    });
+  }
+
+  /** A reload: a changed [fleet] table takes a new connection with it. */
+  async configure(config: Config): Promise<void> {
+    if (JSON.stringify(config.fleet) === JSON.stringify(this.cfg)) return;
+    await this.stop();
+    this.start(config);
+  }
+
+  /** The settings this link runs with (reload.test.ts compares them with the file). */
+  effective(): Record<string, unknown> {
+    const c = this.cfg;
+    return c ? { 'fleet.url': c.url, 'fleet.client_id': this.clientId, 'fleet.topic_prefix': this.prefix, 'fleet.status_interval_s': c.status_interval_s, 'fleet.keepalive_s': c.keepalive_s } : {};
+  }
+
+  /** For `status` and the health of the link. */
+  get detail(): string {
+    if (!this.cfg) return 'off';
+    return this.connected ? `connected to ${this.cfg.url} as ${this.clientId}` : `not connected to ${this.cfg.url}${this.lastError ? `: ${this.lastError}` : ''}`;
+  }
+
+  /** Publish the retained status now (a change of state, a `status` command). */
+  publishStatus(): void {
+    const client = this.client;
+    if (!client || !this.connected) return;
+    let payload: string;
+    try {
+      payload = JSON.stringify(fleetStatus(this.agent, this.deviceId));
+      this.lastKey = stateKey(this.agent);
+    } catch (err) {
+      this.log.error({ err: (err as Error).message }, 'could not build the fleet status');
+      return;
+    }
+    this.counters.statusPublished += 1;
+    client.publish(`${this.prefix}/status`, payload, { qos: 1, retain: true }, (err) => {
+      if (err) this.log.debug({ err: err.message }, 'status not published');
+    });
+  }
+
+  private open(): void {
+    const cfg = this.cfg;
+    if (!this.active || !cfg) return;
+    let options: IClientOptions;
+    try {
+      options = this.options(cfg);
+    } catch (err) {
+      this.lastError = (err as Error).message;
+      this.retry();
+      return;
+    }
+    const client = connect(cfg.url, options);
+    this.client = client;
+    const current = () => client === this.client && this.active;
+    // Called for each QoS 1 message; its callback sends the PUBACK. The command is applied and
+    // committed first; a message that comes while stopping is not acknowledged (the broker keeps it).
+    client.handleMessage = (packet, callback) => {
+      if (!current()) return;
+      this.onCommand(client, packet);
+      callback();
+    };
+    client.on('connect', () => {
+      if (!current()) return;
+      this.connected = true;
+      this.counters.connects += 1;
+      this.attempts.succeeded(this.backoff.failures);
+      this.lastError = undefined;
+      this.log.info({ broker: cfg.url, clientId: this.clientId, prefix: this.prefix }, 'connected to the fleet broker');
+      if (cfg.commands) {
+        client.subscribe(`${this.prefix}/cmd/+`, { qos: 1 }, (err, granted) => {
+          if (!current()) return;
+          const refused = err ? err.message : (granted ?? []).some((g) => g.qos === 128) ? 'refused by the broker (its ACL?)' : undefined;
+          if (refused) this.log.error({ topic: `${this.prefix}/cmd/+`, err: refused }, 'could not subscribe to the fleet commands');
+        });
+      }
+      this.publishStatus();
+      clearInterval(this.statusTimer);
+      this.statusTimer = setInterval(() => this.publishStatus(), cfg.status_interval_s * 1000);
+      this.statusTimer.unref();
+      clearInterval(this.lookTimer);
+      this.lookTimer = setInterval(() => {
+        if (stateKey(this.agent) !== this.lastKey) this.publishStatus();
+      }, STATE_LOOK_MS);
+      this.lookTimer.unref();
+    });
+    client.on('error', (err) => {
+      if (client === this.client) this.lastError = err.message;
+    });
+    client.on('close', () => {
+      if (!current()) return;
+      if (this.connected) {
+        this.log.warn({ broker: cfg.url }, 'connection to the fleet broker closed; reconnecting');
+        this.backoff.reset();
+      }
+      this.connected = false;
+      clearInterval(this.statusTimer);
+      clearInterval(this.lookTimer);
+      this.retry();
+    });
+  }
+
+  private options(cfg: FleetConfig): IClientOptions {
+    const will = offlineStatus(this.deviceId, 'connection lost');
+    const options: IClientOptions = {
+      clientId: this.clientId,
+      clean: false,
+      keepalive: cfg.keepalive_s,
+      protocolVersion: cfg.protocol_version,
+      reconnectPeriod: 0,
+      resubscribe: false,
+      connectTimeout: 30_000,
+      will: { topic: `${this.prefix}/status`, payload: Buffer.from(JSON.stringify(will)), qos: 1, retain: true },
+    };
+    if (cfg.protocol_version === 5) options.properties = { sessionExpiryInterval: SESSION_EXPIRY_S };
+    if (cfg.username) options.username = cfg.username;
+    if (cfg.password_file) {
+      const password = readText(cfg.password_file, 'fleet.password_file').split(/\r?\n/)[0] ?? '';
+      addSecret(password);
+      options.password = password;
+    }
+    if (cfg.ca_file) options.ca = [...rootCertificates, readText(cfg.ca_file, 'fleet.ca_file')];
+    if (cfg.cert_file && cfg.key_file) {
+      options.cert = readText(cfg.cert_file, 'fleet.cert_file');
+      options.key = readText(cfg.key_file, 'fleet.key_file');
+    }
+    return options;
+  }
+
+  private retry(): void {
+    if (!this.active) return;
+    const wait = this.backoff.next();
+    this.attempts.failed(this.lastError ?? 'connection closed', this.backoff.failures, wait, this.backoff.atMax);
+    clearTimeout(this.retryTimer);
+    this.retryTimer = timer(() => {
+      const old = this.client;
+      this.client = undefined;
+      if (old) {
+        old.removeAllListeners();
+        old.on('error', () => undefined);
+        old.end(true);
+      }
+      this.open();
+    }, wait);
+  }
+
+  private onCommand(client: MqttClient, packet: IPublishPacket): void {
+    const topic = String(packet.topic);
+    const cmdPrefix = `${this.prefix}/cmd/`;
+    const payload = Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload);
+    this.counters.commands += 1;
+    let handled: ReturnType<Commands['handle']>;
+    if (!topic.startsWith(cmdPrefix)) {
+      handled = { reply: { commandId: null, ok: false, status: 64, message: `not a command topic: ${topic}` }, repeated: false, effects: {} };
+    } else if (!this.cfg?.commands) {
+      handled = { reply: { commandId: null, ok: false, status: 64, message: 'commands are off on this device (fleet.commands = false)' }, repeated: false, effects: {} };
+    } else {
+      try {
+        handled = this.commands!.handle(topic.slice(cmdPrefix.length), payload);
+      } catch (err) {
+        // Nothing a message holds may take the daemon down.
+        handled = { reply: { commandId: null, ok: false, status: 1, message: `could not be read: ${(err as Error).message}` }, repeated: false, effects: {} };
+      }
+    }
+    const { reply, repeated, effects } = handled;
+    if (repeated) this.counters.repeated += 1;
+    if (!reply.ok && !repeated) this.counters.refused += 1;
+    const fields = { topic, commandId: reply.commandId, status: reply.status, repeated };
+    if (reply.ok) this.log.info(fields, repeated ? 'fleet command seen before: answered again, not applied again' : `fleet command applied: ${reply.message}`);
+    else this.log.warn({ ...fields, err: reply.message }, 'fleet command refused');
+    this.reply(client, reply, packet);
+    if (effects.kick) void this.agent.sender.kick();
+    if (effects.status) this.publishStatus();
+  }
+
+  private reply(client: MqttClient, reply: Reply, packet: IPublishPacket): void {
+    const payload = JSON.stringify(reply);
+    const topic = `${this.prefix}/reply/${reply.commandId ?? 'invalid'}`;
+    client.publish(topic, payload, { qos: 1 });
+    const responseTopic = packet.properties?.responseTopic;
+    if (responseTopic && responseTopic !== topic) {
+      const correlationData = packet.properties?.correlationData;
+      client.publish(responseTopic, payload, { qos: 1, properties: correlationData ? { correlationData } : {} });
+    }
+  }
+}
+
+function readText(path: string, key: string): string {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    throw new Error(`cannot read ${key} ${path} (${e.code ?? e.message})`);
+  }
+  if (text.trim() === '') throw new Error(`${key} ${path} is empty`);
+  return text;
+}

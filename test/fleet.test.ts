@@ -1,0 +1,334 @@
+/**
+ * The fleet link against a real mosquitto (password file and the ACL of docs/fleet.md), a
+ * real daemon process and the real sandbox: dispatch assigns a load over MQTT and its traces
+ * and detected milestones reach the service; a command id is applied once, across a broker
+ * redelivery and a restart; a command sent while the agent is away is applied when it is
+ * back; bad commands are answered with an error; the Last Will; the ACL; TLS with a client
+ * certificate.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { connect, type IClientOptions, type MqttClient } from 'mqtt';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Sandbox } from '../src/sandbox/server.js';
+import { agentConfig, type Daemon, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile } from './helpers.js';
+import { FLEET_ACL } from './fleet-acl.js';
+import { makePki } from './pki.js';
+import { Broker, NO_MOSQUITTO } from './sources/mosquitto.js';
+import { freePort } from './sources/support.js';
+
+const USERS = { dispatch: 'dispatch-pw', 'truck-a': 'a-pw', 'truck-b': 'b-pw' };
+
+/** A resource parked at the pick-up: a fix every 200 ms. */
+const PARKED = `let t;
+export function createSource(ctx) {
+  return {
+    start() { t = setInterval(() => ctx.emit({ resourceId: 'TRUCK-A', timeMs: Date.now(), lat: 41.8781, lon: -87.6298, speed: 0 }), 200); },
+    stop() { clearInterval(t); },
+  };
+}
+`;
+
+interface Reply {
+  commandId: string | null;
+  ok: boolean;
+  status: number;
+  message: string;
+}
+
+describe.skipIf(NO_MOSQUITTO)('the fleet link (real mosquitto with ACLs, real daemon, real sandbox)', () => {
+  let tmp: ReturnType<typeof tempDir>;
+  let broker: Broker;
+  let daemon: Daemon | undefined;
+  let sandbox: Sandbox;
+  const clients: MqttClient[] = [];
+  beforeEach(() => {
+    tmp = tempDir('ta-fleet-');
+    sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
+  });
+  afterEach(async () => {
+    for (const c of clients.splice(0)) c.end(true);
+    await daemon?.stop('SIGKILL');
+    daemon = undefined;
+    await broker?.stop();
+    await sandbox.stop();
+    tmp.cleanup();
+  });
+
+  async function startBroker(opts: ConstructorParameters<typeof Broker>[2] = { users: USERS, acl: FLEET_ACL }): Promise<Broker> {
+    broker = new Broker(join(tmp.dir, 'broker'), await freePort(), opts);
+    await broker.start();
+    return broker;
+  }
+
+  async function client(opts: IClientOptions, url = broker.url): Promise<MqttClient> {
+    const c = connect(url, { protocolVersion: 5, reconnectPeriod: 0, ...opts });
+    clients.push(c);
+    await new Promise<void>((resolve, reject) => {
+      c.once('connect', () => resolve());
+      c.once('error', reject);
+    });
+    return c;
+  }
+
+  const dispatch = () => client({ username: 'dispatch', password: USERS.dispatch, clientId: `dispatch-${Math.random()}` });
+
+  /** Everything published on `filter` from now on, as parsed JSON with its topic. */
+  async function watch(c: MqttClient, filter: string): Promise<Array<{ topic: string; body: Record<string, unknown>; retain: boolean; correlation?: string }>> {
+    const seen: Array<{ topic: string; body: Record<string, unknown>; retain: boolean; correlation?: string }> = [];
+    c.on('message', (topic, payload, packet) => {
+      if (topicMatch(filter, topic)) seen.push({ topic, body: JSON.parse(payload.toString()), retain: packet.retain, correlation: packet.properties?.correlationData?.toString() });
+    });
+    await c.subscribeAsync(filter, { qos: 1 });
+    return seen;
+  }
+
+  async function send(c: MqttClient, device: string, name: string, body: unknown): Promise<Reply> {
+    const id = typeof body === 'string' ? (/"commandId":\s*"([^"]+)"/.exec(body)?.[1] ?? 'invalid') : ((body as { commandId?: string }).commandId ?? 'invalid');
+    const replies = await watch(c, `fleet/${device}/reply/${id}`);
+    const before = replies.length;
+    await c.publishAsync(`fleet/${device}/cmd/${name}`, typeof body === 'string' ? body : JSON.stringify(body), { qos: 1 });
+    return (await waitFor(() => replies[before], 15_000, `the reply to ${id}`)).body as unknown as Reply;
+  }
+
+  function fleetConfig(extra = '', fleet = ''): string {
+    writeFile(tmp.dir, 'fleet-password', `${USERS['truck-a']}\n`, 0o600);
+    return agentConfig(
+      tmp.dir,
+      sandbox.url,
+      `[milestones]
+dwell_s = 0
+min_fixes = 2
+[fleet]
+url = "${broker.url}"
+username = "truck-a"
+password_file = "${join(tmp.dir, 'fleet-password')}"
+keepalive_s = 5
+status_interval_s = 5
+${fleet}
+${extra}`,
+      { deviceId: 'truck-a', traces: '*/2 * * * * *', sampling: 0 },
+    );
+  }
+
+  const run = (cfg: string) => {
+    daemon = startDaemon(['--config', cfg]);
+    return waitFor(() => daemon!.output().includes('connected to the fleet broker'), 15_000, 'the daemon on the fleet broker');
+  };
+
+  const buffer = () => join(tmp.dir, 'buffer.db');
+  const countOf = (sql: string) => {
+    const db = new Database(buffer(), { readonly: true });
+    try {
+      return (db.prepare(sql).get() as { n: number }).n;
+    } finally {
+      db.close();
+    }
+  };
+
+  it('a load assigned over MQTT gets its traces and its detected arrival delivered, and status tells the desk', async () => {
+    await startBroker();
+    await sandbox.start();
+    const source = writeFile(tmp.dir, 'parked.mjs', PARKED);
+    await run(fleetConfig(`[[sources]]\ntype = "module"\nname = "parked"\npath = "${source}"\n`));
+    const d = await dispatch();
+    const status = await watch(d, 'fleet/truck-a/status');
+    await waitFor(() => status.find((s) => s.body.online === true), 10_000, 'the retained status');
+    const reply = await send(d, 'truck-a', 'load-start', {
+      commandId: 'c-1',
+      loadNumber: 'L-100',
+      resourceId: 'TRUCK-A',
+      stops: [{ sequence: 1, type: 'pickup', latitude: 41.8781, longitude: -87.6298, radiusM: 300 }],
+    });
+    expect(reply).toEqual({ commandId: 'c-1', ok: true, status: 0, message: 'load L-100 started on TRUCK-A (Truck) with 1 stop(s)' });
+    await waitFor(() => sandbox.traces.some((t) => t.body.loadNumber === 'L-100'), 20_000, 'traces of L-100 at the sandbox');
+    await waitFor(() => sandbox.milestones.some((m) => m.body.loadNumber === 'L-100' && m.body.eventCode === 'X3'), 20_000, 'the detected arrival');
+    // The status names the load, its backlog and the last fix with its place.
+    const s = await waitFor(
+      () => status.find((x) => (x.body.loads as Array<{ loadNumber: string }> | undefined)?.some((l) => l.loadNumber === 'L-100') && (x.body.lastFixes as unknown[]).length > 0),
+      15_000,
+      'a status with the load and its fix',
+    );
+    expect(s.retain).toBe(false); // live delivery to a subscriber; retained copies are checked below
+    expect(s.body).toMatchObject({ online: true, deviceId: 'truck-a', state: expect.stringMatching(/^(OK|DEGRADED)$/), lastFixes: [{ resourceId: 'TRUCK-A', eventCity: 'Chicago', eventState: 'IL' }] });
+    expect(JSON.stringify(status)).not.toContain(USERS['truck-a']);
+    // A milestone by hand, as the CLI records one.
+    const m = await send(d, 'truck-a', 'milestone', { commandId: 'c-2', loadNumber: 'L-100', eventCode: 'AF', stopsequenceNumber: 1 });
+    expect(m).toMatchObject({ commandId: 'c-2', ok: true, status: 0 });
+    await waitFor(() => sandbox.milestones.some((x) => x.body.eventCode === 'AF'), 15_000, 'the AF milestone');
+    // A late subscriber (the desk's dashboard starting) gets the retained status at once.
+    const late = await dispatch();
+    const retained = await watch(late, 'fleet/truck-a/status');
+    await waitFor(() => retained[0], 5000, 'the retained status');
+    expect(retained[0]).toMatchObject({ retain: true, body: { online: true } });
+    const end = await send(d, 'truck-a', 'load-end', { commandId: 'c-3', loadNumber: 'L-100' });
+    expect(end).toEqual({ commandId: 'c-3', ok: true, status: 0, message: 'load L-100 ended' });
+    // A clean stop says offline itself.
+    expect(await daemon!.stop('SIGTERM')).toEqual({ code: 0, signal: null });
+    await waitFor(() => status.find((x) => x.body.online === false), 5000, 'online: false');
+    expect(status.find((x) => x.body.online === false)!.body.reason).toBe('stopped');
+  });
+
+  it('a command delivered twice, and again after a restart, is applied once and answered with its first answer', async () => {
+    await startBroker();
+    await sandbox.start();
+    const cfg = fleetConfig();
+    await run(cfg);
+    const d = await dispatch();
+    const cmd = { commandId: 'sd-1', loadNumber: 'L-7', eventCode: 'SD', reasonCode: 'AO', time: '2026-01-10T10:00:00-06:00' };
+    // The operator's CLI, as dispatch would: its exit status is the answer's.
+    const file = writeFile(tmp.dir, 'load.json', JSON.stringify({ commandId: 'ls-1', loadNumber: 'L-7', resourceId: 'T7' }));
+    const pw = writeFile(tmp.dir, 'dispatch-pw', `${USERS.dispatch}\n`);
+    const sent = await runCli(['fleet', 'send', '--url', broker.url, '--username', 'dispatch', '--password-file', pw, '--device', 'truck-a', 'load-start', '--file', file]);
+    expect(sent.code, sent.stderr).toBe(0);
+    expect(JSON.parse(sent.stdout)).toEqual({ commandId: 'ls-1', ok: true, status: 0, message: 'load L-7 started on T7 (Truck) with 0 stop(s)' });
+    const refused = await runCli([
+      'fleet',
+      'send',
+      '--url',
+      broker.url,
+      '--username',
+      'dispatch',
+      '--password-file',
+      pw,
+      '--device',
+      'truck-a',
+      'milestone',
+      '--json',
+      '{"loadNumber": "L-7", "eventCode": "ZZ"}',
+    ]);
+    expect(refused.code).toBe(65);
+    expect(JSON.parse(refused.stdout).message).toContain('event code ZZ is not in codes.events');
+    // SD is repeatable: only the command id keeps a second one out.
+    const first = await send(d, 'truck-a', 'milestone', cmd);
+    expect(first).toMatchObject({ ok: true, status: 0 });
+    expect(await send(d, 'truck-a', 'milestone', cmd)).toEqual(first);
+    expect(await send(d, 'truck-a', 'load-start', { commandId: 'ls-1', loadNumber: 'L-7', resourceId: 'T7' })).toEqual({
+      commandId: 'ls-1',
+      ok: true,
+      status: 0,
+      message: 'load L-7 started on T7 (Truck) with 0 stop(s)',
+    });
+    await daemon!.stop('SIGTERM');
+    await run(cfg);
+    expect(await send(d, 'truck-a', 'milestone', cmd)).toEqual(first);
+    expect(countOf("SELECT count(*) AS n FROM milestones WHERE code = 'SD'")).toBe(1);
+    expect(countOf('SELECT count(*) AS n FROM loads')).toBe(1);
+    expect(daemon!.output()).toContain('fleet command seen before');
+  });
+
+  it('a command sent while the agent is away is applied when it is back (persistent session)', async () => {
+    await startBroker();
+    await sandbox.start();
+    const cfg = fleetConfig();
+    await run(cfg);
+    await daemon!.stop('SIGTERM');
+    const d = await dispatch();
+    const replies = await watch(d, 'fleet/truck-a/reply/away-1');
+    await d.publishAsync('fleet/truck-a/cmd/load-start', JSON.stringify({ commandId: 'away-1', loadNumber: 'L-AWAY', resourceId: 'T1', resourceType: 'trailer' }), { qos: 1 });
+    expect(replies).toEqual([]);
+    await run(cfg);
+    const r = await waitFor(() => replies[0], 15_000, 'the reply once the agent is back');
+    expect(r.body).toEqual({ commandId: 'away-1', ok: true, status: 0, message: 'load L-AWAY started on T1 (Trailer) with 0 stop(s)' });
+    expect(countOf("SELECT count(*) AS n FROM loads WHERE load_number = 'L-AWAY'")).toBe(1);
+  });
+
+  it('answers a malformed, oversized, invalid or unknown command with an error and keeps running', async () => {
+    await startBroker();
+    await sandbox.start();
+    await run(fleetConfig('', 'max_command_bytes = 2048'));
+    const d = await dispatch();
+    expect(await send(d, 'truck-a', 'load-start', '{"commandId": "bad-1", "loadNumber": ')).toMatchObject({ commandId: 'bad-1', ok: false, status: 64, message: expect.stringContaining('not JSON') });
+    const big = JSON.stringify({ commandId: 'big-1', loadNumber: 'L-1', resourceId: 'T1', stops: [{ sequence: 1, type: 'pickup', name: 'x'.repeat(5000) }] });
+    expect(await send(d, 'truck-a', 'load-start', big)).toMatchObject({ commandId: 'big-1', ok: false, status: 64, message: expect.stringContaining('larger than fleet.max_command_bytes (2048)') });
+    expect(await send(d, 'truck-a', 'reboot', { commandId: 'rb-1' })).toMatchObject({ commandId: 'rb-1', ok: false, status: 64, message: expect.stringContaining('unknown command "reboot"') });
+    expect(await send(d, 'truck-a', 'load-start', { commandId: 'f-1', loadNumber: 'L-1' })).toMatchObject({ ok: false, status: 64, message: expect.stringContaining('resourceId') });
+    // Refused as the CLI refuses it: the load number pattern, an unknown code, an unknown load.
+    expect(await send(d, 'truck-a', 'load-start', { commandId: 'p-1', loadNumber: 'L 1/2', resourceId: 'T1' })).toMatchObject({
+      ok: false,
+      status: 65,
+      message: expect.stringContaining('api.load_number_pattern'),
+    });
+    expect(await send(d, 'truck-a', 'milestone', { commandId: 'm-1', loadNumber: 'NOPE', eventCode: 'X3' })).toMatchObject({ ok: false, status: 65, message: expect.stringContaining('no such load') });
+    // No usable commandId: answered on reply/invalid.
+    const invalid = await watch(d, 'fleet/truck-a/reply/invalid');
+    await d.publishAsync('fleet/truck-a/cmd/status', '[1, 2]', { qos: 1 });
+    expect((await waitFor(() => invalid[0], 10_000, 'the answer on reply/invalid')).body).toMatchObject({ commandId: null, ok: false, status: 64 });
+    // MQTT 5: the answer also goes to the response topic (one the device may write), with the correlation data.
+    const rt = await watch(d, 'fleet/truck-a/reply/desk-7');
+    await d.publishAsync('fleet/truck-a/cmd/status', JSON.stringify({ commandId: 's-1' }), { qos: 1, properties: { responseTopic: 'fleet/truck-a/reply/desk-7', correlationData: Buffer.from('corr-9') } });
+    await waitFor(() => rt[0], 10_000, 'the answer on the response topic');
+    expect(rt[0]).toMatchObject({ body: { commandId: 's-1', ok: true, status: 0, message: 'status published' }, correlation: 'corr-9' });
+    // Still running, still taking commands.
+    expect(await send(d, 'truck-a', 'load-start', { commandId: 'ok-1', loadNumber: 'L-1', resourceId: 'T1' })).toMatchObject({ ok: true });
+    expect(daemon!.child.exitCode).toBeNull();
+    expect(daemon!.output()).toContain('fleet command refused');
+  });
+
+  it('the Last Will says offline within keepalive x 1.5 after kill -9', async () => {
+    await startBroker();
+    await sandbox.start();
+    await run(fleetConfig());
+    const d = await dispatch();
+    const status = await watch(d, 'fleet/truck-a/status');
+    await waitFor(() => status.find((s) => s.body.online === true), 10_000, 'online');
+    const killedAt = Date.now();
+    daemon!.child.kill('SIGKILL');
+    const will = await waitFor(() => status.find((s) => s.body.online === false), 15_000, 'the Last Will');
+    expect(Date.now() - killedAt).toBeLessThanOrEqual(5 * 1.5 * 1000 + 500);
+    expect(will.body).toMatchObject({ online: false, deviceId: 'truck-a', reason: 'connection lost' });
+  });
+
+  it('with the ACL, device A can neither read B’s commands nor publish B’s status; a command from a device is not delivered', async () => {
+    await startBroker();
+    const a = await client({ username: 'truck-a', password: USERS['truck-a'], clientId: 'probe-a' });
+    // mosquitto grants the subscription and delivers nothing the ACL does not let A read.
+    const bCmds = await watch(a, 'fleet/truck-b/cmd/#');
+    const ownCmds = await watch(a, 'fleet/truck-a/cmd/#');
+    const d = await dispatch();
+    await d.publishAsync('fleet/truck-b/cmd/load-end', JSON.stringify({ commandId: 'for-b', loadNumber: 'L' }), { qos: 1 });
+    await d.publishAsync('fleet/truck-a/cmd/load-end', JSON.stringify({ commandId: 'for-a', loadNumber: 'L' }), { qos: 1 });
+    await waitFor(() => ownCmds[0], 5000, 'A getting its own command');
+    const bStatus = await watch(d, 'fleet/truck-b/status');
+    // MQTT 5: the broker answers the PUBACK with 135, not authorised.
+    await expect(a.publishAsync('fleet/truck-b/status', JSON.stringify({ online: true }), { qos: 1 })).rejects.toThrow('Not authorized');
+    // Device B sending a command to A: refused by the broker too.
+    const b = await client({ username: 'truck-b', password: USERS['truck-b'], clientId: 'probe-b' });
+    await expect(b.publishAsync('fleet/truck-a/cmd/load-end', JSON.stringify({ commandId: 'x', loadNumber: 'L' }), { qos: 1 })).rejects.toThrow('Not authorized');
+    await new Promise((r) => setTimeout(r, 500));
+    expect(bStatus).toEqual([]);
+    expect(bCmds).toEqual([]);
+    expect(ownCmds.map((c) => c.body.commandId)).toEqual(['for-a']);
+  });
+
+  it('connects over TLS with a client certificate made by openssl', async () => {
+    const pkiDir = join(tmp.dir, 'pki');
+    mkdirSync(pkiDir);
+    const pki = makePki(pkiDir);
+    // The device's certificate, CN = its device id (mosquitto takes it as the user name).
+    const openssl = (...args: string[]) => execFileSync('openssl', args, { cwd: pkiDir, stdio: 'ignore' });
+    openssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=truck-a', '-keyout', 'device.key', '-out', 'device.csr');
+    openssl('x509', '-req', '-in', 'device.csr', '-CA', 'test-ca.pem', '-CAkey', 'test-ca.key', '-CAcreateserial', '-days', '2', '-out', 'device.pem');
+    await startBroker({ tls: { cert: pki.cert, key: pki.key, clientCa: pki.caFile }, acl: FLEET_ACL });
+    await sandbox.start();
+    const cfg = agentConfig(tmp.dir, sandbox.url, `[fleet]\nurl = "${broker.url}"\nca_file = "${pki.caFile}"\ncert_file = "${join(pkiDir, 'device.pem')}"\nkey_file = "${join(pkiDir, 'device.key')}"\n`, {
+      deviceId: 'truck-a',
+    });
+    await run(cfg);
+    // Without a certificate the broker refuses the connection.
+    await expect(client({ ca: [pki.cert], clientId: 'no-cert', connectTimeout: 3000 })).rejects.toThrow();
+    expect(daemon!.output()).not.toContain('BEGIN');
+  });
+});
+
+function topicMatch(filter: string, topic: string): boolean {
+  const f = filter.split('/');
+  const t = topic.split('/');
+  for (let i = 0; i < f.length; i++) {
+    if (f[i] === '#') return true;
+    if (f[i] !== '+' && f[i] !== t[i]) return false;
+  }
+  return f.length === t.length;
+}
