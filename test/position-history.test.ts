@@ -116,23 +116,23 @@ describe('where a resource was at a time', () => {
     commit(batch);
     commit(fixes(T0, 5, 'T2')); // another resource's readings in between change nothing
     const at = T0 + 1214_000;
-    expect(positionAt(store.db, 'T1', at, 600_000)).toEqual({ timeMs: T0 + 1210_000, lat: 41 + 1210e-4, lon: -87.5, from: 'readings' });
+    expect(positionAt(store, 'T1', at, 600_000)).toEqual({ timeMs: T0 + 1210_000, lat: 41 + 1210e-4, lon: -87.5, from: 'readings' });
     // Before the first reading and after the last, within the limit or not.
-    expect(positionAt(store.db, 'T1', T0 - 30_000, 60_000)).toMatchObject({ timeMs: T0, from: 'readings' });
-    expect(positionAt(store.db, 'T1', T0 - 30_000, 20_000)).toBeUndefined();
-    expect(positionAt(store.db, 'T1', T0 + 3590_000 + 50_000, 60_000)).toMatchObject({ timeMs: T0 + 3590_000 });
-    expect(positionAt(store.db, 'T9', at, 600_000)).toBeUndefined();
+    expect(positionAt(store, 'T1', T0 - 30_000, 60_000)).toMatchObject({ timeMs: T0, from: 'readings' });
+    expect(positionAt(store, 'T1', T0 - 30_000, 20_000)).toBeUndefined();
+    expect(positionAt(store, 'T1', T0 + 3590_000 + 50_000, 60_000)).toMatchObject({ timeMs: T0 + 3590_000 });
+    expect(positionAt(store, 'T9', at, 600_000)).toBeUndefined();
 
     // Purged: the history's row of that minute (T0 + 20 min), 14 s away.
     store.deleteReadings(store.db.prepare("SELECT id FROM readings WHERE resource_id = 'T1'").pluck().all() as number[]);
-    const then = positionAt(store.db, 'T1', at, 600_000)!;
+    const then = positionAt(store, 'T1', at, 600_000)!;
     expect(then).toMatchObject({ timeMs: T0 + 1200_000, from: 'history' });
     expect(then.lat).toBeCloseTo(41 + 1200e-4, 5);
-    expect(positionAt(store.db, 'T1', at, 10_000)).toBeUndefined();
+    expect(positionAt(store, 'T1', at, 10_000)).toBeUndefined();
 
     // A reading held again near the time beats the history's row farther from it.
     commit([{ resourceId: 'T1', timeMs: at + 5000, lat: 42, lon: -88 }], null);
-    expect(positionAt(store.db, 'T1', at, 600_000)).toEqual({ timeMs: at + 5000, lat: 42, lon: -88, from: 'readings' });
+    expect(positionAt(store, 'T1', at, 600_000)).toEqual({ timeMs: at + 5000, lat: 42, lon: -88, from: 'readings' });
   });
 
   it('reads no more than a window of the readings, whatever the backlog (no scan of the table)', () => {
@@ -146,7 +146,7 @@ describe('where a resource was at a time', () => {
       return prepare(sql);
     }) as typeof db.prepare;
     try {
-      expect(positionAt(db, 'T1', T0 + 30_000, 60_000)).toMatchObject({ timeMs: T0 + 30_000 });
+      expect(positionAt({ db }, 'T1', T0 + 30_000, 60_000)).toMatchObject({ timeMs: T0 + 30_000 });
     } finally {
       db.prepare = prepare;
     }

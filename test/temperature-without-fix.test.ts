@@ -88,6 +88,7 @@ function healthLater(config: Config, lastSuccessMs: number | null): string[] {
     ingest: { stats: { trouble: null } },
     config,
     sources: [],
+    clockState: () => ({ state: 'synchronised', from: 'test', offsetMs: null, held: 0, heldExpired: 0 }),
   } as unknown as Agent;
   return healthProblems(agent, Date.now() + 60 * MIN);
 }

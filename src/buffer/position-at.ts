@@ -25,7 +25,8 @@ export interface PastPosition {
 const WINDOW_ROWS = 256;
 
 /** The fix of `resourceId` nearest to `timeMs`, if one is within `withinMs` of it (a reading before a history row at the same distance). */
-export function positionAt(db: DB, resourceId: string, timeMs: number, withinMs: number): PastPosition | undefined {
+export function positionAt(store: { db: DB }, resourceId: string, timeMs: number, withinMs: number): PastPosition | undefined {
+  const { db } = store;
   const found = [fromReadings(db, resourceId, timeMs), fromHistory(db, resourceId, timeMs)].flat();
   let best: PastPosition | undefined;
   for (const p of found) if (!best || Math.abs(p.timeMs - timeMs) < Math.abs(best.timeMs - timeMs)) best = p;

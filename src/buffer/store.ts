@@ -276,13 +276,11 @@ export class Store implements BufferContext {
   }
 
   /**
-   * A transaction committed with synchronous = FULL, whatever the buffer's level: with NORMAL
-   * a power cut can roll back the last commits, and a milestone is an event someone will ask
-   * about. Readings keep the cheaper level (there are many of them and they are sampled).
+   * A transaction committed with synchronous = FULL whatever the buffer's level: with NORMAL a
+   * power cut can roll back the last commits, and a milestone is an event someone asks about.
    */
   durably<T>(fn: () => T): T {
-    // Inside another durable write (a fleet command and its answer, src/fleet/commands.ts): a
-    // savepoint of it, which commits with it (the level cannot change inside a transaction).
+    // Inside another durable write (a fleet command and its answer): a savepoint of it.
     if (this.db.inTransaction) return this.db.transaction(fn)();
     const previous = this.db.pragma('synchronous', { simple: true }) as number;
     this.db.pragma('synchronous = FULL');

@@ -212,7 +212,7 @@ function place(store: Store, config: Config, load: LoadRow, input: MilestoneInpu
     // the position history. The time stays as read above, in the zone of the last fix: read
     // again in the zone of the place found, it could name another instant, and so another
     // place. The body writes that one instant in the zone of the place, as for any place.
-    const then = appointment || typed.kind === 'now' ? undefined : positionAt(store.db, load.resourceId, timeMs, config.milestones.max_fix_age_s * 1000);
+    const then = appointment || typed.kind === 'now' ? undefined : positionAt(store, load.resourceId, timeMs, config.milestones.max_fix_age_s * 1000);
     if (then) {
       const offS = Math.round(Math.abs(timeMs - then.timeMs) / 1000);
       const when = new Date(then.timeMs).toISOString().replace(/\.\d+Z$/, 'Z');
