@@ -33,6 +33,7 @@ import { RunningSources, type SourceFactory } from './sources/running.js';
 import type { Source } from './sources/types.js';
 import { DAEMON_STATE_KEY, type DaemonState, STATE_INTERVAL_MS } from './daemon-state.js';
 import { StateRow } from './state-row.js';
+import { DriverPage } from './ui/page.js';
 
 export { DAEMON_STATE_KEY, type DaemonState, splayMs };
 export { changedSettings, type ReloadResult } from './config/reload.js';
@@ -72,6 +73,7 @@ export class Agent {
   private reserve!: ReserveKeeper;
   private fatal = false;
   private corruptFound: string | undefined;
+  private page: DriverPage | undefined;
 
   constructor(
     private loaded: LoadedConfig,
@@ -192,6 +194,7 @@ export class Agent {
       this.stateRow.tick();
     }, 1000);
     await this.startHealth(config.health.listen);
+    await (this.page = new DriverPage(this, this.log.child({ component: 'ui' }))).apply(config.ui);
     const { zone, from: timeZoneFrom } = deviceZone();
     this.log.info(
       {
@@ -308,6 +311,7 @@ export class Agent {
       await this.stopHealth();
       await this.startHealth(config.health.listen);
     }
+    await this.page?.apply(config.ui);
     void oldClient.close();
     // The limits apply at once (a lowered buffer.max_age_days or max_size_mb must not wait up
     // to a minute for the timer), and a clock step since the last check is seen and logged now.
@@ -345,6 +349,7 @@ export class Agent {
       'clock.unsynced_hold_s': this.running.holdS(),
       sources: this.sources.map((s) => s.name),
       device_id: this.loaded.deviceId,
+      ...this.page?.settings(),
     };
   }
 
@@ -387,7 +392,7 @@ export class Agent {
    * under way may finish (bounded by delivery.shutdown_timeout_s), the state is written.
    */
   async stop(): Promise<void> {
-    await this.stopHealth();
+    await Promise.all([this.stopHealth(), this.page?.stop()]);
     // No new push from here on; the one under way may finish (sender.stop below).
     this.sender.schedule.stop();
     clearInterval(this.stateTimer);
