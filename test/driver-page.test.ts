@@ -120,7 +120,7 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
     await page.getByRole('button', { name: /^Arrived/ }).click();
     await expect.poll(() => page.locator('h2').textContent()).toBe('arrived at pick-up location (X3)');
     await page.getByRole('button', { name: 'Confirm' }).click();
-    await expect.poll(() => page.locator('.flash').textContent()).toContain('Saved');
+    await expect.poll(() => page.locator('.flash').textContent()).toMatch(/^Saved: arrived at pick-up location \(X3\), L-1001, \d\d:\d\d CST\.$/);
     // Saved means committed: the CLI reads it from the buffer now.
     const m = (await milestones()).find((x) => x.code === 'X3')!;
     expect(m).toBeDefined();
@@ -230,7 +230,8 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
     expect(html).not.toMatch(/\sstyle=|\son[a-z]+=/);
     const css = await (await page.request.get(`${base}/page.css`)).body();
     const js = await (await page.request.get(`${base}/live.js`)).body();
-    expect(Buffer.byteLength(html) + css.length + js.length).toBeLessThan(100 * 1024);
+    // The issue's bound is 100 KB; docs/driver-page.md says under 20 KB.
+    expect(Buffer.byteLength(html) + css.length + js.length).toBeLessThan(20 * 1024);
     expect(await post(`${base}/login`, `pin=${'1'.repeat(20_000)}`)).toBe(413);
   });
 

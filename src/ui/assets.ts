@@ -12,7 +12,7 @@ body{margin:0;font:18px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif
 header{display:flex;align-items:center;justify-content:space-between;gap:8px;padding:8px 12px;background:#000;color:#fff}
 header h1{font-size:20px;margin:0}
 main{padding:8px 12px;max-width:960px;margin:0 auto}
-@media (min-width:700px){main.loads{display:grid;grid-template-columns:1fr 1fr;gap:12px}}
+@media (min-width:700px){main.loads{display:grid;grid-template-columns:repeat(auto-fit,minmax(340px,1fr));gap:12px}}
 .link{font-weight:700;padding:8px 12px;border:3px solid #000;margin:8px 0}
 .link.offline{background:#ffd400;color:#000}
 .link.online{background:#fff}

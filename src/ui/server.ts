@@ -7,14 +7,14 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
-import { type ActionForm, perform } from './actions.js';
+import { type ActionForm, eventName, perform } from './actions.js';
 import { CSS, JS } from './assets.js';
 import { Auth, type Session, sameSecret, token } from './auth.js';
 import { liveEvent } from './events.js';
 import { confirmPage, loginPage, mainPage } from './html.js';
 import { type Lang, pickLanguage, translator } from './i18n.js';
 import { parseListen } from './listen.js';
-import { driverView, LinkWatch, nextStopOf, type UiHost } from './view.js';
+import { driverView, LinkWatch, nextStopOf, type UiHost, wallClock } from './view.js';
 import { ACTIONS, type Action } from './actions.js';
 
 /** A login or a milestone form is a few hundred bytes; anything much bigger is not ours. */
@@ -245,7 +245,7 @@ export class UiServer {
     if (saved) {
       for (const l of view.loads) {
         const m = this.host.store.listMilestones(l.loadNumber).find((x) => String(x.id) === saved);
-        if (m) flash = { ok: t('saved', { what: `${m.code}, ${l.loadNumber}` }) };
+        if (m) flash = { ok: t('saved', { what: `${eventName(m.code)}, ${l.loadNumber}, ${wallClock(m.body.time)}` }) };
       }
     }
     this.send(res, 200, 'text/html; charset=utf-8', mainPage(t, lang, view, this.host.config, session.csrf, flash), headers);
