@@ -51,8 +51,13 @@ async function logIn(p: Page, pin = PIN): Promise<void> {
   await p.getByRole('button', { name: 'Log in' }).click();
 }
 
-function stateOf(p: Page, text: RegExp) {
-  return p.locator('ul.ms li', { hasText: text }).locator('.state');
+/** The section of a load on the page (two loads ride on the truck). */
+function load(p: Page, loadNumber = 'L-1001') {
+  return p.locator('section.load', { has: p.getByRole('heading', { name: `Load ${loadNumber}` }) });
+}
+
+function stateOf(p: Page, text: RegExp, loadNumber = 'L-1001') {
+  return load(p, loadNumber).locator('ul.ms li', { hasText: text }).locator('.state');
 }
 
 beforeAll(async () => {
@@ -67,6 +72,9 @@ beforeAll(async () => {
   const stops = writeFile(tmp.dir, 'stops.json', JSON.stringify(STOPS));
   const started = await runCli(['load', 'start', 'L-1001', '--resource', 'T1', '--stops', stops, '--config', cfg]);
   expect(started.code, started.stderr).toBe(0);
+  const gary = writeFile(tmp.dir, 'gary.json', JSON.stringify([{ sequence: 1, type: 'pickup', name: 'Gary steel', latitude: 41.593, longitude: -87.346, city: 'Gary', state: 'IN' }]));
+  const second = await runCli(['load', 'start', 'L-2002', '--resource', 'T1', '--stops', gary, '--config', cfg]);
+  expect(second.code, second.stderr).toBe(0);
   daemon = startDaemon(['--config', cfg]);
   const line = await waitFor(
     () =>
@@ -94,7 +102,8 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
   it('logs in with the PIN and shows the load, its next stop and the truck as a place', async () => {
     await logIn(page);
     await expect.poll(() => page.locator('h2').first().textContent()).toBe('Load L-1001');
-    const body = await page.locator('body').innerText();
+    expect(await page.locator('h2').nth(1).textContent()).toBe('Load L-2002');
+    const body = await load(page).innerText();
     expect(body).toContain('Next stop: stop 1 · pick-up');
     expect(body).toContain('Chicago cold store, Chicago, IL');
     // The appointment window in the stop's own zone.
@@ -117,7 +126,9 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
     const held = new Promise<void>((r) => (release = r));
     sandbox.gate = () => held;
     await page.evaluate(() => ((window as unknown as { marker: number }).marker = 1));
-    await page.getByRole('button', { name: /^Arrived/ }).click();
+    await load(page)
+      .getByRole('button', { name: /^Arrived/ })
+      .click();
     await expect.poll(() => page.locator('h2').textContent()).toBe('arrived at pick-up location (X3)');
     await page.getByRole('button', { name: 'Confirm' }).click();
     await expect.poll(() => page.locator('.flash').textContent()).toMatch(/^Saved: arrived at pick-up location \(X3\), L-1001, \d\d:\d\d CST\.$/);
@@ -135,7 +146,9 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
   });
 
   it('records a delay with a reason chosen by name', async () => {
-    await page.getByRole('button', { name: /^Report a delay/ }).click();
+    await load(page)
+      .getByRole('button', { name: /^Report a delay/ })
+      .click();
     await page.getByLabel('Reason').selectOption({ label: 'mechanical breakdown (AI)' });
     await page.getByRole('button', { name: 'Confirm' }).click();
     await expect.poll(() => page.locator('.flash').textContent()).toContain('Saved');
@@ -145,7 +158,9 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
 
   it('a second arrival at the same stop says when the first was recorded, and records nothing', async () => {
     const before = (await milestones()).length;
-    await page.getByRole('button', { name: /^Arrived/ }).click();
+    await load(page)
+      .getByRole('button', { name: /^Arrived/ })
+      .click();
     await page.getByRole('button', { name: 'Confirm' }).click();
     await expect.poll(() => page.locator('.error').textContent()).toMatch(/^Already recorded at \d\d:\d\d CST\./);
     expect((await milestones()).length).toBe(before);
@@ -161,11 +176,15 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
     const n0 = await waiting();
     await sandbox.stop();
     // A typed appointment time, read in the stop's zone as the CLI's --time is.
-    await page.getByRole('button', { name: /^Set appointment/ }).click();
+    await load(page)
+      .getByRole('button', { name: /^Set appointment/ })
+      .click();
     await page.getByLabel(/Appointment time/).fill('2026-11-27T09:30');
     await page.getByRole('button', { name: 'Confirm' }).click();
     await expect.poll(() => link.textContent(), { timeout: 15_000 }).toMatch(new RegExp(`^Waiting for coverage since \\d\\d:\\d\\d · ${n0 + 1} waiting`));
-    await page.getByRole('button', { name: /^Departed/ }).click();
+    await load(page)
+      .getByRole('button', { name: /^Departed/ })
+      .click();
     await page.getByRole('button', { name: 'Confirm' }).click();
     await expect.poll(() => link.textContent(), { timeout: 15_000 }).toMatch(new RegExp(`· ${n0 + 2} waiting`));
     await page.evaluate(() => ((window as unknown as { marker: number }).marker = 3));
@@ -178,14 +197,28 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
     expect(aa.body.time).toMatchObject({ dateTime: '2026-11-27T09:30:00.000-06:00', timeZoneCode: 'CST' });
   });
 
+  it("speaks the browser's language (Accept-Language), here Spanish", async () => {
+    const es = await browser.newContext({ locale: 'es-ES' });
+    try {
+      const p = await es.newPage();
+      await p.goto(`${base}/`);
+      expect(await p.locator('h1').textContent()).toBe('Página del conductor');
+      expect(await p.getByRole('button').textContent()).toBe('Entrar');
+    } finally {
+      await es.close();
+    }
+  });
+
   it('works with JavaScript off: a form, a confirm, and the state after a reload', async () => {
     const off = await browser.newContext({ javaScriptEnabled: false, viewport: { width: 360, height: 640 } });
     try {
       const p = await off.newPage();
       await logIn(p);
       // The departure moved the next stop on: the delivery.
-      expect(await p.locator('body').innerText()).toContain('Next stop: stop 2 · delivery');
-      await p.getByRole('button', { name: /^Arrived/ }).click();
+      expect(await load(p).innerText()).toContain('Next stop: stop 2 · delivery');
+      await load(p)
+        .getByRole('button', { name: /^Arrived/ })
+        .click();
       await p.getByRole('button', { name: 'Confirm' }).click();
       expect(await p.locator('.flash').textContent()).toContain('Saved');
       await waitFor(() => sandbox.milestones.find((r) => r.body.eventCode === 'X1'), 15_000, 'X1 at the sandbox');
@@ -194,6 +227,17 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
     } finally {
       await off.close();
     }
+  });
+
+  it('shows a milestone the service refuses as refused, with its answer', async () => {
+    sandbox.setFaults({ rejectLoads: ['L-2002'] });
+    await page.goto(`${base}/`);
+    await load(page, 'L-2002')
+      .getByRole('button', { name: /^Arrived/ })
+      .click();
+    await page.getByRole('button', { name: 'Confirm' }).click();
+    await expect.poll(() => stateOf(page, /X3/, 'L-2002').textContent(), { timeout: 15_000 }).toBe('refused: HTTP 400: loadNumber: L-2002 is not a load of this carrier');
+    sandbox.setFaults({ rejectLoads: [] });
   });
 
   it('refuses a form posted from another site, and a post without the CSRF token', async () => {

@@ -76,6 +76,22 @@ export function nextStopOf(load: LoadRow): StopView | undefined {
   return stop ? { ...stop, zone: stopZone(stop) } : undefined;
 }
 
+/**
+ * The service's answer as a driver can read it: the problems or message of a JSON body (the
+ * sandbox's `{"problems": [...]}`, a `message` or `detail`), else its text.
+ */
+function readable(answer: string | null): string {
+  if (!answer) return '';
+  try {
+    const j = JSON.parse(answer) as { problems?: unknown; message?: unknown; detail?: unknown; error?: unknown };
+    if (Array.isArray(j.problems) && j.problems.length) return j.problems.map(String).join('; ');
+    for (const v of [j.message, j.detail, j.error]) if (typeof v === 'string' && v) return v;
+  } catch {
+    // not JSON: the text as it came
+  }
+  return answer;
+}
+
 /** `10:32 CST` from a body's time object (`16:32 UTC` in the utc form). */
 export function wallClock(time: unknown): string {
   const t = (time ?? {}) as { dateTime?: string; timeZoneCode?: string };
@@ -90,7 +106,7 @@ export function milestoneView(m: MilestoneRow): MilestoneView {
     stop: m.stop,
     time: wallClock(m.body.time),
     state: m.sentMs !== null ? 'delivered' : m.parkedMs !== null ? 'refused' : 'waiting',
-    reason: m.parkedMs !== null ? (m.lastError ?? (m.lastStatus === null ? undefined : `HTTP ${m.lastStatus}`)) : undefined,
+    reason: m.parkedMs !== null ? [m.lastStatus === null ? '' : `HTTP ${m.lastStatus}`, readable(m.lastError)].filter(Boolean).join(': ') : undefined,
   };
 }
 
