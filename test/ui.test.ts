@@ -4,6 +4,7 @@
  * TLS; request bodies capped. The page runs in a real agent on a real buffer file.
  */
 import { readFileSync } from 'node:fs';
+import { get as httpGet } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -120,6 +121,37 @@ describe('the page over TLS', () => {
     expect(get.headers['set-cookie']).toEqual([expect.stringMatching(/^ta_login=[\w-]{32}; Path=\/; HttpOnly; SameSite=Strict; Secure$/)]);
     const big = await https(port, 'POST', '/login', ca, 'pin='.padEnd(9000, '1'));
     expect(big.status).toBe(413);
+  });
+});
+
+describe('a loopback page without a PIN', () => {
+  it('answers only to a loopback Host: a DNS-rebound name gets 403', async () => {
+    const tmp = tempDir('ta-ui-host-');
+    const config = configSchema.parse({
+      device_id: 'host-test',
+      api: { base_url: 'http://127.0.0.1:9', scac: TEST_SCAC, subscription_key: TEST_KEY },
+      buffer: { path: join(tmp.dir, 'buffer.db') },
+      ui: { listen: '127.0.0.1:0' },
+      sources: [{ type: 'module', name: 'idle', path: writeFile(tmp.dir, 'idle.mjs', 'export function createSource() { return { start() {}, stop() {} }; }\n') }],
+    });
+    const agent = new Agent({ file: '(test)', config, deviceId: 'host-test', warnings: [] }, { key: TEST_KEY, origin: 'test' }, createLogger({ level: 'silent', destination: process.stdout }));
+    await agent.start();
+    try {
+      const port = agent.effectiveSettings()['ui.port'] as number;
+      const status = (host: string) =>
+        new Promise<number>((resolve, reject) =>
+          httpGet({ host: '127.0.0.1', port, path: '/', headers: { host } }, (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          }).on('error', reject),
+        );
+      expect(await status(`127.0.0.1:${port}`)).toBe(200);
+      expect(await status(`localhost:${port}`)).toBe(200);
+      expect(await status(`rebind.attacker.example:${port}`)).toBe(403);
+    } finally {
+      await agent.stop();
+      tmp.cleanup();
+    }
   });
 });
 

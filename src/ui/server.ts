@@ -13,7 +13,7 @@ import { Auth, type Session, sameSecret, token } from './auth.js';
 import { liveEvent } from './events.js';
 import { confirmPage, loginPage, mainPage } from './html.js';
 import { type Lang, pickLanguage, translator } from './i18n.js';
-import { parseListen } from './listen.js';
+import { isLoopback, parseListen } from './listen.js';
 import { driverView, LinkWatch, nextStopOf, type UiHost, wallClock } from './view.js';
 import { ACTIONS, type Action } from './actions.js';
 
@@ -178,6 +178,9 @@ export class UiServer {
     const path = url.pathname;
     if (req.method === 'GET' && path === '/page.css') return this.send(res, 200, 'text/css; charset=utf-8', CSS, { 'cache-control': 'max-age=3600' });
     if (req.method === 'GET' && path === '/live.js') return this.send(res, 200, 'text/javascript; charset=utf-8', JS, { 'cache-control': 'max-age=3600' });
+    // A page without a PIN answers only to its loopback names: a site that rebinds its own
+    // name to 127.0.0.1 (DNS rebinding) gets nothing to read, no token to post with.
+    if (!this.auth.needsPin && !isLoopback(req.headers.host ?? '')) throw new HttpError(403, 'this page answers only to a loopback address');
     const lang = this.lang(req);
     const t = translator(lang);
     const jar = cookies(req);
