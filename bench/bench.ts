@@ -41,6 +41,7 @@ import { CYCLE_S, benchFlash, benchHistory, FLASH_TARGET_BYTES } from './flash.j
 import { FULL_DISK_BYTES, benchFullDisk, fullDiskRows, unmount } from './full-disk.js';
 import { benchIngest } from './ingest.js';
 import { memoryFigures, memoryRows } from './memory.js';
+import { benchUiPage, uiPageRow } from './ui-page.js';
 import { OUTAGES_S, RECONNECT_MAX_S, benchOutages, outageFigures, outageRows } from './outage.js';
 import { AGENT_NODE_OPTIONS, AGENT_V8_FLAGS, BUFFER_DEFAULTS, DRAIN_RUNS, HELP, JSON_OUT, LATENCY_MS, MB, PEER_RETRY_S, PROF_DIR, QUICK, SIZES, flag, option } from './options.js';
 import { WORKER, killChildren, progress } from './processes.js';
@@ -154,6 +155,9 @@ async function main(): Promise<void> {
     progress(`5. flash: \`run\` at 1 Hz, NORMAL and FULL, from one push to the next (${CYCLE_S} s), side by side with 4-8`);
     const flashRunning = benchFlash(dir);
     flashRunning.catch(() => undefined);
+    progress("3g. the driver's page: `run` with and without [ui], one client on its SSE stream, side by side with 4-8");
+    const uiPageRunning = benchUiPage(sandbox, dir);
+    uiPageRunning.catch(() => undefined);
     progress(`4.-6. telematics-agent run with a 1 Hz simulator and defaults: startup, then ${SIZES.idleS} s idle`);
     const daemons = await benchDaemons(sandbox, dir);
     const [daemon] = daemons.runs;
@@ -167,6 +171,7 @@ async function main(): Promise<void> {
     const outages = await outagesRunning;
     progress('5. waiting for the flash daemons to finish their cycle');
     const [flashNormal, flashFull] = await flashRunning;
+    const uiPage = await uiPageRunning;
     await sandbox.stop();
     progress('5c. the position history: 14 days of 10 trucks, its pages measured');
     const history = benchHistory(dir);
@@ -244,6 +249,7 @@ async function main(): Promise<void> {
         pass: null,
       },
       ...memoryRows(mem),
+      uiPageRow(uiPage),
       {
         id: '4',
         measure: `idle CPU, \`run\` at 1 Hz, ${round(daemon.windowS, 0)} s (schedstat, all threads; utime+stime ${round(daemon.cpuS, 2)} s)`,
@@ -337,6 +343,8 @@ async function main(): Promise<void> {
       oneLoadPointsPerS: pointsPerS(oneLoad),
       sharedThroughputRatio: pointsPerS(sharedDrain) / pointsPerS(oneLoad),
       ...memoryFigures(mem),
+      uiPageAnonMB: uiPage.withPage.anon / MB,
+      uiPageBaseAnonMB: uiPage.without.anon / MB,
       idleWindowS: daemon.windowS,
       idleCpuSeconds: daemon.schedS,
       idleCpuPercent: cpuFraction * 100,

@@ -117,7 +117,7 @@ export async function recordMilestone(files: { config: string }): Promise<void> 
 }
 
 /** Record a milestone with the CLI and resolve when the daemon has delivered it. */
-async function oneMilestone(files: { config: string; db: string }): Promise<void> {
+export async function oneMilestone(files: { config: string; db: string }): Promise<void> {
   await recordMilestone(files);
   const deadline = performance.now() + 30_000;
   while (milestonesSent(files.db) === 0) {

@@ -33,6 +33,7 @@ import { DAEMON_STATE_KEY, type DaemonState, STATE_INTERVAL_MS } from './daemon-
 import { StateRow } from './state-row.js';
 import { logStarted } from './start-log.js';
 import { VERSION } from './version.js';
+import { DriverPage } from './ui/page.js';
 
 export { DAEMON_STATE_KEY, type DaemonState, splayMs };
 export { changedSettings, type ReloadResult } from './config/reload.js';
@@ -71,6 +72,7 @@ export class Agent {
   private reserve!: ReserveKeeper;
   private fatal = false;
   private corruptFound: string | undefined;
+  private page: DriverPage | undefined;
 
   constructor(
     private loaded: LoadedConfig,
@@ -196,6 +198,7 @@ export class Agent {
     }, 1000);
     await this.health.listen(config.health.listen, this.log);
     (this.fleet = new FleetLink(this, deviceId, this.log.child({ component: 'fleet' }))).start(config);
+    await (this.page = new DriverPage(this, this.log.child({ component: 'ui' }))).apply(config.ui);
     logStarted(this.log, {
       version: VERSION,
       deviceId,
@@ -279,6 +282,7 @@ export class Agent {
     }
     await this.health.listen(config.health.listen, this.log);
     await this.fleet?.configure(config);
+    await this.page?.apply(config.ui);
     void oldClient.close();
     // The limits apply at once (a lowered buffer.max_age_days or max_size_mb must not wait up
     // to a minute for the timer), and a clock step since the last check is seen and logged now.
@@ -317,6 +321,7 @@ export class Agent {
       sources: this.sources.map((s) => s.name),
       device_id: this.loaded.deviceId,
       ...this.fleet?.effective(),
+      ...this.page?.settings(),
     };
   }
 
@@ -361,7 +366,7 @@ export class Agent {
    */
   async stop(): Promise<void> {
     await this.fleet?.stop();
-    await this.health.stop();
+    await Promise.all([this.health.stop(), this.page?.stop()]);
     // No new push from here on; the one under way may finish (sender.stop below).
     this.sender.schedule.stop();
     clearInterval(this.stateTimer);

@@ -55,6 +55,7 @@ function configs(url: string): { a: Config; b: Config } {
     api: { base_url: url, scac: TEST_SCAC, subscription_key: TEST_KEY, timeout_s: 5 },
     buffer: { path: join(tmp.dir, 'a.db'), flush_interval_ms: 5000 },
     health: { listen: '127.0.0.1:0' },
+    ui: { listen: '127.0.0.1:0' },
     log: { level: 'info' },
     sources: [{ type: 'module', name: 'src-a', path: moduleSource('a') }],
     // Nothing listens there: the link keeps trying in the background.
@@ -129,6 +130,15 @@ function configs(url: string): { a: Config; b: Config } {
       delay: { enabled: false, code: 'X6', reason: 'AI', grace_s: 60, step_s: 60, road_factor: 1.5, speed_window_s: 60, min_speed_kmh: 20, planning_speed_kmh: 60 },
     },
     health: { listen: '127.0.0.2:0', source_silent_s: 60 },
+    // makePki above wrote server.pem and server.key beside the CA.
+    ui: {
+      listen: '127.0.0.2:0',
+      pin_file: writeFile(tmp.dir, 'pin', '2468\n', 0o600),
+      tls_cert: join(tmp.dir, 'server.pem'),
+      tls_key: join(tmp.dir, 'server.key'),
+      allow_plaintext: true,
+      language: 'fr',
+    },
     log: { level: 'debug' },
     sources: [{ type: 'module', name: 'src-b', path: moduleSource('b') }],
     sources_time: { max_future_s: 60, max_past_days: 3 },
@@ -181,6 +191,8 @@ describe('reload (SIGHUP)', () => {
     await agent.start();
     const before = agent.effectiveSettings();
     const oldHealthPort = agent.healthPort!;
+    const oldUiPort = before['ui.port'] as number;
+    expect(before).toMatchObject({ 'ui.listen': '127.0.0.1:0', 'ui.pin': false, 'ui.tls': false, 'ui.language': undefined });
     expect(await get(oldHealthPort, '/metrics')).toBe(200);
 
     const result = await agent.reload(loaded(b), { key: 'key-b', origin: 'test' });
@@ -232,6 +244,10 @@ describe('reload (SIGHUP)', () => {
     expect(eff['health.listen']).toBe('127.0.0.2:0');
     expect(await get(eff['health.port'] as number, '/metrics', '127.0.0.2')).toBe(200);
     await expect(get(oldHealthPort, '/metrics')).rejects.toThrow(/ECONNREFUSED/);
+    // The driver's page moved too, now with a PIN and over TLS; the old port is closed.
+    expect(eff).toMatchObject({ 'ui.listen': '127.0.0.2:0', 'ui.pin': true, 'ui.tls': true, 'ui.language': 'fr' });
+    expect(eff['ui.port']).not.toBe(oldUiPort);
+    await expect(get(oldUiPort, '/')).rejects.toThrow(/ECONNREFUSED/);
   });
 
   it('a reload that turns on record_without_load keeps readings without a load from then on', async () => {

@@ -129,6 +129,7 @@ function absolutise(config: Config, baseDir: string): Config {
   config.buffer.path = abs(config.buffer.path);
   if (config.api.subscription_key_file) config.api.subscription_key_file = abs(config.api.subscription_key_file);
   if (config.api.ca_file) config.api.ca_file = abs(config.api.ca_file);
+  for (const k of ['pin_file', 'tls_cert', 'tls_key'] as const) if (config.ui[k]) config.ui[k] = abs(config.ui[k]);
   for (const s of config.sources) {
     if (s.type === 'simulator' && !s.route.startsWith('builtin:')) s.route = abs(s.route);
     if (s.type === 'nmea') s.device = abs(s.device);

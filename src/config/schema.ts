@@ -9,6 +9,7 @@ import { cronProblem } from '../cron.js';
 import { DEFAULT_LOAD_NUMBER_PATTERN, EVENT_CODES, REASON_CODES } from '../milestones/codes.js';
 import { fleetSchema } from './fleet.js';
 import { nonNegative, positiveInt, sourceSchema } from './sources.js';
+import { uiSchema } from './ui.js';
 
 export * from './sources.js';
 
@@ -296,6 +297,8 @@ export const configSchema = z
         source_silent_s: z.number().positive().default(300),
       })
       .prefault({}),
+    /** The driver's page (src/config/ui.ts): off unless `ui.listen` is set. */
+    ui: uiSchema,
     log: z
       .strictObject({
         level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),

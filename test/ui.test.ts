@@ -1,0 +1,167 @@
+/**
+ * The driver's page below the browser: its [ui] settings and their rules, word for word; the
+ * language a request gets; the lock after wrong PINs and its end; the session cookie over
+ * TLS; request bodies capped. The page runs in a real agent on a real buffer file.
+ */
+import { readFileSync } from 'node:fs';
+import { get as httpGet } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Agent } from '../src/agent.js';
+import { ConfigError, type LoadedConfig, parseConfigText } from '../src/config/load.js';
+import { configSchema } from '../src/config/schema.js';
+import { createLogger } from '../src/log.js';
+import { Auth, LOCK_MS, readPin } from '../src/ui/auth.js';
+import { pickLanguage } from '../src/ui/i18n.js';
+import { TEST_KEY, TEST_SCAC, tempDir, writeFile } from './helpers.js';
+import { makePki } from './pki.js';
+
+const SRC = '[api]\nscac = "ABCD"\n[[sources]]\ntype = "simulator"\nresource_id = "T1"\n';
+
+function problems(ui: string): string[] {
+  try {
+    parseConfigText(`${SRC}[ui]\n${ui}`, 'agent.toml', '/etc/telematics-agent');
+    return [];
+  } catch (e) {
+    expect(e).toBeInstanceOf(ConfigError);
+    return (e as ConfigError).problems;
+  }
+}
+
+describe('[ui] settings', () => {
+  it('is off by default, and a loopback page needs neither a PIN nor TLS', () => {
+    const c = parseConfigText(SRC, 'agent.toml', '/etc/telematics-agent');
+    expect(c.ui).toEqual({ allow_plaintext: false });
+    expect(problems('listen = "127.0.0.1:8090"')).toEqual([]);
+    expect(problems('listen = "[::1]:8090"')).toEqual([]);
+  });
+
+  it('a page on the network needs a PIN file, and TLS unless plain HTTP is allowed', () => {
+    expect(problems('listen = "0.0.0.0:8090"')).toEqual([
+      'ui.pin_file: required when listen (0.0.0.0:8090) is not a loopback address: anyone on the network could record milestones',
+      'ui.tls_cert: required when listen (0.0.0.0:8090) is not a loopback address (the PIN would cross the network readable); or set ui.allow_plaintext = true',
+    ]);
+    expect(problems('listen = "0.0.0.0:8090"\npin_file = "pin"\nallow_plaintext = true')).toEqual([]);
+    expect(problems('listen = "0.0.0.0:8090"\npin_file = "pin"\ntls_cert = "c.pem"')).toEqual(['ui.tls_key: tls_cert and tls_key go together']);
+    expect(problems('listen = "8090"\nlanguage = "de"')).toEqual(['ui.listen: expected host:port such as 127.0.0.1:8090 or 0.0.0.0:8090, got "8090"', 'ui.language: expected one of "en", "es", "fr", got "de"']);
+  });
+
+  it("takes relative paths from the config file's directory", () => {
+    const c = parseConfigText(`${SRC}[ui]\nlisten = "0.0.0.0:1"\npin_file = "pin"\ntls_cert = "c.pem"\ntls_key = "k.pem"\n`, 'agent.toml', '/etc/telematics-agent');
+    expect(c.ui).toMatchObject({ pin_file: '/etc/telematics-agent/pin', tls_cert: '/etc/telematics-agent/c.pem', tls_key: '/etc/telematics-agent/k.pem' });
+  });
+
+  it("the language: ui.language, else the browser's first the page has, else English", () => {
+    expect(pickLanguage(undefined, 'fr-CA,fr;q=0.9,en;q=0.8')).toBe('fr');
+    expect(pickLanguage(undefined, 'de-DE,de;q=0.9,es;q=0.5')).toBe('es');
+    expect(pickLanguage(undefined, 'en;q=0.2,es;q=0.8')).toBe('es');
+    expect(pickLanguage(undefined, 'de')).toBe('en');
+    expect(pickLanguage(undefined, undefined)).toBe('en');
+    expect(pickLanguage('fr', 'es')).toBe('fr');
+  });
+});
+
+describe('PIN and lock', () => {
+  it('a PIN file holds 4-8 digits; its content is never in the message', () => {
+    const tmp = tempDir('ta-pin-');
+    try {
+      expect(readPin(writeFile(tmp.dir, 'a', '0042\n'))).toBe('0042');
+      const bad = writeFile(tmp.dir, 'b', 'secret-word\n');
+      expect(() => readPin(bad)).toThrow(`ui.pin_file: ${bad}: expected a PIN of 4-8 digits`);
+      expect(() => readPin(join(tmp.dir, 'none'))).toThrow(`ui.pin_file: ${join(tmp.dir, 'none')}: ENOENT`);
+    } finally {
+      tmp.cleanup();
+    }
+  });
+
+  it('5 wrong PINs lock the login for 5 minutes, the right one included; then it opens again', () => {
+    let now = 1_000_000;
+    const auth = new Auth('1234', () => now);
+    for (let i = 0; i < 4; i++) expect(auth.login('9999')).toEqual({ ok: false, lockedForMs: 0, justLocked: false });
+    expect(auth.login('9999')).toEqual({ ok: false, lockedForMs: LOCK_MS, justLocked: true });
+    expect(auth.login('1234')).toMatchObject({ ok: false, justLocked: false });
+    now += LOCK_MS - 1;
+    expect(auth.login('1234').ok).toBe(false);
+    now += 1;
+    const r = auth.login('1234');
+    expect(r.ok).toBe(true);
+    // A good login starts the count again.
+    expect(auth.session(r.ok ? r.session.id : undefined)).toBeDefined();
+  });
+});
+
+describe('the page over TLS', () => {
+  let tmp: ReturnType<typeof tempDir>;
+  let agent: Agent | undefined;
+  beforeEach(() => {
+    tmp = tempDir('ta-ui-tls-');
+  });
+  afterEach(async () => {
+    await agent?.stop();
+    agent = undefined;
+    tmp.cleanup();
+  });
+
+  it('sets its cookies Secure, HttpOnly and SameSite=Strict, and refuses a body over the cap', async () => {
+    const ca = readFileSync(makePki(tmp.dir).caFile, 'utf8');
+    const config = configSchema.parse({
+      device_id: 'tls-test',
+      api: { base_url: 'http://127.0.0.1:9', scac: TEST_SCAC, subscription_key: TEST_KEY },
+      buffer: { path: join(tmp.dir, 'buffer.db') },
+      ui: { listen: '127.0.0.1:0', pin_file: writeFile(tmp.dir, 'pin', '2468\n', 0o600), tls_cert: join(tmp.dir, 'server.pem'), tls_key: join(tmp.dir, 'server.key') },
+      sources: [{ type: 'module', name: 'idle', path: writeFile(tmp.dir, 'idle.mjs', 'export function createSource() { return { start() {}, stop() {} }; }\n') }],
+    });
+    const loaded: LoadedConfig = { file: '(test)', config, deviceId: 'tls-test', warnings: [] };
+    agent = new Agent(loaded, { key: TEST_KEY, origin: 'test' }, createLogger({ level: 'silent', destination: process.stdout }));
+    await agent.start();
+    const port = agent.effectiveSettings()['ui.port'] as number;
+    const get = await https(port, 'GET', '/', ca);
+    expect(get.status).toBe(200);
+    expect(get.headers['set-cookie']).toEqual([expect.stringMatching(/^ta_login=[\w-]{32}; Path=\/; HttpOnly; SameSite=Strict; Secure$/)]);
+    const big = await https(port, 'POST', '/login', ca, 'pin='.padEnd(9000, '1'));
+    expect(big.status).toBe(413);
+  });
+});
+
+describe('a loopback page without a PIN', () => {
+  it('answers only to a loopback Host: a DNS-rebound name gets 403', async () => {
+    const tmp = tempDir('ta-ui-host-');
+    const config = configSchema.parse({
+      device_id: 'host-test',
+      api: { base_url: 'http://127.0.0.1:9', scac: TEST_SCAC, subscription_key: TEST_KEY },
+      buffer: { path: join(tmp.dir, 'buffer.db') },
+      ui: { listen: '127.0.0.1:0' },
+      sources: [{ type: 'module', name: 'idle', path: writeFile(tmp.dir, 'idle.mjs', 'export function createSource() { return { start() {}, stop() {} }; }\n') }],
+    });
+    const agent = new Agent({ file: '(test)', config, deviceId: 'host-test', warnings: [] }, { key: TEST_KEY, origin: 'test' }, createLogger({ level: 'silent', destination: process.stdout }));
+    await agent.start();
+    try {
+      const port = agent.effectiveSettings()['ui.port'] as number;
+      const status = (host: string) =>
+        new Promise<number>((resolve, reject) =>
+          httpGet({ host: '127.0.0.1', port, path: '/', headers: { host } }, (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          }).on('error', reject),
+        );
+      expect(await status(`127.0.0.1:${port}`)).toBe(200);
+      expect(await status(`localhost:${port}`)).toBe(200);
+      expect(await status(`rebind.attacker.example:${port}`)).toBe(403);
+    } finally {
+      await agent.stop();
+      tmp.cleanup();
+    }
+  });
+});
+
+function https(port: number, method: string, path: string, ca: string, body?: string): Promise<{ status: number; headers: Record<string, string | string[] | undefined> }> {
+  return new Promise((resolve, reject) => {
+    const req = httpsRequest({ host: '127.0.0.1', port, path, method, ca, headers: body ? { 'content-type': 'application/x-www-form-urlencoded', 'content-length': Buffer.byteLength(body) } : {} }, (res) => {
+      res.resume();
+      resolve({ status: res.statusCode ?? 0, headers: res.headers });
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
