@@ -9,6 +9,7 @@
  */
 import { subscribe } from 'node:diagnostics_channel';
 import { type Dispatcher, errors, request } from 'undici';
+import { TlsSessions } from './tls-sessions.js';
 import { createDispatcher, redactProxy, type TransportOptions } from './transport.js';
 import { USER_AGENT } from '../version.js';
 
@@ -72,6 +73,8 @@ export class ApiClient {
    */
   readonly #key: string;
   private dispatcher: Dispatcher | undefined;
+  /** The TLS session of each origin, kept across connections and dispatchers. */
+  readonly tlsSessions = new TlsSessions();
   /** Requests under way: close() lets them finish (a reload must not cut one off and send it twice). */
   private readonly inFlight = new Set<Promise<PostOutcome>>();
   private closing = false;
@@ -200,7 +203,7 @@ export class ApiClient {
   }
 
   private async send(url: URL, payload: Payload, idempotencyKey: string | undefined, signal: AbortSignal | undefined): Promise<Omit<Extract<PostOutcome, { kind: 'response' }>, 'durationMs'>> {
-    this.dispatcher ??= createDispatcher({ ...this.opts, connectTimeoutMs: this.connectTimeoutMs });
+    this.dispatcher ??= createDispatcher({ ...this.opts, connectTimeoutMs: this.connectTimeoutMs, sessions: this.tlsSessions });
     const res = await request(url, {
       method: 'POST',
       dispatcher: this.dispatcher,
