@@ -69,3 +69,78 @@ describe('TLS sessions across pushes', () => {
     expect(sandbox.stats.wire.handshakes).toEqual({ full: 1, resumed: 2 });
   });
 });
+
+/** A push of `n` points: some 200 B each, over compress_min_bytes from 6 on. */
+const push = (n: number, from = 0) => ({ loadNumber: 'L1', traces: Array.from({ length: n }, (_, i) => trace(from + i).traces[0]) });
+
+describe('api.compress = "gzip"', () => {
+  it('sends bodies from compress_min_bytes gzip-encoded; the sandbox takes them, the JSON unchanged', async () => {
+    const { sandbox, client: c } = await start();
+    const gz = new ApiClient({ ...clientOptions(sandbox.url), compression: { method: 'gzip', minBytes: 1024 } });
+    try {
+      const body = push(15);
+      expect(await gz.postTraces(body, 'big')).toMatchObject({ status: 200 });
+      expect(sandbox.traces[0].headers['content-encoding']).toBe('gzip');
+      expect(sandbox.traces[0].body).toEqual(body);
+      expect(sandbox.stats.wire.jsonBytes).toBe(Buffer.byteLength(JSON.stringify(body)));
+      expect(sandbox.stats.wire.bodyBytes).toBeLessThan(sandbox.stats.wire.jsonBytes / 4);
+      // Below the threshold: as it is.
+      expect(await gz.postTraces(push(1, 100), 'small')).toMatchObject({ status: 200 });
+      expect(sandbox.traces[1].headers['content-encoding']).toBeUndefined();
+      expect(gz.transport.compress).toBe('gzip from 1024 B');
+    } finally {
+      await gz.close();
+      await c.close();
+    }
+  });
+
+  it('against a sandbox refusing gzip (--no-gzip): resends the same JSON uncompressed under the same key, says so once, compresses no more', async () => {
+    const events: Array<{ status: number; key?: string; problem?: string }> = [];
+    const { sandbox } = await start({ gzip: false, onRequest: (e) => events.push({ status: e.status, key: e.idempotencyKey, problem: e.problem }) });
+    const refused: string[] = [];
+    const gz = new ApiClient({ ...clientOptions(sandbox.url), compression: { method: 'gzip', minBytes: 1024 }, onCompressionRefused: (a) => refused.push(a) });
+    try {
+      const first = push(15);
+      expect(await gz.postTraces(first, 'key-A')).toMatchObject({ kind: 'response', status: 200 });
+      expect(events.map((e) => e.status)).toEqual([415, 200]);
+      expect(sandbox.traces).toHaveLength(1);
+      expect(sandbox.traces[0]).toMatchObject({ idempotencyKey: 'key-A', body: first });
+      expect(sandbox.traces[0].headers['content-encoding']).toBeUndefined();
+      expect(refused).toHaveLength(1);
+      expect(refused[0]).toMatch(/^HTTP 415: .*gzip/);
+      // The next push goes uncompressed at once: one request, no second notice.
+      expect(await gz.postTraces(push(15, 50), 'key-B')).toMatchObject({ status: 200 });
+      expect(events.map((e) => e.status)).toEqual([415, 200, 200]);
+      expect(refused).toHaveLength(1);
+      expect(gz.transport.compress).toMatch(/refused/);
+    } finally {
+      await gz.close();
+    }
+  });
+
+  it('a 400 that names the encoding turns it off too; a 400 about the data does not', async () => {
+    const { sandbox } = await start();
+    const refused: string[] = [];
+    const gz = new ApiClient({ ...clientOptions(sandbox.url), compression: { method: 'gzip', minBytes: 0 }, onCompressionRefused: (a) => refused.push(a) });
+    try {
+      sandbox.setFaults({ rejectLoads: ['L1'] });
+      expect(await gz.postTraces(push(2), 'data')).toMatchObject({ status: 400 });
+      expect(refused).toEqual([]);
+      expect(sandbox.stats.faults.rejected).toBe(1);
+    } finally {
+      await gz.close();
+    }
+  });
+});
+
+function clientOptions(url: string) {
+  return {
+    baseUrl: url,
+    milestonePath: '/rcsc/events/v1/loads/milestone-requests',
+    tracePath: '/rcsc/events/v1/loads/trace-requests',
+    scac: TEST_SCAC,
+    subscriptionKey: TEST_KEY,
+    timeoutMs: 5000,
+    ca: readFileSync(pki.caFile, 'utf8'),
+  };
+}
