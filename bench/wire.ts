@@ -166,7 +166,12 @@ export interface WireScenario {
 }
 
 /** The scenarios: the defaults first, then each lever. */
-export const WIRE_SCENARIOS: WireScenario[] = [{ name: 'defaults' }];
+export const WIRE_SCENARIOS: WireScenario[] = [
+  { name: 'defaults' },
+  { name: 'gzip', api: { compress: 'gzip' } },
+  { name: 'no references', traces: { references: 'none' } },
+  { name: 'gzip, no references', api: { compress: 'gzip' }, traces: { references: 'none' } },
+];
 
 export async function benchWire(dir: string): Promise<{ runs: WireRun[]; peer: WireRun; codec8PerDay: number }> {
   const pki = makeChain(join(dir, 'wire-pki'));
