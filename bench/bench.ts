@@ -21,6 +21,8 @@
  * 7. A full disk (full-disk.ts): `run` with its buffer on a small tmpfs (as root).
  * 8. Outages (outage.ts): `run` whose service is away 1, 5 and 30 minutes, then back: how
  *    soon the first request gets through. Side by side with 4-7.
+ * 10. On the wire (wire.ts): a truck-day at the defaults over TLS, bytes both ways at the
+ *    socket, handshakes full and resumed; the peer's pattern and the Codec 8 floor.
  *
  * It asserts nothing: it prints the numbers and PASS/MISS against each target of the brief.
  * The sandbox runs in this process (it only counts: keepBodies false); the agent side runs in
@@ -45,6 +47,7 @@ import { benchUiPage, uiPageRow } from './ui-page.js';
 import { OUTAGES_S, RECONNECT_MAX_S, benchOutages, outageFigures, outageRows } from './outage.js';
 import { AGENT_NODE_OPTIONS, AGENT_V8_FLAGS, BUFFER_DEFAULTS, DRAIN_RUNS, HELP, JSON_OUT, LATENCY_MS, MB, PEER_RETRY_S, PROF_DIR, QUICK, SIZES, flag, option } from './options.js';
 import { WORKER, killChildren, progress } from './processes.js';
+import { WIRE_PUSHES, benchWire, wireFigures, wireRows } from './wire.js';
 import { fmt, machine, mb, pct, round, table, type Row } from './report.js';
 
 if (flag('--help') || flag('-h')) {
@@ -175,6 +178,8 @@ async function main(): Promise<void> {
     await sandbox.stop();
     progress('5c. the position history: 14 days of 10 trucks, its pages measured');
     const history = benchHistory(dir);
+    progress(`10. on the wire: ${WIRE_PUSHES} pushes of a truck-day at the defaults, over TLS (3-certificate RSA 2048 chain, 60 s idle timeout), bytes counted by a proxy; then the peer's pattern`);
+    const wire = await benchWire(dir);
 
     // schedstat (ns, every live thread), not utime+stime: in clock ticks of 10 ms an idle
     // agent can show 0 over a short window.
@@ -301,6 +306,7 @@ async function main(): Promise<void> {
       ...fullDiskRows(fullDisk),
       ...outageRows(outages),
       ...mqttRows(mqtt),
+      ...wireRows(wire),
     ];
 
     const figures = {
@@ -373,6 +379,7 @@ async function main(): Promise<void> {
           }),
       ...outageFigures(outages),
       ...mqttFigures(mqtt),
+      ...wireFigures(wire),
       benchWallS: (performance.now() - started) / 1000,
     };
     const syncNote =

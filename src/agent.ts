@@ -111,7 +111,7 @@ export class Agent {
     const { config, deviceId } = this.loaded;
     this.takeSecrets(this.key, config);
     // Before anything is opened: an api.ca_file that cannot be used stops the start here.
-    this.client = clientOf(this.loaded, this.key);
+    this.client = clientOf(this.loaded, this.key, this.log);
     // The lock before the buffer: a second daemon must not even open (or move aside) it.
     if (config.buffer.path !== ':memory:') this.lock = BufferLock.acquire(config.buffer.path);
     try {
@@ -259,7 +259,7 @@ export class Agent {
     const { changed, applied, needsRestart, config } = planReload(old, this.loaded.deviceId, next.config, next.deviceId);
     const loaded = { ...next, config, deviceId: this.loaded.deviceId };
     // First, so that an api.ca_file that cannot be used refuses the reload with nothing changed.
-    const client = clientOf(loaded, key);
+    const client = clientOf(loaded, key, this.log);
     this.loaded = loaded;
     this.key = key;
     this.takeSecrets(key, config);
@@ -314,6 +314,7 @@ export class Agent {
       'api.connect_timeout_s': this.client.transport.connectTimeoutMs / 1000,
       'api.proxy': this.client.transport.proxy,
       'api.private_ca': this.client.transport.privateCa,
+      'api.compress': this.client.transport.compress,
       'log.level': this.log.level,
       'schedule.traces': this.sender.schedule.expression,
       'clock.synchronised': this.clockKeeper.gnss.view().from,

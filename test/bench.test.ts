@@ -30,7 +30,7 @@ describe('npm run bench (quick)', () => {
       expect(typeof value, name).toBe('number');
       expect(Number.isFinite(value) && (value as number) > 0, `${name} = ${String(value)}`).toBe(true);
     }
-    for (const id of ['1', '2a', '2b', '2c', '2e', '2f', '3a', '3b', '3c', '3e', '4', '8a', '8b', '8c']) {
+    for (const id of ['1', '2a', '2b', '2c', '2e', '2f', '3a', '3b', '3c', '3e', '4', '8a', '8b', '8c', '10a', '10b']) {
       expect(typeof report.rows.find((r) => r.id === id)?.pass, `row ${id}`).toBe('boolean');
     }
     // Memory as an operator reads it: RSS, anonymous and file-backed, and the cgroup's view (3f).

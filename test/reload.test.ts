@@ -80,6 +80,8 @@ function configs(url: string): { a: Config; b: Config } {
       load_number_pattern: '^[0-9-]{4,20}$',
       correlation_id_field: 'cid',
       correlation_id_header: 'x-cid',
+      compress: 'gzip',
+      compress_min_bytes: 512,
     },
     buffer: {
       path: join(tmp.dir, 'b.db'),
@@ -108,7 +110,7 @@ function configs(url: string): { a: Config; b: Config } {
       conflict_is_delivered: false,
     },
     loads: { late_readings_s: 600 },
-    traces: { temperature_without_fix: 'drop' },
+    traces: { temperature_without_fix: 'drop', references: 'none' },
     privacy: { record_without_load: true },
     codes: {
       default_reason: 'AI',
@@ -226,6 +228,7 @@ describe('reload (SIGHUP)', () => {
       'api.connect_timeout_s': 3,
       'api.proxy': 'direct',
       'api.private_ca': true,
+      'api.compress': 'gzip from 512 B',
       'log.level': 'debug',
       'schedule.traces': '*/5 * * * *',
       'clock.synchronised': 'clock.synchronised = "no"',

@@ -227,6 +227,7 @@ describe('trace chunks written straight to JSON (what the drain sends)', () => {
       ['old temperatures dropped', { temperatureMaxAgeMs: 5_000, samplingMs: 0 }, false],
       ['temperatures without a fix dropped', { temperatureWithoutFix: 'drop' }, false],
       ['fixes too old to place temperatures', { maxFixAgeMs: 10_000, samplingMs: 0 }, false],
+      ['no traceId references (traces.references = "none")', { references: 'none', samplingMs: 0 }, false],
     ];
     let compared = 0;
     let placed = 0;
@@ -252,6 +253,14 @@ describe('trace chunks written straight to JSON (what the drain sends)', () => {
       }
     }
     expect(compared).toBeGreaterThan(500);
+    // traces.references = "none": no point carries one, and the key is the same as with them
+    // (made of the traceIds whether sent or not), so a setting changed between two sends of a chunk changes no key.
+    const rs = mixed(120, 1);
+    const without = buildTraceJson(load, rs, stopAt, { ...opts, samplingMs: 0, references: 'none' });
+    const withRefs = buildTraceJson(load, rs, stopAt, { ...opts, samplingMs: 0 });
+    expect(without!.bytes!.toString()).not.toContain('references');
+    expect(withRefs!.bytes!.toString()).toContain('"references":[{"name":"traceId"');
+    expect(without!.idempotencyKey).toBe(withRefs!.idempotencyKey);
     // Temperature-only readings among them, placed at a fix and dropped.
     expect(placed).toBeGreaterThan(20);
     expect(dropped).toBeGreaterThan(20);

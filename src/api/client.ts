@@ -9,6 +9,8 @@
  */
 import { subscribe } from 'node:diagnostics_channel';
 import { type Dispatcher, errors, request } from 'undici';
+import { compressedBody, type Compression, refusesEncoding } from './compress.js';
+import { TlsSessions } from './tls-sessions.js';
 import { createDispatcher, redactProxy, type TransportOptions } from './transport.js';
 import { USER_AGENT } from '../version.js';
 
@@ -23,6 +25,10 @@ export interface ApiClientOptions extends Omit<TransportOptions, 'timeoutMs' | '
   /** The answer's headers not there this long after the request began, or its body silent this long: give up. */
   timeoutMs: number;
   extraFields?: Record<string, string | number | boolean>;
+  /** api.compress and api.compress_min_bytes: bodies from this size sent gzip-encoded (default: none). */
+  compression?: Compression;
+  /** Told once when the service refuses compressed bodies and compression is turned off for this client. */
+  onCompressionRefused?: (answer: string) => void;
 }
 
 /** A request body already serialised: JSON text, or its UTF-8 bytes. */
@@ -72,9 +78,13 @@ export class ApiClient {
    */
   readonly #key: string;
   private dispatcher: Dispatcher | undefined;
+  /** The TLS session of each origin, kept across connections and dispatchers. */
+  readonly tlsSessions = new TlsSessions();
   /** Requests under way: close() lets them finish (a reload must not cut one off and send it twice). */
   private readonly inFlight = new Set<Promise<PostOutcome>>();
   private closing = false;
+  /** Set when the service refused a gzip body (415, or a 400 naming the encoding): uncompressed from then on. */
+  private compressionRefused = false;
 
   constructor(opts: ApiClientOptions) {
     const { subscriptionKey, ...rest } = opts;
@@ -91,8 +101,10 @@ export class ApiClient {
   }
 
   /** What the connections run with (for a reload's check): timeouts in ms, the proxy, whether a private CA is trusted. */
-  get transport(): { timeoutMs: number; connectTimeoutMs: number; proxy: string | undefined; privateCa: boolean } {
-    return { timeoutMs: this.opts.timeoutMs, connectTimeoutMs: this.connectTimeoutMs, proxy: this.opts.proxy && redactProxy(this.opts.proxy), privateCa: Boolean(this.opts.ca) };
+  get transport(): { timeoutMs: number; connectTimeoutMs: number; proxy: string | undefined; privateCa: boolean; compress: string } {
+    const c = this.opts.compression;
+    const compress = !c || c.method === 'none' ? 'none' : this.compressionRefused ? 'gzip (refused by the service: off)' : `gzip from ${c.minBytes} B`;
+    return { timeoutMs: this.opts.timeoutMs, connectTimeoutMs: this.connectTimeoutMs, proxy: this.opts.proxy && redactProxy(this.opts.proxy), privateCa: Boolean(this.opts.ca), compress };
   }
 
   get baseUrl(): string {
@@ -199,13 +211,33 @@ export class ApiClient {
     return { error: proxy ? `${e.message} (through proxy ${proxy})` : e.message, code };
   }
 
+  /**
+   * The request, gzip-encoded when api.compress says so; a service that refuses the encoding
+   * (415, or a 400 that names it) gets the same JSON again at once, uncompressed, under the
+   * same Idempotency-Key, and every later request uncompressed.
+   */
   private async send(url: URL, payload: Payload, idempotencyKey: string | undefined, signal: AbortSignal | undefined): Promise<Omit<Extract<PostOutcome, { kind: 'response' }>, 'durationMs'>> {
-    this.dispatcher ??= createDispatcher({ ...this.opts, connectTimeoutMs: this.connectTimeoutMs });
+    const gzipped = this.compressionRefused ? undefined : await compressedBody(payload, this.opts.compression);
+    const outcome = await this.sendOnce(url, gzipped ?? payload, gzipped ? { 'Content-Encoding': 'gzip' } : {}, idempotencyKey, signal);
+    if (!gzipped || !refusesEncoding(outcome.status, outcome.body) || this.compressionRefused) return outcome;
+    this.compressionRefused = true;
+    this.opts.onCompressionRefused?.(`HTTP ${outcome.status}${outcome.body ? `: ${outcome.body.replace(/\s+/g, ' ').slice(0, 200)}` : ''}`);
+    return this.sendOnce(url, payload, {}, idempotencyKey, signal);
+  }
+
+  private async sendOnce(
+    url: URL,
+    payload: Payload,
+    extra: Record<string, string>,
+    idempotencyKey: string | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<Omit<Extract<PostOutcome, { kind: 'response' }>, 'durationMs'>> {
+    this.dispatcher ??= createDispatcher({ ...this.opts, connectTimeoutMs: this.connectTimeoutMs, sessions: this.tlsSessions });
     const res = await request(url, {
       method: 'POST',
       dispatcher: this.dispatcher,
       signal,
-      headers: { ...this.#headers(idempotencyKey), 'Content-Length': String(typeof payload === 'string' ? Buffer.byteLength(payload) : payload.length) },
+      headers: { ...this.#headers(idempotencyKey), ...extra, 'Content-Length': String(typeof payload === 'string' ? Buffer.byteLength(payload) : payload.length) },
       body: payload,
     });
     let text = '';

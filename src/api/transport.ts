@@ -9,6 +9,7 @@ import { readFileSync } from 'node:fs';
 import { rootCertificates } from 'node:tls';
 import { Agent, type Dispatcher, EnvHttpProxyAgent } from 'undici';
 import { addSecret } from '../log.js';
+import type { TlsSessions } from './tls-sessions.js';
 
 export interface TransportOptions {
   /** Giving up on a connection (name lookup, TCP and TLS handshakes) after this long, ms. */
@@ -19,6 +20,8 @@ export interface TransportOptions {
   proxy?: string;
   /** PEM certificates trusted besides the public CAs (the contents of api.ca_file). */
   ca?: string;
+  /** TLS sessions to resume, kept across dispatchers (direct connections only). */
+  sessions?: TlsSessions;
 }
 
 /** A proxy URL with its password replaced, fit for a log line or an error. */
@@ -85,7 +88,9 @@ export function createDispatcher(o: TransportOptions): Dispatcher {
   // inspection and the public service both verify.
   const tls = { timeout: o.connectTimeoutMs, ...(o.ca ? { ca: [...rootCertificates, o.ca] } : {}) };
   const options = {
-    connect: tls,
+    // Direct connections resume the TLS session of the last one (./tls-sessions.ts); through
+    // a proxy the tunnel's TLS is undici's own, with its weakly held cache.
+    connect: o.sessions ? o.sessions.connector(tls) : tls,
     headersTimeout: o.timeoutMs,
     bodyTimeout: o.timeoutMs,
     // An idle connection is kept for as long as the server's Keep-Alive header says (less a

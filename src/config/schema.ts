@@ -82,6 +82,13 @@ export const configSchema = z
       /** Where a 2xx answer carries the service's correlation id: a body field, else a header. */
       correlation_id_field: z.string().min(1).default('correlationId'),
       correlation_id_header: z.string().min(1).toLowerCase().default('x-correlation-id'),
+      /**
+       * `gzip`: request bodies of compress_min_bytes or more sent with Content-Encoding gzip
+       * (some 5-8x smaller). Off by default, as the spec says nothing of it; a service that
+       * refuses it (415, or a 400 naming the encoding) turns it off until the next start or reload.
+       */
+      compress: z.enum(['none', 'gzip']).default('none'),
+      compress_min_bytes: z.number().int().nonnegative().max(10_485_760).default(1024),
     }),
     buffer: z
       .strictObject({
@@ -162,6 +169,12 @@ export const configSchema = z
          * or with `drop`, it is acknowledged unsent and counted as dropped. Never left waiting.
          */
         temperature_without_fix: z.enum(['last_fix', 'drop']).default('last_fix'),
+        /**
+         * `trace-id`: each point carries references = [{ name = "traceId", value = "<device>-<id>" }]
+         * (some 60 B a point): the service can drop a point it already has and name a refused
+         * one. `none`: not sent (the spec does not ask for it).
+         */
+        references: z.enum(['trace-id', 'none']).default('trace-id'),
       })
       .prefault({}),
     delivery: z

@@ -340,6 +340,7 @@ export class Drain {
       temperatureUnit: c.api.temperature_unit,
       extraFields: c.api.extra_fields,
       temperatureWithoutFix: c.traces.temperature_without_fix,
+      references: c.traces.references,
       maxFixAgeMs: c.milestones.max_fix_age_s * 1000,
     };
   }

@@ -33,6 +33,8 @@ export interface TraceBuildOptions {
    * interval after the last point): a point at the last fix (`last_fix`), or dropped (`drop`).
    */
   temperatureWithoutFix: 'last_fix' | 'drop';
+  /** traces.references: `none` leaves out each point's traceId reference (default: sent). */
+  references?: 'trace-id' | 'none';
   /** The last fix places such a reading only if taken at most this long from its time. */
   maxFixAgeMs: number;
   /** Only these readings become points (sampling is not applied): a chunk built again exactly. */
@@ -237,8 +239,8 @@ export function buildTraceChunk(load: LoadRow, readings: TraceReadings, stopAt: 
       resourceId: load.resourceId,
       resourceType: load.resourceType,
       coordinate: { latitude, longitude },
-      references: [{ name: 'traceId', value: r[6] ?? traceIdOf(opts.deviceId, r[0]) }],
     };
+    if (opts.references !== 'none') trace.references = [{ name: 'traceId', value: r[6] ?? traceIdOf(opts.deviceId, r[0]) }];
     if (stop !== undefined) trace.stopsequenceNumber = stop;
     if (r[4] !== null) trace.odometer = round(r[4], 1);
     if (tempValue !== undefined) trace.temperature = { unitOfMeasure: opts.temperatureUnit, value: tempValue, dateTime: tempDateTime! };
@@ -297,7 +299,8 @@ export function buildTraceJson(load: LoadRow, readings: TraceReadings, stopAt: (
       encoding = sharedAscii && !NON_ASCII.test(zoneText) ? 'latin1' : 'utf8';
     }
     const kept = r[6];
-    let text = `${length === 0 ? '{' : ',{'}"time":{"dateTime":"${time.dateTime}${zoneText}${resource}${decimalText(lat, 6)},"longitude":${decimalText(lon, 6)}${kept == null ? `${traceId}${r[0]}"` : `${reference}${JSON.stringify(kept)}`}}]`;
+    const ref = opts.references === 'none' ? '}' : `${kept == null ? `${traceId}${r[0]}"` : `${reference}${JSON.stringify(kept)}`}}]`;
+    let text = `${length === 0 ? '{' : ',{'}"time":{"dateTime":"${time.dateTime}${zoneText}${resource}${decimalText(lat, 6)},"longitude":${decimalText(lon, 6)}${ref}`;
     if (stop !== undefined) text += `,"stopsequenceNumber":${num(stop)}`;
     if (r[4] !== null) text += `,"odometer":${decimalText(round(r[4], 1), 1)}`;
     if (tempValue !== undefined) text += `${unit}${decimalText(tempValue, 2)},"dateTime":"${tempDateTime}"}`;

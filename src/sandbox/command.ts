@@ -40,6 +40,7 @@ export async function runSandboxCommand(opts: Record<string, string | string[] |
   const tls = typeof opts.tlsCert === 'string' ? { cert: readOption(opts.tlsCert, '--tls-cert'), key: readOption(String(opts.tlsKey), '--tls-key') } : undefined;
   const sandbox = new Sandbox({
     tls,
+    gzip: opts.gzip !== false,
     key,
     scac: String(opts.scac),
     strict,
@@ -67,6 +68,7 @@ export async function runSandboxCommand(opts: Record<string, string | string[] |
   const { url } = await sandbox.start();
   process.stdout.write(`sandbox listening on ${url} (SCAC ${String(opts.scac)}); control: ${url}/_sandbox/stats, /_sandbox/received, PUT /_sandbox/faults\n`);
   const pattern = sandbox.rules.loadNumber?.pattern;
+  if (opts.gzip === false) process.stdout.write('refusing gzip-encoded bodies (415)\n');
   if (strict) process.stdout.write('strict: dateTime must be UTC YYYY-MM-DDTHH:MM:SSZ, bodies must carry "source"\n');
   if (pattern !== undefined) process.stdout.write(`loadNumber must match ${pattern}\n`);
   await new Promise<void>((resolve) => {

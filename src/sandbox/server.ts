@@ -18,6 +18,7 @@ import { milestoneBodySchema, traceBodySchema, type MilestoneBody, type TraceBod
 import { check, problemLine } from '../validation.js';
 import { type Faults, NO_FAULTS } from './faults.js';
 import { ruleProblems, sandboxRules, type Rules } from './rules.js';
+import { countHandshakes, decodeBody, emptyWireStats, type WireStats } from './wire.js';
 
 export { type Faults, NO_FAULTS } from './faults.js';
 
@@ -51,6 +52,10 @@ export interface SandboxOptions {
   loadNumberPattern?: string;
   /** Serve HTTPS with this certificate and key (PEM), to rehearse a private CA (api.ca_file). */
   tls?: { cert: string; key: string };
+  /** Close a connection idle this long, ms (Node's default: 5 s). */
+  idleTimeoutMs?: number;
+  /** Accept bodies with Content-Encoding gzip (default true); false answers them 415. */
+  gzip?: boolean;
 }
 
 export interface SandboxEvent {
@@ -78,6 +83,7 @@ export interface SandboxStats {
   duplicateRequests: number;
   duplicateTracePoints: number;
   tracePoints: number;
+  wire: WireStats;
 }
 
 const emptyStats = (): SandboxStats => ({
@@ -89,6 +95,7 @@ const emptyStats = (): SandboxStats => ({
   duplicateRequests: 0,
   duplicateTracePoints: 0,
   tracePoints: 0,
+  wire: emptyWireStats(),
 });
 
 export class Sandbox {
@@ -123,6 +130,8 @@ export class Sandbox {
       });
     };
     const server = this.opts.tls ? createHttpsServer(this.opts.tls, handler) : createServer(handler);
+    if (this.opts.tls) countHandshakes(server as ReturnType<typeof createHttpsServer>, () => this.stats.wire);
+    if (this.opts.idleTimeoutMs !== undefined) server.keepAliveTimeout = this.opts.idleTimeoutMs;
     this.server = server;
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -139,6 +148,11 @@ export class Sandbox {
   get url(): string {
     const host = this.opts.host ?? '127.0.0.1';
     return `${this.opts.tls ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${this.port}`;
+  }
+
+  /** Close the connections that wait idle, as the idle timeout would (the bench's compressed time). */
+  closeIdle(): void {
+    this.server?.closeIdleConnections();
   }
 
   async stop(): Promise<void> {
@@ -168,7 +182,7 @@ export class Sandbox {
     res.end(text);
   }
 
-  private async readBody(req: IncomingMessage): Promise<string | undefined> {
+  private async readBody(req: IncomingMessage): Promise<Buffer | undefined> {
     const limit = this.opts.maxBodyBytes ?? 10 * 1024 * 1024;
     const chunks: Buffer[] = [];
     let size = 0;
@@ -177,7 +191,7 @@ export class Sandbox {
       if (size > limit) return undefined;
       chunks.push(c as Buffer);
     }
-    return Buffer.concat(chunks).toString('utf8');
+    return Buffer.concat(chunks);
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -187,7 +201,7 @@ export class Sandbox {
     const kind = req.method === 'POST' && path === this.milestonePath ? 'milestone' : req.method === 'POST' && path === this.tracePath ? 'trace' : 'other';
     this.stats.requests += 1;
     const emit = (e: Omit<SandboxEvent, 'kind'>) => this.opts.onRequest?.({ kind, ...e });
-    const raw = await this.readBody(req);
+    const rawBytes = await this.readBody(req);
     const held = this.gate?.(req);
     if (held) await held;
     const f = this.faults;
@@ -245,11 +259,19 @@ export class Sandbox {
       emit({ status: 415, problem: 'Content-Type must be application/json' });
       return this.json(res, 415, { error: 'Content-Type must be application/json' });
     }
-    if (raw === undefined) {
+    if (rawBytes === undefined) {
       this.stats.faults.tooLarge += 1;
       emit({ status: 413, problem: 'body too large' });
       return this.json(res, 413, { error: 'body too large' });
     }
+    const decoded = decodeBody(rawBytes, req.headers['content-encoding'], this.opts.gzip ?? true, this.opts.maxBodyBytes ?? 10 * 1024 * 1024);
+    if ('status' in decoded) {
+      emit({ status: decoded.status, problem: decoded.error });
+      return this.json(res, decoded.status, { error: decoded.error }, decoded.status === 415 ? { 'accept-encoding': 'identity' } : {});
+    }
+    const raw = decoded.text;
+    this.stats.wire.bodyBytes += rawBytes.length;
+    this.stats.wire.jsonBytes += Buffer.byteLength(raw);
     let data: unknown;
     try {
       data = JSON.parse(raw);
@@ -351,7 +373,7 @@ export class Sandbox {
     if (path === '/_sandbox/faults' && (req.method === 'PUT' || req.method === 'POST')) {
       const raw = await this.readBody(req);
       try {
-        const f = JSON.parse(raw ?? '{}') as Partial<Faults>;
+        const f = JSON.parse(raw?.toString('utf8') ?? '{}') as Partial<Faults>;
         const unknown = Object.keys(f).filter((k) => !(k in NO_FAULTS));
         if (unknown.length) return this.json(res, 400, { error: `unknown fault ${unknown.join(', ')}`, known: Object.keys(NO_FAULTS) });
         this.setFaults(f);

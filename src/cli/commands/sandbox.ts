@@ -28,6 +28,7 @@ export function addSandboxCommand(program: Command): void {
     .option('--load-number-pattern <regex>', 'refuse (400) a loadNumber this regular expression does not match as a whole (also without --strict)')
     .option('--tls-cert <file>', 'serve HTTPS with this certificate (PEM; with --tls-key), e.g. to try api.ca_file')
     .option('--tls-key <file>', "the certificate's private key (PEM)")
+    .option('--no-gzip', 'refuse (415) bodies sent with Content-Encoding gzip, to rehearse a service without it (api.compress)')
     .option('-q, --quiet', 'do not print a line per request')
     .action(async (opts: Record<string, string | string[] | boolean | undefined>) => {
       const { runSandboxCommand } = await import('../../sandbox/command.js');
