@@ -9,6 +9,7 @@ import { cronProblem } from '../cron.js';
 import { DEFAULT_LOAD_NUMBER_PATTERN, EVENT_CODES, REASON_CODES } from '../milestones/codes.js';
 import { fleetSchema } from './fleet.js';
 import { nonNegative, positiveInt, sourceSchema } from './sources.js';
+import { clockSchema, historySchema, odometerSchema, sourcesTimeSchema } from './time-place.js';
 import { uiSchema } from './ui.js';
 
 export * from './sources.js';
@@ -290,15 +291,8 @@ export const configSchema = z
           .prefault({}),
       })
       .prefault({}),
-    /** Where each resource was, kept after its readings are delivered (src/buffer/history.ts): what places a milestone typed after the event. */
-    history: z
-      .strictObject({
-        /** At most one position per resource per this many seconds (the first fix of each interval). */
-        interval_s: positiveInt.min(5).max(3600).default(60),
-        /** Positions are kept this many days; 0: no history (what there is goes at the next purge). */
-        keep_days: nonNegative.max(366).default(14),
-      })
-      .prefault({}),
+    /** Where each resource was, kept after its readings are delivered (src/buffer/history.ts). */
+    history: historySchema,
     health: z
       .strictObject({
         /** Loopback address for /healthz and /metrics, e.g. "127.0.0.1:9101"; empty: off. */
@@ -335,40 +329,11 @@ export const configSchema = z
       })
       .prefault([]),
     /** The GNSS odometer of sources with `odometer = "gnss"` (src/admission/odometer.ts). */
-    odometer: z
-      .strictObject({
-        /** A fix slower than this (km/h) adds nothing: a parked receiver's scatter is not distance. */
-        min_speed_kmh: nonNegative.max(50).default(3),
-        /** A move since the last fix counted that implies more than this (km/h) adds nothing (a wrong fix, a gap). */
-        max_speed_kmh: z.number().positive().max(1000).default(200),
-      })
-      .prefault({}),
+    odometer: odometerSchema,
     /** The system clock's standing, and GNSS time while it is not synchronised (src/gnss-clock.ts). */
-    clock: z
-      .strictObject({
-        /**
-         * Whether the system clock is set: `auto` asks the system (systemd-timesyncd's flag file,
-         * else the kernel's flag through timedatectl, which chrony and ntpd set too); `yes` and
-         * `no` say so for a device where that cannot tell (an RTC and no time daemon: `yes`).
-         */
-        synchronised: z.enum(['auto', 'yes', 'no']).default('auto'),
-        /**
-         * While the clock is not synchronised and a GNSS source runs, readings only the system
-         * clock stamps wait up to this long (s) for a GNSS time to re-stamp them by, then are
-         * kept with the system clock's time and a warning. 0: never held.
-         */
-        unsynced_hold_s: nonNegative.max(86_400).default(900),
-      })
-      .prefault({}),
+    clock: clockSchema,
     /** Which reading times are believed (see src/admission/time-guard.ts). Not applied to the simulator. */
-    sources_time: z
-      .strictObject({
-        /** A reading more than this far ahead of the system clock is refused. */
-        max_future_s: nonNegative.default(300),
-        /** A reading older than this is refused. */
-        max_past_days: z.number().positive().default(30),
-      })
-      .prefault({}),
+    sources_time: sourcesTimeSchema,
     /** The link to the carrier's MQTT broker (src/config/fleet.ts, docs/fleet.md); off when absent. */
     fleet: fleetSchema.optional(),
   })
