@@ -70,6 +70,7 @@ function cannotEmulate(): string | undefined {
   if (process.getuid?.() !== 0) return 'not root: chroot, mounts and debootstrap need root';
   if (!onPath('debootstrap')) return 'debootstrap not found (apt-get install debootstrap)';
   if (!existsSync('/usr/libexec/qemu-binfmt/aarch64-binfmt-P') && !onPath('qemu-aarch64-static')) return 'qemu-user-static not installed (apt-get install qemu-user-static binfmt-support)';
+  if (!existsSync('/proc/sys/fs/binfmt_misc/qemu-aarch64')) return 'qemu-aarch64 is not registered in binfmt_misc (update-binfmts --enable qemu-aarch64; .ci/run does it)';
   return undefined;
 }
 
