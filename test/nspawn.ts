@@ -202,7 +202,8 @@ export class Container {
   private console = '';
   private readonly onExit = () => this.killNow();
 
-  constructor() {
+  /** `rootfs`: the tree the overlay goes on; default the one scripts/nspawn-rootfs.sh builds. */
+  constructor(private readonly rootfs = ROOTFS) {
     this.dir = join(NSPAWN_DIR, `run-${process.pid}-${Date.now()}`);
     this.root = join(this.dir, 'merged');
   }
@@ -216,8 +217,8 @@ export class Container {
   async boot(): Promise<void> {
     cleanStaleRuns();
     for (const d of ['upper', 'work', 'merged']) mkdirSync(join(this.dir, d), { recursive: true });
-    const mount = spawnSync('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${ROOTFS},upperdir=${join(this.dir, 'upper')},workdir=${join(this.dir, 'work')}`, this.root], { encoding: 'utf8' });
-    if (mount.status !== 0) throw new Error(`cannot mount the overlay on ${ROOTFS}: ${mount.stderr}`);
+    const mount = spawnSync('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${this.rootfs},upperdir=${join(this.dir, 'upper')},workdir=${join(this.dir, 'work')}`, this.root], { encoding: 'utf8' });
+    if (mount.status !== 0) throw new Error(`cannot mount the overlay on ${this.rootfs}: ${mount.stderr}`);
     this.cgroups = makeCgroups(`ta-nspawn-${process.pid}`);
     process.once('exit', this.onExit);
     // sh joins the cgroups, then becomes nspawn: everything the container runs is below them.

@@ -295,7 +295,6 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
         last_sample_ms INTEGER,
         point_ids      TEXT    NOT NULL,
         idem_key       TEXT,
-        dropped        INTEGER NOT NULL DEFAULT 0,
         fixed_ms       INTEGER NOT NULL,
         PRIMARY KEY (load_number, kind)
       ) WITHOUT ROWID;
@@ -370,5 +369,13 @@ export const MIGRATIONS: ReadonlyArray<(db: DB) => void> = [
         received_ms INTEGER NOT NULL
       ) WITHOUT ROWID;
     `);
+  },
+  // 13 -> 14: a fixed request counts the temperature-only readings it passes unsent (dropped).
+  // The column was first added to step 7 -> 8 after that step had shipped, so the buffers made
+  // before (0.1.0 up to schema 10) never got it and the upgraded agent died at every start; the
+  // buffers made since have it. Added here where it is missing.
+  (db) => {
+    const has = (db.prepare('PRAGMA table_info(requests)').all() as Array<{ name: string }>).some((c) => c.name === 'dropped');
+    if (!has) db.exec('ALTER TABLE requests ADD COLUMN dropped INTEGER NOT NULL DEFAULT 0;');
   },
 ];
