@@ -260,7 +260,10 @@ describe.skipIf(skipAmd64 !== undefined && !required)('the amd64 .deb on Debian 
     expect(r.stdout + r.stderr).toContain(`${NAME}: not started: edit /etc/${NAME}/agent.toml`);
     expect((await c.exec(['systemctl', 'is-enabled', NAME])).stdout.trim()).toBe('enabled');
     expect((await c.exec(['systemctl', 'is-active', NAME])).stdout.trim()).toBe('inactive');
-    expect(await c.ok(`stat -c '%U:%G %a' /etc/${NAME} /etc/${NAME}/agent.toml ${STATE}`)).toBe(`root:${NAME} 750\nroot:${NAME} 640\n${NAME}:${NAME} 750\n`);
+    // The installed config cannot ship fake data: it names the lines to edit, and has no source.
+    expect(r.stdout + r.stderr).toMatch(/agent\.toml:\d+: api\.base_url: still "CHANGE-ME"/);
+    expect(r.stdout + r.stderr).toMatch(/agent\.toml:\d+: sources: expected at least one \[\[sources\]\] table/);
+    expect(await c.ok(`stat -c '%U:%G %a' /etc/${NAME} /etc/${NAME}/agent.toml /etc/${NAME}/agent.d ${STATE}`)).toBe(`root:${NAME} 750\nroot:${NAME} 640\nroot:${NAME} 750\n${NAME}:${NAME} 750\n`);
     expect(await c.ok(`getent passwd ${NAME} | cut -d: -f6,7`)).toBe(`${STATE}:/usr/sbin/nologin\n`);
     expect(await c.ok(`dpkg-query -W -f '\${Conffiles}' ${NAME}`)).toContain(`/etc/${NAME}/agent.toml`);
     expect(await c.ok(`systemctl show -p ExecStart --value ${NAME}`)).toContain(`path=/usr/bin/${NAME} `);
