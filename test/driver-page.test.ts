@@ -240,6 +240,68 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
     sandbox.setFaults({ rejectLoads: [] });
   });
 
+  it('is accessible as measured in the browser: 44 px targets, a label on every control, AA contrast, at phone and tablet size, in both themes', async () => {
+    // A milestone held at the sandbox shows the "waiting" badge beside "delivered" and "refused".
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    sandbox.gate = () => held;
+    try {
+      await page.goto(`${base}/confirm?load=L-1001&stop=2&action=delay`);
+      await page.getByLabel('Reason').selectOption({ label: 'weather or natural disaster related (AO)' });
+      await page.getByRole('button', { name: 'Confirm' }).click();
+      await expect.poll(() => page.locator('.flash').textContent()).toContain('Saved');
+      const found: string[] = [];
+      for (const viewport of [
+        { width: 360, height: 640 },
+        { width: 800, height: 1280 },
+      ]) {
+        for (const sun of [false, true]) {
+          const c = await browser.newContext({ viewport, locale: 'en-US' });
+          try {
+            const p = await c.newPage();
+            const where = `${viewport.width}x${viewport.height}${sun ? ', high contrast' : ''}`;
+            await p.goto(`${base}/`);
+            if (sun) {
+              // The page's own switch, on the login page already (a driver in the sun has to log in).
+              await p.getByRole('link', { name: 'High contrast (sunlight)' }).click();
+              expect(await p.locator('html').getAttribute('class')).toBe('sun');
+            }
+            found.push(...(await audit(p, `${where}, login`)));
+            await c.addCookies((await ctx.cookies()).filter((x) => x.name === 'ta_session'));
+            await p.goto(`${base}/`);
+            expect(await stateOf(p, /\(SD\), stop 2/).textContent()).toBe('waiting');
+            found.push(...(await audit(p, `${where}, loads`)));
+            // The offline link line, as the page shows it when the service cannot be reached.
+            await p.locator('#link').evaluate((e) => (e.className = 'link offline'));
+            found.push(...(await audit(p, `${where}, offline`)));
+            await p.goto(`${base}/confirm?load=L-1001&stop=2&action=delay`);
+            found.push(...(await audit(p, `${where}, delay`)));
+            // A page with its error: a second arrival at stop 1.
+            await p.goto(`${base}/confirm?load=L-1001&stop=1&action=arrive`);
+            await p.getByRole('button', { name: 'Confirm' }).click();
+            await expect.poll(() => p.locator('.error').count()).toBe(1);
+            found.push(...(await audit(p, `${where}, refused`)));
+          } finally {
+            await c.close();
+          }
+        }
+      }
+      expect(found).toEqual([]);
+      // The phone's own "increase contrast" setting turns the same theme on.
+      const more = await browser.newContext({ contrast: 'more' });
+      try {
+        const p = await more.newPage();
+        await p.goto(`${base}/`);
+        expect(await p.getByRole('button', { name: 'Log in' }).evaluate((e) => getComputedStyle(e).backgroundColor)).toBe('rgb(0, 0, 0)');
+      } finally {
+        await more.close();
+      }
+    } finally {
+      release();
+      sandbox.gate = undefined;
+    }
+  });
+
   it('refuses a form posted from another site, and a post without the CSRF token', async () => {
     const before = (await milestones()).length;
     // The attacker's page: same host, another port (the same "site" for SameSite, so the cookie goes).
@@ -314,6 +376,72 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
     }
   });
 });
+
+/**
+ * What fails on `p` as it is shown: a button, link or field under 44x44 CSS px; a field with no
+ * label (a <label for>, aria-label or aria-labelledby naming it), a button or link with no
+ * name; text under 4.5:1 (WCAG AA) against the first opaque background behind it.
+ */
+async function audit(p: Page, where: string): Promise<string[]> {
+  const problems: string[] = [];
+  const targets = p.locator('button, a[href], input:not([type=hidden]), select, textarea');
+  for (const el of await targets.all()) {
+    const box = await el.boundingBox();
+    if (!box || box.width < 44 || box.height < 44) {
+      problems.push(`${where}: ${await el.evaluate((e) => e.outerHTML.slice(0, 60))}: ${box ? `${box.width}x${box.height}` : 'not shown'}, under 44x44`);
+    }
+  }
+  const found = await p.evaluate(() => {
+    const out: string[] = [];
+    const what = (e: Element) => e.outerHTML.slice(0, 60);
+    const text = (s: string | null | undefined) => (s ?? '').replace(/\s+/g, ' ').trim();
+    for (const e of document.querySelectorAll<HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement>('input:not([type=hidden]), select, textarea')) {
+      const by = e.getAttribute('aria-labelledby');
+      const name = by
+        ? text(
+            by
+              .split(/\s+/)
+              .map((id) => document.getElementById(id)?.textContent)
+              .join(' '),
+          )
+        : text(e.getAttribute('aria-label')) || text([...(e.labels ?? [])].map((l) => l.textContent).join(' '));
+      if (!name) out.push(`${what(e)}: no label`);
+    }
+    for (const e of document.querySelectorAll('button, a[href]')) if (!text(e.textContent) && !text(e.getAttribute('aria-label'))) out.push(`${what(e)}: no name`);
+    const rgba = (c: string) => {
+      const n = (c.match(/[\d.]+/g) ?? []).map(Number);
+      return { r: n[0], g: n[1], b: n[2], a: n[3] ?? 1 };
+    };
+    type C = ReturnType<typeof rgba>;
+    const over = (top: C, under: C): C => ({ r: top.r * top.a + under.r * (1 - top.a), g: top.g * top.a + under.g * (1 - top.a), b: top.b * top.a + under.b * (1 - top.a), a: 1 });
+    const background = (e: Element | null): C => {
+      const layers: C[] = [];
+      for (; e; e = e.parentElement) {
+        const c = rgba(getComputedStyle(e).backgroundColor);
+        if (c.a > 0) layers.push(c);
+        if (c.a >= 1) break;
+      }
+      // Nothing opaque: the canvas, white.
+      return layers.reduceRight((under, top) => over(top, under), { r: 255, g: 255, b: 255, a: 1 });
+    };
+    const lum = (c: C) => {
+      const l = (v: number) => (v / 255 <= 0.04045 ? v / 255 / 12.92 : ((v / 255 + 0.055) / 1.055) ** 2.4);
+      return 0.2126 * l(c.r) + 0.7152 * l(c.g) + 0.0722 * l(c.b);
+    };
+    for (const e of document.body.querySelectorAll('*')) {
+      const own = [...e.childNodes].some((n) => n.nodeType === Node.TEXT_NODE && text(n.textContent));
+      const field = e.matches('input:not([type=hidden]), select, textarea');
+      if ((!own && !field) || e.closest('option') || e.getClientRects().length === 0) continue;
+      const bg = background(e);
+      const fg = over(rgba(getComputedStyle(e).color), bg);
+      const [hi, lo] = [lum(fg), lum(bg)].sort((a, b) => b - a);
+      const ratio = (hi + 0.05) / (lo + 0.05);
+      if (ratio < 4.5) out.push(`${what(e)}: contrast ${ratio.toFixed(2)}:1, under 4.5:1`);
+    }
+    return out;
+  });
+  return [...problems, ...found.map((f) => `${where}: ${f}`)];
+}
 
 function post(url: string, body: string, headers: Record<string, string> = {}): Promise<number> {
   return new Promise((resolve, reject) => {

@@ -1,4 +1,22 @@
 /**
+ * The high-contrast theme for direct sunlight: pure black and white, thicker borders, no grey.
+ * `scope` is what turns it on: the page's own switch (`html.sun`, a cookie) or the phone's
+ * "increase contrast" setting (prefers-contrast: more).
+ */
+const sun = (scope: string): string =>
+  [
+    `${scope} body{font-weight:500}`,
+    `${scope} .muted{color:#000}`,
+    `${scope} button,${scope} .button{background:#000;color:#fff;border-width:4px}`,
+    `${scope} button.secondary,${scope} .button.secondary,${scope} header button{background:#fff;color:#000}`,
+    `${scope} .link,${scope} section.load,${scope} input,${scope} select,${scope} .flash,${scope} .error{border-width:4px}`,
+    `${scope} .flash,${scope} .error,${scope} .link.online{background:#fff;color:#000}`,
+    `${scope} ul.ms li{border-top-width:3px}`,
+    `${scope} .state.delivered{background:#003d00}`,
+    `${scope} .state.refused{background:#7a0016}`,
+  ].join('\n');
+
+/**
  * The page's only assets, served by the agent itself (the cab may have no internet): a style
  * sheet with a high-contrast theme for direct sunlight, and one small script that follows
  * the Server-Sent Events stream. Kept as strings so the bundle carries them (no files to
@@ -38,6 +56,11 @@ ul.ms li{display:flex;justify-content:space-between;gap:8px;padding:6px 0;border
 .state.delivered{background:#006100;color:#fff}
 .state.waiting{background:#ffd400;color:#000}
 .state.refused{background:#b00020;color:#fff;white-space:normal}
+footer{padding:8px 12px 16px;max-width:960px;margin:0 auto}
+${sun('html.sun')}
+@media (prefers-contrast:more){
+${sun('html')}
+}
 `;
 
 export const JS = `'use strict';

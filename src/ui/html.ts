@@ -11,6 +11,12 @@ import type { DriverView, LinkView, LoadView, MilestoneView, StopView } from './
 
 type T = ReturnType<typeof translator>;
 
+/** How a request sees the page: its language, and the high-contrast theme when its switch is on. */
+export interface Look {
+  lang: Lang;
+  sun: boolean;
+}
+
 const ESC: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
 export const esc = (v: unknown): string => String(v ?? '').replace(/[&<>"']/g, (c) => ESC[c]);
 
@@ -30,10 +36,10 @@ export function ago(t: T, ms: number, nowMs: number): string {
   return t('hoursAgo', { n: Math.round(min / 60) });
 }
 
-export function layout(t: T, lang: Lang, body: string, opts: { live?: boolean; loggedIn?: boolean; csrf?: string } = {}): string {
+export function layout(t: T, look: Look, body: string, opts: { live?: boolean; loggedIn?: boolean; csrf?: string } = {}): string {
   const logout = opts.loggedIn && opts.csrf ? `<form method="post" action="/logout"><input type="hidden" name="_csrf" value="${esc(opts.csrf)}"><button type="submit">${esc(t('logOut'))}</button></form>` : '';
   return `<!doctype html>
-<html lang="${lang}">
+<html lang="${look.lang}"${look.sun ? ' class="sun"' : ''}>
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width,initial-scale=1">
@@ -43,15 +49,16 @@ ${opts.live ? '<script src="/live.js" defer></script>\n' : ''}</head>
 <body>
 <header><h1>${esc(t('title'))}</h1>${logout}</header>
 ${body}
+<footer><a class="button secondary" href="/theme">${esc(look.sun ? t('themeNormal') : t('themeSun'))}</a></footer>
 </body>
 </html>
 `;
 }
 
-export function loginPage(t: T, lang: Lang, csrf: string, error?: string): string {
+export function loginPage(t: T, look: Look, csrf: string, error?: string): string {
   return layout(
     t,
-    lang,
+    look,
     `<main>
 ${error ? `<p class="error" role="alert">${esc(error)}</p>` : ''}<form method="post" action="/login">
 <input type="hidden" name="_csrf" value="${esc(csrf)}">
@@ -123,7 +130,7 @@ function milestoneList(t: T, load: LoadView): string {
   return `<ul class="ms">\n${items.join('\n')}\n</ul>`;
 }
 
-export function mainPage(t: T, lang: Lang, view: DriverView, config: Config, csrf: string, flash?: { ok?: string; error?: string }, nowMs = Date.now()): string {
+export function mainPage(t: T, look: Look, view: DriverView, config: Config, csrf: string, flash?: { ok?: string; error?: string }, nowMs = Date.now()): string {
   const loads = view.loads.map((l) => {
     const fix = l.fix
       ? l.fix.city
@@ -141,7 +148,7 @@ ${milestoneList(t, l)}
   const banner = flash?.ok ? `<p class="flash" role="status">${esc(flash.ok)}</p>` : flash?.error ? `<p class="error" role="alert">${esc(flash.error)}</p>` : '';
   return layout(
     t,
-    lang,
+    look,
     `<main>
 <p id="link" class="link ${view.link.online ? 'online' : 'offline'}" role="status" aria-live="polite">${esc(linkText(t, view.link, viewZone(view)))}</p>
 ${banner}</main>
@@ -163,7 +170,7 @@ export interface ConfirmArgs {
   time?: string;
 }
 
-export function confirmPage(t: T, lang: Lang, config: Config, a: ConfirmArgs): string {
+export function confirmPage(t: T, look: Look, config: Config, a: ConfirmArgs): string {
   const code = codeOf(a.action, a.stop, config);
   const reasons =
     a.action === 'delay'
@@ -178,7 +185,7 @@ ${delayReasons(config)
   const appointment = a.action === 'appointment';
   return layout(
     t,
-    lang,
+    look,
     `<main>
 <h2>${esc(eventName(code))}</h2>
 <p>${esc(t('load'))} ${esc(a.load)}, ${esc(t('stop', { n: a.stop.sequence }))}${a.stop.name ? `: ${esc(a.stop.name)}` : ''}</p>

@@ -51,6 +51,8 @@ const en = {
   delivery: 'delivery',
   other: 'stop',
   badRequest: 'The form was refused (it came from another page, or too late): reload the page and try again.',
+  themeSun: 'High contrast (sunlight)',
+  themeNormal: 'Normal contrast',
 };
 type Words = typeof en;
 
@@ -99,6 +101,8 @@ const es: Words = {
   delivery: 'entrega',
   other: 'parada',
   badRequest: 'El formulario fue rechazado (vino de otra página, o demasiado tarde): recargue la página e inténtelo de nuevo.',
+  themeSun: 'Alto contraste (sol)',
+  themeNormal: 'Contraste normal',
 };
 
 const fr: Words = {
@@ -146,6 +150,8 @@ const fr: Words = {
   delivery: 'livraison',
   other: 'arrêt',
   badRequest: 'Le formulaire a été refusé (il venait d’une autre page, ou trop tard) : rechargez la page et réessayez.',
+  themeSun: 'Contraste élevé (plein soleil)',
+  themeNormal: 'Contraste normal',
 };
 
 const WORDS: Record<Lang, Words> = { en, es, fr };

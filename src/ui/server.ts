@@ -11,7 +11,7 @@ import { type ActionForm, eventName, perform } from './actions.js';
 import { CSS, JS } from './assets.js';
 import { Auth, type Session, sameSecret, token } from './auth.js';
 import { liveEvent } from './events.js';
-import { confirmPage, loginPage, mainPage } from './html.js';
+import { confirmPage, type Look, loginPage, mainPage } from './html.js';
 import { type Lang, pickLanguage, translator } from './i18n.js';
 import { isLoopback, parseListen } from './listen.js';
 import { driverView, LinkWatch, nextStopOf, type UiHost, wallClock } from './view.js';
@@ -22,6 +22,8 @@ export const MAX_BODY_BYTES = 8192;
 const SSE_TICK_MS = 1000;
 const SESSION_COOKIE = 'ta_session';
 const LOGIN_COOKIE = 'ta_login';
+/** The high-contrast theme's switch: a look, not a secret, so no session needed (the login page has it too). */
+const THEME_COOKIE = 'ta_theme';
 
 const SECURITY_HEADERS = {
   'content-security-policy': "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
@@ -184,6 +186,10 @@ export class UiServer {
     const lang = this.lang(req);
     const t = translator(lang);
     const jar = cookies(req);
+    const look: Look = { lang, sun: jar[THEME_COOKIE] === 'sun' };
+    if (req.method === 'GET' && path === '/theme') {
+      return this.redirect(res, '/', { 'set-cookie': look.sun ? this.cookie(THEME_COOKIE, '', 0) : this.cookie(THEME_COOKIE, 'sun', 365 * 86_400) });
+    }
     let session = this.auth.session(jar[SESSION_COOKIE]);
     const setCookie: string[] = [];
     // A page with no PIN (loopback only): a session all the same, for its CSRF token.
@@ -195,7 +201,7 @@ export class UiServer {
       }
     }
     if (req.method === 'POST') this.checkOrigin(req);
-    if (path === '/login' && req.method === 'POST') return this.login(req, res, jar, lang);
+    if (path === '/login' && req.method === 'POST') return this.login(req, res, jar, look);
     if (!session) {
       if (req.method !== 'GET' || path !== '/') {
         if (req.method === 'GET' && (path === '/confirm' || path === '/milestone')) return this.redirect(res, '/');
@@ -204,11 +210,11 @@ export class UiServer {
       const csrf = loginToken(jar);
       const locked = this.auth.lockedForMs();
       const error = locked > 0 ? t('locked', { min: Math.ceil(locked / 60_000) }) : undefined;
-      return this.send(res, locked > 0 ? 429 : 200, 'text/html; charset=utf-8', loginPage(t, lang, csrf, error), { 'set-cookie': this.cookie(LOGIN_COOKIE, csrf) });
+      return this.send(res, locked > 0 ? 429 : 200, 'text/html; charset=utf-8', loginPage(t, look, csrf, error), { 'set-cookie': this.cookie(LOGIN_COOKIE, csrf) });
     }
     const headers: Record<string, string | string[]> = setCookie.length ? { 'set-cookie': setCookie } : {};
-    if (req.method === 'GET' && path === '/') return this.page(res, lang, session, url, headers);
-    if (req.method === 'GET' && path === '/confirm') return this.confirm(res, lang, session, url, headers);
+    if (req.method === 'GET' && path === '/') return this.page(res, look, session, url, headers);
+    if (req.method === 'GET' && path === '/confirm') return this.confirm(res, look, session, url, headers);
     if (req.method === 'GET' && path === '/events') return this.events(req, res, lang);
     if (req.method === 'POST') {
       const form = await readForm(req);
@@ -217,13 +223,13 @@ export class UiServer {
         this.auth.logout(session.id);
         return this.redirect(res, '/', { 'set-cookie': this.cookie(SESSION_COOKIE, '', 0) });
       }
-      if (path === '/milestone') return this.milestone(res, lang, session, form);
+      if (path === '/milestone') return this.milestone(res, look, session, form);
     }
     throw new HttpError(404, 'not found');
   }
 
-  private async login(req: IncomingMessage, res: ServerResponse, jar: Record<string, string>, lang: Lang): Promise<void> {
-    const t = translator(lang);
+  private async login(req: IncomingMessage, res: ServerResponse, jar: Record<string, string>, look: Look): Promise<void> {
+    const t = translator(look.lang);
     const form = await readForm(req);
     const sent = form.get('_csrf') ?? '';
     // The login form's token is the one its cookie holds (set when the form was served).
@@ -237,11 +243,11 @@ export class UiServer {
     else this.log.info({ remote: req.socket.remoteAddress }, 'driver page: wrong PIN');
     const csrf = loginToken(jar);
     const error = r.lockedForMs > 0 ? t('locked', { min: Math.ceil(r.lockedForMs / 60_000) }) : t('wrongPin');
-    return this.send(res, r.lockedForMs > 0 ? 429 : 401, 'text/html; charset=utf-8', loginPage(t, lang, csrf, error), { 'set-cookie': this.cookie(LOGIN_COOKIE, csrf) });
+    return this.send(res, r.lockedForMs > 0 ? 429 : 401, 'text/html; charset=utf-8', loginPage(t, look, csrf, error), { 'set-cookie': this.cookie(LOGIN_COOKIE, csrf) });
   }
 
-  private page(res: ServerResponse, lang: Lang, session: Session, url: URL, headers: Record<string, string | string[]>): void {
-    const t = translator(lang);
+  private page(res: ServerResponse, look: Look, session: Session, url: URL, headers: Record<string, string | string[]>): void {
+    const t = translator(look.lang);
     const view = driverView(this.host, this.link);
     const saved = url.searchParams.get('saved');
     let flash: { ok?: string } | undefined;
@@ -251,7 +257,7 @@ export class UiServer {
         if (m) flash = { ok: t('saved', { what: `${eventName(m.code)}, ${l.loadNumber}, ${wallClock(m.body.time)}` }) };
       }
     }
-    this.send(res, 200, 'text/html; charset=utf-8', mainPage(t, lang, view, this.host.config, session.csrf, flash), headers);
+    this.send(res, 200, 'text/html; charset=utf-8', mainPage(t, look, view, this.host.config, session.csrf, flash), headers);
   }
 
   private stopOf(loadNumber: string, stop: string | null) {
@@ -262,17 +268,17 @@ export class UiServer {
     return s && next && s.sequence === next.sequence ? next : s ? { ...s } : undefined;
   }
 
-  private confirm(res: ServerResponse, lang: Lang, session: Session, url: URL, headers: Record<string, string | string[]>): void {
-    const t = translator(lang);
+  private confirm(res: ServerResponse, look: Look, session: Session, url: URL, headers: Record<string, string | string[]>): void {
+    const t = translator(look.lang);
     const load = url.searchParams.get('load') ?? '';
     const action = url.searchParams.get('action') ?? '';
     const stop = this.stopOf(load, url.searchParams.get('stop'));
     if (!stop || !(ACTIONS as readonly string[]).includes(action)) throw new HttpError(404, 'no such load, stop or action');
-    this.send(res, 200, 'text/html; charset=utf-8', confirmPage(t, lang, this.host.config, { load, stop, action: action as Action, csrf: session.csrf }), headers);
+    this.send(res, 200, 'text/html; charset=utf-8', confirmPage(t, look, this.host.config, { load, stop, action: action as Action, csrf: session.csrf }), headers);
   }
 
-  private milestone(res: ServerResponse, lang: Lang, session: Session, form: URLSearchParams): void {
-    const t = translator(lang);
+  private milestone(res: ServerResponse, look: Look, session: Session, form: URLSearchParams): void {
+    const t = translator(look.lang);
     const f: ActionForm = { load: form.get('load') ?? '', stop: form.get('stop') ?? '', action: form.get('action') ?? '', reason: form.get('reason') ?? undefined, time: form.get('time') ?? undefined };
     const r = perform(this.host, f, this.log);
     // Committed before this answer: the page that follows says so.
@@ -283,7 +289,7 @@ export class UiServer {
     const stop = this.stopOf(f.load, f.stop);
     if (!stop || !(ACTIONS as readonly string[]).includes(f.action)) throw new HttpError(422, r.message);
     const error = r.alreadyAt ? `${t('already', { time: r.alreadyAt })} ${r.message}` : r.message;
-    const page = confirmPage(t, lang, this.host.config, { load: f.load, stop, action: f.action as Action, csrf: session.csrf, error, reason: f.reason, time: f.time });
+    const page = confirmPage(t, look, this.host.config, { load: f.load, stop, action: f.action as Action, csrf: session.csrf, error, reason: f.reason, time: f.time });
     this.send(res, r.alreadyAt ? 409 : 422, 'text/html; charset=utf-8', page);
   }
 
