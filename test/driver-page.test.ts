@@ -272,7 +272,7 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
             expect(await stateOf(p, /\(SD\), stop 2/).textContent()).toBe('waiting');
             found.push(...(await audit(p, `${where}, loads`)));
             // The offline link line, as the page shows it when the service cannot be reached.
-            await p.locator('#link').evaluate((e) => (e.className = 'link offline'));
+            await p.locator('#link').evaluate((e) => e.setAttribute('class', 'link offline'));
             found.push(...(await audit(p, `${where}, offline`)));
             await p.goto(`${base}/confirm?load=L-1001&stop=2&action=delay`);
             found.push(...(await audit(p, `${where}, delay`)));

@@ -3,7 +3,7 @@
  * language a request gets; the lock after wrong PINs and its end; the session cookie over
  * TLS; request bodies capped. The page runs in a real agent on a real buffer file.
  */
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { get as httpGet } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
@@ -14,7 +14,7 @@ import { configSchema } from '../src/config/schema.js';
 import { createLogger } from '../src/log.js';
 import { Auth, LOCK_MS, readPin } from '../src/ui/auth.js';
 import { pickLanguage } from '../src/ui/i18n.js';
-import { TEST_KEY, TEST_SCAC, tempDir, writeFile } from './helpers.js';
+import { agentConfig, runCli, TEST_KEY, TEST_SCAC, tempDir, writeFile } from './helpers.js';
 import { makePki } from './pki.js';
 
 const SRC = '[api]\nscac = "ABCD"\n[[sources]]\ntype = "simulator"\nresource_id = "T1"\n';
@@ -62,6 +62,49 @@ describe('[ui] settings', () => {
   });
 });
 
+describe("validate-config and run check [ui]'s files (real CLI)", () => {
+  it('a PIN file that cannot be read or is not 4-8 digits, a certificate or key that cannot be read, parsed or paired: exit 78, naming the field, never the PIN', async () => {
+    const tmp = tempDir('ta-ui-files-');
+    try {
+      makePki(tmp.dir);
+      mkdirSync(join(tmp.dir, 'other'));
+      makePki(join(tmp.dir, 'other'));
+      const secret = '123456789012';
+      const config = (ui: string) => agentConfig(tmp.dir, 'http://127.0.0.1:9', `[ui]\nlisten = "0.0.0.0:0"\n${ui}`);
+      const pinFile = writeFile(tmp.dir, 'pin', `${secret}\n`, 0o600);
+      const notPem = writeFile(tmp.dir, 'not.pem', 'hello\n');
+      let cfg = config(`pin_file = "${pinFile}"\ntls_cert = "${join(tmp.dir, 'absent.crt')}"\ntls_key = "${notPem}"\n`);
+      for (const cmd of [['validate-config'], ['run']]) {
+        const r = await runCli([...cmd, '--config', cfg], { timeoutMs: 15_000 });
+        expect(r.code, `${cmd}: ${r.stderr}`).toBe(78);
+        expect(r.stderr).toContain(`ui.pin_file: ${pinFile}: expected a PIN of 4-8 digits`);
+        expect(r.stderr).toContain(`ui.tls_cert: cannot read ${join(tmp.dir, 'absent.crt')} (ENOENT)`);
+        expect(r.stderr).toContain(`ui.tls_key: ${notPem} holds no private key that can be read`);
+        // Each named with the line it was written on.
+        expect(r.stderr).toMatch(/agent\.toml:\d+: ui\.pin_file: /);
+        expect(r.stdout + r.stderr).not.toContain(secret);
+      }
+      // A certificate that is not PEM, a PIN file not there, a key that is another certificate's.
+      cfg = config(`pin_file = "${join(tmp.dir, 'none')}"\ntls_cert = "${notPem}"\ntls_key = "${join(tmp.dir, 'server.key')}"\n`);
+      let r = await runCli(['validate-config', '--config', cfg]);
+      expect(r.code).toBe(78);
+      expect(r.stderr).toContain(`ui.pin_file: ${join(tmp.dir, 'none')}: cannot read (ENOENT)`);
+      expect(r.stderr).toContain(`ui.tls_cert: ${notPem} holds no PEM certificate`);
+      cfg = config(`pin_file = "${writeFile(tmp.dir, 'pin', '4821\n', 0o600)}"\ntls_cert = "${join(tmp.dir, 'server.pem')}"\ntls_key = "${join(tmp.dir, 'other', 'server.key')}"\n`);
+      r = await runCli(['validate-config', '--config', cfg]);
+      expect(r.code).toBe(78);
+      expect(r.stderr).toContain(`ui.tls_key: ${join(tmp.dir, 'other', 'server.key')} is not the key of ui.tls_cert (${join(tmp.dir, 'server.pem')})`);
+      // The right pair and a good PIN: ok.
+      cfg = config(`pin_file = "${join(tmp.dir, 'pin')}"\ntls_cert = "${join(tmp.dir, 'server.pem')}"\ntls_key = "${join(tmp.dir, 'server.key')}"\n`);
+      r = await runCli(['validate-config', '--config', cfg]);
+      expect(r.stderr).not.toContain('ui.');
+      expect(r.code, r.stderr).toBe(0);
+    } finally {
+      tmp.cleanup();
+    }
+  });
+});
+
 describe('PIN and lock', () => {
   it('a PIN file holds 4-8 digits; its content is never in the message', () => {
     const tmp = tempDir('ta-pin-');
@@ -69,7 +112,7 @@ describe('PIN and lock', () => {
       expect(readPin(writeFile(tmp.dir, 'a', '0042\n'))).toBe('0042');
       const bad = writeFile(tmp.dir, 'b', 'secret-word\n');
       expect(() => readPin(bad)).toThrow(`ui.pin_file: ${bad}: expected a PIN of 4-8 digits`);
-      expect(() => readPin(join(tmp.dir, 'none'))).toThrow(`ui.pin_file: ${join(tmp.dir, 'none')}: ENOENT`);
+      expect(() => readPin(join(tmp.dir, 'none'))).toThrow(`ui.pin_file: ${join(tmp.dir, 'none')}: cannot read (ENOENT)`);
     } finally {
       tmp.cleanup();
     }

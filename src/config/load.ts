@@ -17,6 +17,7 @@ import { type ConfigPart, dropInFiles, mergeToml, Origins } from './drop-ins.js'
 import { placeholderProblems } from './fake-data.js';
 import { readCaFile } from '../api/transport.js';
 import { loadRoute } from '../sources/routes.js';
+import { uiFileProblems } from './ui-files.js';
 
 export const DEFAULT_CONFIG_PATH = '/etc/telematics-agent/agent.toml';
 export const CONFIG_ENV = 'TELEMATICS_AGENT_CONFIG';
@@ -288,7 +289,8 @@ export function allProblems(file: string, checks: Array<() => unknown>, origins?
 
 /**
  * What the daemon needs from outside the config file before it starts or takes a reload:
- * the key, api.ca_file and the sources' files, every problem at once. Returns the key.
+ * the key, api.ca_file, the sources' files and the driver page's, every problem at once.
+ * Returns the key.
  */
 export function preflight(loaded: LoadedConfig, ...more: Array<() => unknown>): KeyLookup {
   let key: KeyLookup | undefined;
@@ -300,7 +302,7 @@ export function preflight(loaded: LoadedConfig, ...more: Array<() => unknown>): 
       },
       () => resolveCa(loaded),
       () => {
-        const problems = sourceFileProblems(loaded.config);
+        const problems = [...sourceFileProblems(loaded.config), ...uiFileProblems(loaded.config.ui)];
         if (problems.length) throw new ConfigError(loaded.file, problems);
       },
       ...more,

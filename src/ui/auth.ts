@@ -18,7 +18,7 @@ export function readPin(file: string): string {
   try {
     text = readFileSync(file, 'utf8').trim();
   } catch (err) {
-    throw new Error(`ui.pin_file: ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    throw new Error(`ui.pin_file: ${file}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
   }
   if (!/^\d{4,8}$/.test(text)) throw new Error(`ui.pin_file: ${file}: expected a PIN of 4-8 digits`);
   return text;

@@ -2,8 +2,9 @@
  * The driver's page as a part of the daemon: started when `ui.listen` is set, restarted by a
  * reload that changes any `[ui]` setting (a new PIN file or certificate included), stopped
  * with the agent. The server itself is loaded only when the page is on, so an agent without
- * it pays nothing for it. A page that cannot start (a bad PIN file, a certificate that does
- * not load, the port taken) is logged, naming the setting, and the agent runs without it.
+ * it pays nothing for it. Its files are checked before start and reload (config/ui-files.ts:
+ * exit 78); a page that cannot start all the same (the port taken, a file changed since) is
+ * logged, naming the setting, and the agent runs without it.
  */
 import { readFileSync } from 'node:fs';
 import type { Logger } from 'pino';

@@ -13,7 +13,9 @@ import { configOption, err, load, out } from '../common.js';
 export function addValidateConfigCommand(program: Command): void {
   program
     .command('validate-config')
-    .description("check the config file (and that the subscription key, api.ca_file, the sources' files and the buffer's directory can be used); print every problem, exit 78 if any")
+    .description(
+      "check the config file (and that the subscription key, api.ca_file, the sources' files, [ui]'s PIN file and certificate and the buffer's directory can be used); print every problem, exit 78 if any",
+    )
     .addOption(configOption())
     .option('--json', 'print the effective configuration (defaults filled in, key omitted) as JSON')
     .action((opts: { config?: string; json?: boolean }) => {
