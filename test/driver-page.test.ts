@@ -361,16 +361,16 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
         expect(await p.locator('.error').textContent()).toBe('Wrong PIN.');
       }
       await logIn(p, '0000');
-      expect(await p.locator('.error').textContent()).toBe('Too many wrong PINs: the page is locked for 5 min.');
+      expect(await p.locator('.error').textContent()).toBe('Too many wrong PINs from this device: try again in 5 min.');
       // The right PIN now is refused too.
       await logIn(p, PIN);
-      expect(await p.locator('.error').textContent()).toBe('Too many wrong PINs: the page is locked for 5 min.');
+      expect(await p.locator('.error').textContent()).toBe('Too many wrong PINs from this device: try again in 5 min.');
       expect(await p.locator('h2').count()).toBe(0);
       const warn = daemon
         .output()
         .split('\n')
         .find((l) => l.includes('5 wrong PINs'));
-      expect(JSON.parse(warn!)).toMatchObject({ level: 40, msg: 'driver page: 5 wrong PINs; login locked' });
+      expect(JSON.parse(warn!)).toMatchObject({ level: 40, msg: 'driver page: 5 wrong PINs; login locked for this address', client: '127.0.0.1' });
     } finally {
       await other.close();
     }

@@ -4,15 +4,16 @@
  * TLS; request bodies capped. The page runs in a real agent on a real buffer file.
  */
 import { mkdirSync, readFileSync } from 'node:fs';
-import { get as httpGet } from 'node:http';
+import { get as httpGet, request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
+import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Agent } from '../src/agent.js';
 import { ConfigError, type LoadedConfig, parseConfigText } from '../src/config/load.js';
 import { configSchema } from '../src/config/schema.js';
 import { createLogger } from '../src/log.js';
-import { Auth, LOCK_MS, readPin } from '../src/ui/auth.js';
+import { Auth, clientKey, LOCK_MS, readPin } from '../src/ui/auth.js';
 import { pickLanguage } from '../src/ui/i18n.js';
 import { agentConfig, runCli, TEST_KEY, TEST_SCAC, tempDir, writeFile } from './helpers.js';
 import { makePki } from './pki.js';
@@ -118,21 +119,116 @@ describe('PIN and lock', () => {
     }
   });
 
-  it('5 wrong PINs lock the login for 5 minutes, the right one included; then it opens again', () => {
+  it('5 wrong PINs from one address lock the login for that address for 5 minutes, the right PIN included; then it opens again', () => {
     let now = 1_000_000;
     const auth = new Auth('1234', () => now);
-    for (let i = 0; i < 4; i++) expect(auth.login('9999')).toEqual({ ok: false, lockedForMs: 0, justLocked: false });
-    expect(auth.login('9999')).toEqual({ ok: false, lockedForMs: LOCK_MS, justLocked: true });
-    expect(auth.login('1234')).toMatchObject({ ok: false, justLocked: false });
+    const a = '10.0.0.7';
+    for (let i = 0; i < 4; i++) expect(auth.login('9999', a)).toEqual({ ok: false, lockedForMs: 0, justLocked: false });
+    expect(auth.login('9999', a)).toEqual({ ok: false, lockedForMs: LOCK_MS, justLocked: true });
+    expect(auth.login('1234', a)).toMatchObject({ ok: false, justLocked: false });
+    // Another device on the same Wi-Fi (the driver's phone) is not locked out.
+    expect(auth.lockedForMs('10.0.0.8')).toBe(0);
+    expect(auth.login('1234', '10.0.0.8').ok).toBe(true);
     now += LOCK_MS - 1;
-    expect(auth.login('1234').ok).toBe(false);
+    expect(auth.login('1234', a).ok).toBe(false);
     now += 1;
-    const r = auth.login('1234');
+    const r = auth.login('1234', a);
     expect(r.ok).toBe(true);
-    // A good login starts the count again.
     expect(auth.session(r.ok ? r.session.id : undefined)).toBeDefined();
   });
+
+  it('counts an IPv4 address written as IPv6 as itself, and an IPv6 client by its /64', () => {
+    expect(clientKey('::ffff:127.0.0.2')).toBe('127.0.0.2');
+    expect(clientKey('127.0.0.2')).toBe('127.0.0.2');
+    expect(clientKey('2001:db8:0:1::5')).toBe('2001:db8:0:1::/64');
+    expect(clientKey('2001:db8:0:1:a:b:c:d')).toBe('2001:db8:0:1::/64');
+    expect(clientKey('fe80::1%wlan0')).toBe('fe80:0:0:0::/64');
+    expect(clientKey('::1')).toBe('0:0:0:0::/64');
+    // A phone that changes its privacy address stays locked.
+    const auth = new Auth('1234');
+    for (let i = 0; i < 5; i++) auth.login('0000', clientKey(`2001:db8:0:1::${i + 1}`));
+    expect(auth.lockedForMs(clientKey('2001:db8:0:1::99'))).toBeGreaterThan(0);
+    expect(auth.lockedForMs(clientKey('2001:db8:0:2::1'))).toBe(0);
+  });
 });
+
+describe('the lock over HTTP, per client address', () => {
+  it('5 wrong PINs from 127.0.0.2 lock 127.0.0.2 (logged, naming it), while 127.0.0.1 logs in', async () => {
+    const tmp = tempDir('ta-ui-lock-');
+    const lines: string[] = [];
+    const sink = new Writable({
+      write(chunk, _enc, done) {
+        lines.push(...String(chunk).split('\n').filter(Boolean));
+        done();
+      },
+    });
+    const config = configSchema.parse({
+      device_id: 'lock-test',
+      api: { base_url: 'http://127.0.0.1:9', scac: TEST_SCAC, subscription_key: TEST_KEY },
+      buffer: { path: join(tmp.dir, 'buffer.db') },
+      ui: { listen: '127.0.0.1:0', pin_file: writeFile(tmp.dir, 'pin', '2468\n', 0o600) },
+      sources: [{ type: 'module', name: 'idle', path: writeFile(tmp.dir, 'idle.mjs', 'export function createSource() { return { start() {}, stop() {} }; }\n') }],
+    });
+    const agent = new Agent({ file: '(test)', config, deviceId: 'lock-test', warnings: [] }, { key: TEST_KEY, origin: 'test' }, createLogger({ level: 'info', destination: sink, pretty: false }));
+    await agent.start();
+    try {
+      const port = agent.effectiveSettings()['ui.port'] as number;
+      const attacker = await loginForm(port, '127.0.0.2');
+      for (let i = 0; i < 4; i++) expect((await postLogin(port, '127.0.0.2', attacker, '0000')).status).toBe(401);
+      expect((await postLogin(port, '127.0.0.2', attacker, '0000')).status).toBe(429);
+      // Locked: the right PIN too, and the login page says so.
+      expect((await postLogin(port, '127.0.0.2', attacker, '2468')).status).toBe(429);
+      expect((await loginForm(port, '127.0.0.2')).status).toBe(429);
+      const warn = lines.map((l) => JSON.parse(l)).find((l) => l.msg === 'driver page: 5 wrong PINs; login locked for this address');
+      expect(warn).toMatchObject({ level: 40, client: '127.0.0.2', lockedS: 300 });
+      // The driver, from another address: the page is open to the right PIN.
+      const driver = await loginForm(port, '127.0.0.1');
+      expect(driver.status).toBe(200);
+      const ok = await postLogin(port, '127.0.0.1', driver, '2468');
+      expect(ok.status).toBe(303);
+      expect(String(ok.headers['set-cookie'])).toMatch(/ta_session=[\w-]+/);
+      expect(lines.join('\n')).not.toContain('2468');
+    } finally {
+      await agent.stop();
+      tmp.cleanup();
+    }
+  });
+});
+
+interface LoginForm {
+  status: number;
+  cookie: string;
+  csrf: string;
+}
+
+/** GET / from `localAddress`: the login form's token and its cookie. */
+function loginForm(port: number, localAddress: string): Promise<LoginForm> {
+  return new Promise((resolve, reject) => {
+    httpGet({ host: '127.0.0.1', port, path: '/', localAddress }, (res) => {
+      let body = '';
+      res.on('data', (c) => (body += c));
+      res.on('end', () => {
+        const cookie = String(res.headers['set-cookie']?.[0] ?? '').split(';')[0];
+        resolve({ status: res.statusCode ?? 0, cookie, csrf: /name="_csrf" value="([^"]+)"/.exec(body)?.[1] ?? '' });
+      });
+    }).on('error', reject);
+  });
+}
+
+function postLogin(port: number, localAddress: string, form: LoginForm, pin: string): Promise<{ status: number; headers: Record<string, string | string[] | undefined> }> {
+  const body = `_csrf=${form.csrf}&pin=${pin}`;
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      { host: '127.0.0.1', port, path: '/login', method: 'POST', localAddress, headers: { cookie: form.cookie, 'content-type': 'application/x-www-form-urlencoded', 'content-length': Buffer.byteLength(body) } },
+      (res) => {
+        res.resume();
+        resolve({ status: res.statusCode ?? 0, headers: res.headers });
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
 
 describe('the page over TLS', () => {
   let tmp: ReturnType<typeof tempDir>;

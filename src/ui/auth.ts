@@ -1,6 +1,7 @@
 /**
  * Who may use the page: a PIN (ui.pin_file) gives a session cookie; five wrong PINs in a row
- * lock the login for five minutes; every form carries its session's CSRF token. Tokens are
+ * from one client address lock the login for that address for five minutes (anyone else on
+ * the cab's Wi-Fi cannot lock the driver out); every form carries its session's CSRF token. Tokens are
  * random and compared in constant time; nothing here is ever rendered but the CSRF token.
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
@@ -11,6 +12,33 @@ export const LOCK_MS = 5 * 60_000;
 /** A shift: a driver logs in once a day, not once an hour. */
 export const SESSION_MS = 14 * 3_600_000;
 const MAX_SESSIONS = 32;
+/** Addresses whose wrong PINs are counted: bounded, so a flood of addresses cannot grow it. */
+const MAX_CLIENTS = 1024;
+
+/**
+ * What a client's wrong PINs count under: its IPv4 address (also when written as IPv6
+ * `::ffff:a.b.c.d`), or its IPv6 /64, since a phone picks new addresses in its /64 at will
+ * and would otherwise get five more guesses with each.
+ */
+export function clientKey(address: string | undefined): string {
+  const a = (address ?? '').replace(/%.*$/, '').toLowerCase();
+  const v4 = /^(?:::ffff:)?(\d+\.\d+\.\d+\.\d+)$/.exec(a);
+  if (v4) return v4[1];
+  if (!a.includes(':')) return a;
+  const [head, tail] = a.split('::');
+  const h = head ? head.split(':') : [];
+  const t = tail ? tail.split(':') : [];
+  const groups = tail === undefined ? h : [...h, ...Array<string>(Math.max(0, 8 - h.length - t.length)).fill('0'), ...t];
+  return `${groups
+    .slice(0, 4)
+    .map((g) => Number.parseInt(g || '0', 16).toString(16))
+    .join(':')}::/64`;
+}
+
+interface Strikes {
+  wrong: number;
+  lockedUntilMs: number;
+}
 
 /** The PIN in `file`: 4-8 digits, or an Error naming ui.pin_file (its content never in it). */
 export function readPin(file: string): string {
@@ -44,8 +72,8 @@ export type LoginResult = { ok: true; session: Session } | { ok: false; lockedFo
 
 export class Auth {
   private readonly sessions = new Map<string, Session>();
-  private wrong = 0;
-  private lockedUntilMs = 0;
+  /** Wrong PINs and locks, by clientKey(). */
+  private readonly strikes = new Map<string, Strikes>();
 
   /** `pin` undefined: no PIN (a loopback page); every request has the one session. */
   constructor(
@@ -57,25 +85,39 @@ export class Auth {
     return this.pin !== undefined;
   }
 
-  lockedForMs(): number {
-    return Math.max(0, this.lockedUntilMs - this.now());
+  /** How long the login stays locked for `client` (a clientKey()). */
+  lockedForMs(client: string): number {
+    return Math.max(0, (this.strikes.get(client)?.lockedUntilMs ?? 0) - this.now());
   }
 
-  login(guess: string): LoginResult {
+  login(guess: string, client: string): LoginResult {
     if (this.pin === undefined) return { ok: true, session: this.newSession() };
-    const locked = this.lockedForMs();
+    const locked = this.lockedForMs(client);
     if (locked > 0) return { ok: false, lockedForMs: locked, justLocked: false };
     if (sameSecret(guess, this.pin)) {
-      this.wrong = 0;
+      this.strikes.delete(client);
       return { ok: true, session: this.newSession() };
     }
-    this.wrong += 1;
-    if (this.wrong >= MAX_WRONG_PINS) {
-      this.wrong = 0;
-      this.lockedUntilMs = this.now() + LOCK_MS;
+    const s = this.strikes.get(client) ?? this.newStrikes(client);
+    s.wrong += 1;
+    if (s.wrong >= MAX_WRONG_PINS) {
+      s.wrong = 0;
+      s.lockedUntilMs = this.now() + LOCK_MS;
       return { ok: false, lockedForMs: LOCK_MS, justLocked: true };
     }
     return { ok: false, lockedForMs: 0, justLocked: false };
+  }
+
+  private newStrikes(client: string): Strikes {
+    if (this.strikes.size >= MAX_CLIENTS) {
+      // The oldest entry that is not locked goes first; a lock is never lifted to make room.
+      const now = this.now();
+      const [free] = [...this.strikes].find(([, v]) => v.lockedUntilMs <= now) ?? [this.strikes.keys().next().value!];
+      this.strikes.delete(free);
+    }
+    const s = { wrong: 0, lockedUntilMs: 0 };
+    this.strikes.set(client, s);
+    return s;
   }
 
   /** The session a cookie names, if it is still good. */

@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { type ActionForm, eventName, perform } from './actions.js';
 import { CSS, JS } from './assets.js';
-import { Auth, type Session, sameSecret, token } from './auth.js';
+import { Auth, clientKey, type Session, sameSecret, token } from './auth.js';
 import { liveEvent } from './events.js';
 import { confirmPage, type Look, loginPage, mainPage } from './html.js';
 import { type Lang, pickLanguage, translator } from './i18n.js';
@@ -194,7 +194,7 @@ export class UiServer {
     const setCookie: string[] = [];
     // A page with no PIN (loopback only): a session all the same, for its CSRF token.
     if (!session && !this.auth.needsPin && req.method === 'GET') {
-      const r = this.auth.login('');
+      const r = this.auth.login('', '');
       if (r.ok) {
         session = r.session;
         setCookie.push(this.cookie(SESSION_COOKIE, session.id));
@@ -208,7 +208,7 @@ export class UiServer {
         throw new HttpError(401, 'log in first');
       }
       const csrf = loginToken(jar);
-      const locked = this.auth.lockedForMs();
+      const locked = this.auth.lockedForMs(clientKey(req.socket.remoteAddress));
       const error = locked > 0 ? t('locked', { min: Math.ceil(locked / 60_000) }) : undefined;
       return this.send(res, locked > 0 ? 429 : 200, 'text/html; charset=utf-8', loginPage(t, look, csrf, error), { 'set-cookie': this.cookie(LOGIN_COOKIE, csrf) });
     }
@@ -234,12 +234,13 @@ export class UiServer {
     const sent = form.get('_csrf') ?? '';
     // The login form's token is the one its cookie holds (set when the form was served).
     if (!jar[LOGIN_COOKIE] || !sameSecret(sent, jar[LOGIN_COOKIE])) throw new HttpError(403, t('badRequest'));
-    const r = this.auth.login(form.get('pin') ?? '');
+    const client = clientKey(req.socket.remoteAddress);
+    const r = this.auth.login(form.get('pin') ?? '', client);
     if (r.ok) {
       this.log.info({ remote: req.socket.remoteAddress }, 'driver page: logged in');
       return this.redirect(res, '/', { 'set-cookie': [this.cookie(SESSION_COOKIE, r.session.id), this.cookie(LOGIN_COOKIE, '', 0)] });
     }
-    if (r.justLocked) this.log.warn({ remote: req.socket.remoteAddress, lockedS: r.lockedForMs / 1000 }, 'driver page: 5 wrong PINs; login locked');
+    if (r.justLocked) this.log.warn({ remote: req.socket.remoteAddress, client, lockedS: r.lockedForMs / 1000 }, 'driver page: 5 wrong PINs; login locked for this address');
     else this.log.info({ remote: req.socket.remoteAddress }, 'driver page: wrong PIN');
     const csrf = loginToken(jar);
     const error = r.lockedForMs > 0 ? t('locked', { min: Math.ceil(r.lockedForMs / 60_000) }) : t('wrongPin');
