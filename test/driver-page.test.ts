@@ -204,8 +204,32 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
       await p.goto(`${base}/`);
       expect(await p.locator('h1').textContent()).toBe('Página del conductor');
       expect(await p.getByRole('button').textContent()).toBe('Entrar');
+      // Logged in: the codes' names in Spanish too, on the buttons and in the milestones.
+      await es.addCookies((await ctx.cookies()).filter((x) => x.name === 'ta_session'));
+      await p.goto(`${base}/`);
+      const body = await p.locator('main.loads').innerText();
+      expect(body).toMatch(/Salí\s+descarga terminada en el lugar de entrega \(D1\)/);
+      expect(body).toMatch(/Llegué\s+llegada al lugar de recogida \(X3\)/);
+      expect(body).toMatch(/envío retrasado \(SD\), parada 1, \d\d:\d\d CST/);
+      expect(body).not.toMatch(/arrived|departed|shipment/);
     } finally {
       await es.close();
+    }
+  });
+
+  it('names the delay reasons in French', async () => {
+    const fr = await browser.newContext({ locale: 'fr-FR' });
+    try {
+      await fr.addCookies((await ctx.cookies()).filter((x) => x.name === 'ta_session'));
+      const p = await fr.newPage();
+      await p.goto(`${base}/confirm?load=L-1001&stop=2&action=delay`);
+      expect(await p.locator('h2').textContent()).toBe('envoi retardé (SD)');
+      const options = await p.getByLabel('Motif').locator('option').allTextContents();
+      expect(options).toContain('panne mécanique (AI)');
+      expect(options.at(-1)).toBe('statut normal (NS)');
+      expect(options.filter((o) => o !== '' && !/^.+ \([A-Z0-9]{2}\)$/.test(o))).toEqual([]);
+    } finally {
+      await fr.close();
     }
   });
 

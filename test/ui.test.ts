@@ -14,6 +14,9 @@ import { ConfigError, type LoadedConfig, parseConfigText } from '../src/config/l
 import { configSchema } from '../src/config/schema.js';
 import { createLogger } from '../src/log.js';
 import { Auth, clientKey, LOCK_MS, readPin } from '../src/ui/auth.js';
+import { EVENT_CODES, REASON_CODES } from '../src/milestones/codes.js';
+import { eventName, reasonName } from '../src/ui/actions.js';
+import { EVENT_NAMES, REASON_NAMES } from '../src/ui/code-names.js';
 import { pickLanguage } from '../src/ui/i18n.js';
 import { agentConfig, runCli, TEST_KEY, TEST_SCAC, tempDir, writeFile } from './helpers.js';
 import { makePki } from './pki.js';
@@ -103,6 +106,21 @@ describe("validate-config and run check [ui]'s files (real CLI)", () => {
     } finally {
       tmp.cleanup();
     }
+  });
+});
+
+describe("the codes' names on the page", () => {
+  it('has every code of the lists in Spanish and French, and nothing more; a code with no name shows as it is', () => {
+    for (const lang of ['es', 'fr'] as const) {
+      expect(Object.keys(EVENT_NAMES[lang]).sort()).toEqual(Object.keys(EVENT_CODES).sort());
+      expect(Object.keys(REASON_NAMES[lang]).sort()).toEqual(Object.keys(REASON_CODES).sort());
+    }
+    expect(eventName('X3', 'es')).toBe('llegada al lugar de recogida (X3)');
+    expect(eventName('X3', 'fr')).toBe('arrivé au lieu de chargement (X3)');
+    expect(eventName('X3')).toBe('arrived at pick-up location (X3)');
+    expect(reasonName('AI', 'es')).toBe('avería mecánica (AI)');
+    expect(reasonName('AI', 'fr')).toBe('panne mécanique (AI)');
+    expect(eventName('ZZ', 'fr')).toBe('ZZ');
   });
 });
 

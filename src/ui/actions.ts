@@ -9,6 +9,8 @@ import type { Config } from '../config/schema.js';
 import { EVENT_CODES, REASON_CODES } from '../milestones/codes.js';
 import { type MilestoneInput, MilestoneError, recordMilestone } from '../milestones/record.js';
 import type { Stop } from '../milestones/stops.js';
+import { EVENT_NAMES, REASON_NAMES } from './code-names.js';
+import type { Lang } from './i18n.js';
 import { milestoneView, type UiHost, wallClock } from './view.js';
 
 export const ACTIONS = ['arrive', 'depart', 'delay', 'appointment'] as const;
@@ -27,9 +29,16 @@ export function codeOf(action: Action, stop: Stop, config: Config): string {
   return list.includes(wanted) ? wanted : list[0];
 }
 
-/** `arrived at pick-up location (X3)`: never a bare code. */
-export const eventName = (code: string): string => (EVENT_CODES[code] ? `${EVENT_CODES[code]} (${code})` : code);
-export const reasonName = (code: string): string => (REASON_CODES[code] ? `${REASON_CODES[code]} (${code})` : code);
+/** `arrived at pick-up location (X3)`, `llegada al lugar de recogida (X3)`: never a bare code. */
+export function eventName(code: string, lang: Lang = 'en'): string {
+  const name = (lang === 'en' ? undefined : EVENT_NAMES[lang][code]) ?? EVENT_CODES[code];
+  return name ? `${name} (${code})` : code;
+}
+
+export function reasonName(code: string, lang: Lang = 'en'): string {
+  const name = (lang === 'en' ? undefined : REASON_NAMES[lang][code]) ?? REASON_CODES[code];
+  return name ? `${name} (${code})` : code;
+}
 
 /** The reasons a driver may pick for a delay: the config's list, by name; the default (normal status) last. */
 export function delayReasons(config: Config): string[] {

@@ -107,11 +107,12 @@ function stopLine(t: T, stop: StopView): string {
 ${where ? `<p>${esc(where)}</p>` : ''}${window}`;
 }
 
-function actionButtons(t: T, load: LoadView, stop: StopView, config: Config): string {
+function actionButtons(t: T, lang: Lang, load: LoadView, stop: StopView, config: Config): string {
   const label: Record<Action, string> = { arrive: t('arrived'), depart: t('departed'), delay: t('delay'), appointment: t('setAppointment') };
   const buttons = (Object.keys(label) as Action[])
     .map(
-      (a) => `<button type="submit" name="action" value="${a}"${a === 'arrive' || a === 'depart' ? '' : ' class="secondary"'}>${esc(label[a])}<small>${esc(eventName(codeOf(a, stop, config)))}</small></button>`,
+      (a) =>
+        `<button type="submit" name="action" value="${a}"${a === 'arrive' || a === 'depart' ? '' : ' class="secondary"'}>${esc(label[a])}<small>${esc(eventName(codeOf(a, stop, config), lang))}</small></button>`,
     )
     .join('\n');
   return `<form method="get" action="/confirm" class="actions">
@@ -121,11 +122,11 @@ ${buttons}
 </form>`;
 }
 
-function milestoneList(t: T, load: LoadView): string {
+function milestoneList(t: T, lang: Lang, load: LoadView): string {
   if (load.milestones.length === 0) return `<p class="muted">${esc(t('none'))}</p>`;
   const items = load.milestones.map(
     (m) =>
-      `<li data-m="${m.id}"><span>${esc(eventName(m.code))}${m.stop === null ? '' : `, ${esc(t('stop', { n: m.stop }))}`}, ${esc(m.time)}</span><span class="state ${m.state}">${esc(stateText(t, m))}</span></li>`,
+      `<li data-m="${m.id}"><span>${esc(eventName(m.code, lang))}${m.stop === null ? '' : `, ${esc(t('stop', { n: m.stop }))}`}, ${esc(m.time)}</span><span class="state ${m.state}">${esc(stateText(t, m))}</span></li>`,
   );
   return `<ul class="ms">\n${items.join('\n')}\n</ul>`;
 }
@@ -140,9 +141,9 @@ export function mainPage(t: T, look: Look, view: DriverView, config: Config, csr
     return `<section class="load" aria-label="${esc(t('load'))} ${esc(l.loadNumber)}">
 <h2>${esc(t('load'))} ${esc(l.loadNumber)}</h2>
 <p>${esc(t('truck'))} ${esc(l.resourceId)}: ${esc(fix)}</p>
-${l.next ? `${stopLine(t, l.next)}\n${actionButtons(t, l, l.next, config)}` : `<p>${esc(t('noStop'))}</p>`}
+${l.next ? `${stopLine(t, l.next)}\n${actionButtons(t, look.lang, l, l.next, config)}` : `<p>${esc(t('noStop'))}</p>`}
 <h3>${esc(t('recent'))}</h3>
-${milestoneList(t, l)}
+${milestoneList(t, look.lang, l)}
 </section>`;
   });
   const banner = flash?.ok ? `<p class="flash" role="status">${esc(flash.ok)}</p>` : flash?.error ? `<p class="error" role="alert">${esc(flash.error)}</p>` : '';
@@ -178,7 +179,7 @@ export function confirmPage(t: T, look: Look, config: Config, a: ConfirmArgs): s
 <select id="reason" name="reason" required>
 <option value=""></option>
 ${delayReasons(config)
-  .map((r) => `<option value="${esc(r)}"${r === a.reason ? ' selected' : ''}>${esc(reasonName(r))}</option>`)
+  .map((r) => `<option value="${esc(r)}"${r === a.reason ? ' selected' : ''}>${esc(reasonName(r, look.lang))}</option>`)
   .join('\n')}
 </select>`
       : '';
@@ -187,7 +188,7 @@ ${delayReasons(config)
     t,
     look,
     `<main>
-<h2>${esc(eventName(code))}</h2>
+<h2>${esc(eventName(code, look.lang))}</h2>
 <p>${esc(t('load'))} ${esc(a.load)}, ${esc(t('stop', { n: a.stop.sequence }))}${a.stop.name ? `: ${esc(a.stop.name)}` : ''}</p>
 ${a.error ? `<p class="error" role="alert">${esc(a.error)}</p>` : ''}<form method="post" action="/milestone" class="confirm">
 <input type="hidden" name="_csrf" value="${esc(a.csrf)}">

@@ -1,7 +1,7 @@
 /**
  * The page's words in English, Spanish and French, and which of them a request gets:
  * `ui.language`, else the browser's Accept-Language, else English. Code names (X3, NS) come
- * from the code lists (src/milestones/codes.ts) in English: the service's own wording.
+ * from the code lists (src/milestones/codes.ts), in Spanish and French from code-names.ts.
  */
 export type Lang = 'en' | 'es' | 'fr';
 export const LANGS: readonly Lang[] = ['en', 'es', 'fr'];

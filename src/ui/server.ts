@@ -255,7 +255,7 @@ export class UiServer {
     if (saved) {
       for (const l of view.loads) {
         const m = this.host.store.listMilestones(l.loadNumber).find((x) => String(x.id) === saved);
-        if (m) flash = { ok: t('saved', { what: `${eventName(m.code)}, ${l.loadNumber}, ${wallClock(m.body.time)}` }) };
+        if (m) flash = { ok: t('saved', { what: `${eventName(m.code, look.lang)}, ${l.loadNumber}, ${wallClock(m.body.time)}` }) };
       }
     }
     this.send(res, 200, 'text/html; charset=utf-8', mainPage(t, look, view, this.host.config, session.csrf, flash), headers);
