@@ -232,9 +232,8 @@ export class Store implements BufferContext {
   }
 
   /**
-   * Run a write that delivery cannot do without (acknowledging, marking sent, parking,
-   * purging, the daemon's state). On a full disk the reserve is given up for it once: the
-   * WAL is folded back into the file and the write tried again.
+   * Run a write delivery cannot do without (acknowledging, marking sent, parking, purging, the
+   * daemon's state). On a full disk the reserve is given up for it once, the write tried again.
    */
   withReserve<T>(write: () => T): T {
     try {
@@ -253,10 +252,7 @@ export class Store implements BufferContext {
     }
   }
 
-  /**
-   * Whether a batch of `n` readings may be committed without taking the room that
-   * acknowledging and purging need (see disk.ts).
-   */
+  /** Whether a batch of `n` readings may be committed without the room acknowledging and purging need (disk.ts). */
   roomForReadings(n: number): boolean {
     if (!this.disk) return true;
     const pageSize = this.db.pragma('page_size', { simple: true }) as number;
