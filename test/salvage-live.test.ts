@@ -124,8 +124,9 @@ describe('buffer salvage beside a running daemon', () => {
     const r = await runCli(['buffer', 'salvage', old, '--json', '--config', cfg], { timeoutMs: 60_000 });
     expect(r.code, r.stderr).toBe(0);
     expect(JSON.parse(r.stdout)).toMatchObject({ loads: 2, readings: N, skippedDelivered: DELIVERED, unreadable: {} });
-    // The daemon committed (and delivered) its own truck's readings while the copy ran.
-    expect(sandbox.stats.tracePoints).toBeGreaterThan(commitsBefore);
+    // The daemon goes on delivering its own truck beside the copy. (Within the copy itself is
+    // not asserted: a copy of 2 s on a loaded machine may end before the next push's answer.)
+    await waitFor(() => sandbox.stats.tracePoints > commitsBefore, 15_000, 'the daemon delivering beside the salvage');
 
     await expectDeliveredOnce(buffer, N);
   }, 150_000);
