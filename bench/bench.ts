@@ -44,6 +44,7 @@ import { FULL_DISK_BYTES, benchFullDisk, fullDiskRows, unmount } from './full-di
 import { benchIngest } from './ingest.js';
 import { memoryFigures, memoryRows } from './memory.js';
 import { benchUiPage, uiPageRow } from './ui-page.js';
+import { benchFleetIdle, fleetIdleRows } from './fleet-idle.js';
 import { OUTAGES_S, RECONNECT_MAX_S, benchOutages, outageFigures, outageRows } from './outage.js';
 import { AGENT_NODE_OPTIONS, AGENT_V8_FLAGS, BUFFER_DEFAULTS, DRAIN_RUNS, HELP, JSON_OUT, LATENCY_MS, MB, PEER_RETRY_S, PROF_DIR, QUICK, SIZES, flag, option } from './options.js';
 import { WORKER, killChildren, progress } from './processes.js';
@@ -161,6 +162,9 @@ async function main(): Promise<void> {
     progress("3g. the driver's page: `run` with and without [ui], one client on its SSE stream, side by side with 4-8");
     const uiPageRunning = benchUiPage(sandbox, dir);
     uiPageRunning.catch(() => undefined);
+    progress('3h. the fleet link: `run` with and without [fleet] (a mosquitto on loopback, bytes counted by a proxy), side by side with 4-8');
+    const fleetIdleRunning = benchFleetIdle(sandbox, dir);
+    fleetIdleRunning.catch(() => undefined);
     progress(`4.-6. telematics-agent run with a 1 Hz simulator and defaults: startup, then ${SIZES.idleS} s idle`);
     const daemons = await benchDaemons(sandbox, dir);
     const [daemon] = daemons.runs;
@@ -175,6 +179,8 @@ async function main(): Promise<void> {
     progress('5. waiting for the flash daemons to finish their cycle');
     const [flashNormal, flashFull] = await flashRunning;
     const uiPage = await uiPageRunning;
+    const fleetIdle = await fleetIdleRunning;
+    if ('skipped' in fleetIdle) progress(`   3h skipped (${fleetIdle.skipped})`);
     await sandbox.stop();
     progress('5c. the position history: 14 days of 10 trucks, its pages measured');
     const history = benchHistory(dir);
@@ -255,6 +261,7 @@ async function main(): Promise<void> {
       },
       ...memoryRows(mem),
       uiPageRow(uiPage),
+      ...('skipped' in fleetIdle ? [] : fleetIdleRows(fleetIdle)),
       {
         id: '4',
         measure: `idle CPU, \`run\` at 1 Hz, ${round(daemon.windowS, 0)} s (schedstat, all threads; utime+stime ${round(daemon.cpuS, 2)} s)`,
@@ -351,6 +358,7 @@ async function main(): Promise<void> {
       ...memoryFigures(mem),
       uiPageAnonMB: uiPage.withPage.anon / MB,
       uiPageBaseAnonMB: uiPage.without.anon / MB,
+      ...('skipped' in fleetIdle ? {} : { fleetAnonMB: fleetIdle.withLink.anon / MB, fleetBaseAnonMB: fleetIdle.without.anon / MB, fleetBytesPerHour: fleetIdle.bytesPerHour }),
       idleWindowS: daemon.windowS,
       idleCpuSeconds: daemon.schedS,
       idleCpuPercent: cpuFraction * 100,

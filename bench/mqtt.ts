@@ -65,7 +65,7 @@ async function freePort(): Promise<number> {
   }
 }
 
-async function startBroker(dir: string): Promise<{ proc: ChildProcess; url: string }> {
+export async function startBroker(dir: string): Promise<{ proc: ChildProcess; url: string }> {
   const bin = mosquittoPath();
   if (!bin) throw Object.assign(new Error('mosquitto is not installed (apt-get install mosquitto)'), { skip: true });
   const port = await freePort();

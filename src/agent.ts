@@ -234,7 +234,10 @@ export class Agent {
   private checkBounds(): void {
     const b = this.loaded.config.buffer;
     try {
-      const r = enforceBounds(this.store, { maxSizeBytes: b.max_size_mb * 1_048_576, maxAgeMs: b.max_age_days * 86_400_000 }, this.log.child({ component: 'buffer' }), this.clock);
+      const keepUnassignedMs = this.loaded.config.privacy.record_without_load ? undefined : this.loaded.config.loads.keep_unassigned_s * 1000;
+      const bounds = { maxSizeBytes: b.max_size_mb * 1_048_576, maxAgeMs: b.max_age_days * 86_400_000, keepUnassignedMs };
+      const r = enforceBounds(this.store, bounds, this.log.child({ component: 'buffer' }), this.clock);
+      this.ingest.stats.discardedNoLoad += r.unassigned;
       if (r.jumpMs !== undefined) this.clockJump = { ms: r.jumpMs, atMs: Date.now() };
     } catch (err) {
       this.log.error({ err: (err as Error).message }, 'could not apply buffer limits');
@@ -306,6 +309,7 @@ export class Agent {
       'buffer.max_pending': this.ingest.options.maxPending,
       'privacy.record_without_load': this.ingest.options.keepWithoutLoad,
       'loads.late_readings_s': (this.ingest.options.lateReadingsMs ?? 0) / 1000,
+      'loads.keep_unassigned_s': (this.ingest.options.keepUnassignedMs ?? 0) / 1000,
       'delivery.poll_interval_ms': this.sender.pollIntervalMs,
       'health.listen': this.health.address,
       'health.port': this.health.port,

@@ -384,7 +384,7 @@ describe('bounds', () => {
     store.ackReadings('L1', ids[11_999], null);
     const before = store.usedBytes();
     const dropped = enforceBounds(store, { maxSizeBytes: before * 0.6, maxAgeMs: 365 * 86_400_000 }, silent, T0);
-    expect(dropped).toEqual({ age: 0, size: 0 });
+    expect(dropped).toEqual({ age: 0, size: 0, unassigned: 0 });
     expect(store.counts().readings).toBe(8000);
     expect(store.counters()[COUNTER_DROPPED_SIZE]).toBeUndefined();
   });

@@ -85,7 +85,7 @@ interface ReadingSpec {
 type Cmd =
   | { k: 'ingest'; readings: ReadingSpec[] }
   | { k: 'commit' | 'crash' | 'stop' | 'reopen' | 'purge' }
-  | { k: 'start'; load: LoadName; resource: Resource }
+  | { k: 'start'; load: LoadName; resource: Resource; fromAgoS?: number }
   | { k: 'end' | 'milestone'; load: LoadName }
   | { k: 'push'; faults: Fault[] };
 
@@ -99,7 +99,7 @@ function show(c: Cmd): string {
     case 'ingest':
       return `ingest(${c.readings.map((r) => `${r.fix ? 'fix' : 'temp'}(${q(r.resource)}${r.agoS ? `, ${r.agoS}` : ''})`).join(', ')})`;
     case 'start':
-      return `start(${q(c.load)}, ${q(c.resource)})`;
+      return `start(${q(c.load)}, ${q(c.resource)}${c.fromAgoS ? `, ${c.fromAgoS}` : ''})`;
     case 'end':
     case 'milestone':
       return `${c.k}(${q(c.load)})`;
@@ -113,7 +113,8 @@ const fix = (resource: Resource, agoS = 0): ReadingSpec => ({ resource, fix: tru
 const temp = (resource: Resource, agoS = 0): ReadingSpec => ({ resource, fix: false, agoS });
 const ingest = (...readings: ReadingSpec[]) => cmd({ k: 'ingest', readings });
 const commit = () => cmd({ k: 'commit' });
-const start = (load: LoadName, resource: Resource) => cmd({ k: 'start', load, resource });
+/** `fromAgoS`: started `--from` that many seconds ago (loads.keep_unassigned_s), taking the readings kept without a load since. */
+const start = (load: LoadName, resource: Resource, fromAgoS?: number) => cmd(fromAgoS ? { k: 'start', load, resource, fromAgoS } : { k: 'start', load, resource });
 const end = (load: LoadName) => cmd({ k: 'end', load });
 const milestone = (load: LoadName) => cmd({ k: 'milestone', load });
 const push = (...faults: Fault[]) => cmd({ k: 'push', faults });
@@ -132,7 +133,7 @@ const fault = fc.oneof(
 const command: fc.Arbitrary<Cmd> = fc.oneof(
   { weight: 8, arbitrary: fc.array(reading, { minLength: 1, maxLength: 4 }).map((rs) => ingest(...rs)) },
   { weight: 4, arbitrary: fc.constant(null).map(commit) },
-  { weight: 3, arbitrary: fc.tuple(loadName, resource).map(([l, r]) => start(l, r)) },
+  { weight: 3, arbitrary: fc.tuple(loadName, resource, fc.constantFrom(0, 0, 3, 20)).map(([l, r, from]) => start(l, r, from)) },
   { weight: 1, arbitrary: loadName.map(end) },
   { weight: 1, arbitrary: loadName.map(milestone) },
   {
@@ -169,6 +170,8 @@ interface Committed extends ModelReading {
   owedTo: Set<string>;
   /** Loads that may send it: its time is in their window, but it came after they closed (item 4 makes these owed for a while). */
   lateFor: Set<string>;
+  /** No open load held it when it was committed: kept unassigned until a load started `--from` takes it. */
+  unassigned: boolean;
 }
 
 /** A load's window: from `load start`, to `load end`; closed by the first commit after its end (or a start of the daemon). */
@@ -221,7 +224,8 @@ class Model {
       const holding = [...this.loads].filter(([, l]) => l.resource === r.resource && r.timeMs >= l.fromMs && (l.untilMs === null || r.timeMs < l.untilMs));
       const owedTo = new Set(holding.filter(([, l]) => !l.closed).map(([n]) => n));
       const lateFor = new Set(holding.filter(([, l]) => l.closed).map(([n]) => n));
-      if (owedTo.size + lateFor.size > 0) this.committed.set(r.serial, { ...r, owedTo, lateFor });
+      // Kept either way: unassigned for loads.keep_unassigned_s, longer than any sequence.
+      this.committed.set(r.serial, { ...r, owedTo, lateFor, unassigned: owedTo.size === 0 });
     }
     this.pending = [];
     this.closeEnded();
@@ -231,8 +235,18 @@ class Model {
     for (const l of this.loads.values()) if (l.untilMs !== null) l.closed = true;
   }
 
-  start(load: LoadName, resource: Resource): void {
-    if (!this.loads.has(load)) this.loads.set(load, { resource, fromMs: this.nowMs, untilMs: null, closed: false });
+  start(load: LoadName, resource: Resource, fromAgoS = 0): void {
+    if (this.loads.has(load)) return;
+    const fromMs = this.nowMs - fromAgoS * 1000;
+    this.loads.set(load, { resource, fromMs, untilMs: null, closed: false });
+    // The resource's unassigned readings since then are the new load's, and no other's later.
+    if (fromAgoS === 0) return;
+    for (const r of this.committed.values()) {
+      if (r.unassigned && r.resource === resource && r.timeMs >= fromMs) {
+        r.owedTo.add(load);
+        r.unassigned = false;
+      }
+    }
   }
 
   end(load: LoadName): void {
@@ -342,7 +356,7 @@ class Rig {
     const { config } = this;
     const store = Store.open(config.buffer.path, { synchronous: config.buffer.synchronous });
     store.closeEndedLoads(this.now);
-    const ingest = new Ingest(store, { batchSize: 10_000, flushIntervalMs: 60_000, keepWithoutLoad: false }, silent, () => this.now);
+    const ingest = new Ingest(store, { batchSize: 10_000, flushIntervalMs: 60_000, keepWithoutLoad: false, keepUnassignedMs: 3_600_000 }, silent, () => this.now);
     const client = new ApiClient({ baseUrl: sandbox.url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: TIMEOUT_MS });
     const sender = new Sender({ store, client, config, deviceId: DEVICE, log: silent, now: () => this.now, random: () => 0.5 });
     this.daemon = { store, ingest, sender, client };
@@ -430,8 +444,8 @@ class Rig {
         d.ingest.flush();
         return;
       case 'start':
-        model.start(c.load, c.resource);
-        return this.cli((s) => s.startLoad({ loadNumber: c.load, resourceId: c.resource, resourceType: 'Truck', stops: [], nowMs: this.now }));
+        model.start(c.load, c.resource, c.fromAgoS);
+        return this.cli((s) => s.startLoad({ loadNumber: c.load, resourceId: c.resource, resourceType: 'Truck', stops: [], nowMs: this.now, fromMs: c.fromAgoS ? this.now - c.fromAgoS * 1000 : undefined }));
       case 'end':
         model.end(c.load);
         return this.cli((s) => s.endLoad(c.load, this.now));

@@ -111,8 +111,9 @@ describe('the place of a milestone recorded from the command line, end to end', 
     const { url } = await sandbox.start();
     const marker = join(tmp.dir, 'printed');
     // A minute between commits: the milestone is recorded long before any fix of T2 is committed.
-    // /metrics on a free port says when the daemon holds a fix in memory.
-    const cfg = agentConfig(tmp.dir, url, `[health]\nlisten = "127.0.0.1:0"\n${positions('T2', HERMOSILLO, 0, marker)}`, { flushMs: 60_000 });
+    // /metrics on a free port says when the daemon holds a fix in memory. No fix of T2 kept
+    // from before the load either (loads.keep_unassigned_s): the buffer has none to place it.
+    const cfg = agentConfig(tmp.dir, url, `[health]\nlisten = "127.0.0.1:0"\n[loads]\nkeep_unassigned_s = 0\n${positions('T2', HERMOSILLO, 0, marker)}`, { flushMs: 60_000 });
     daemon = startDaemon(['--config', cfg], CHICAGO_CLI);
     await waitFor(() => existsSync(marker), 15_000, 'the exec source printing');
     const started = await waitFor(

@@ -109,7 +109,7 @@ function configs(url: string): { a: Config; b: Config } {
       shutdown_timeout_s: 9,
       conflict_is_delivered: false,
     },
-    loads: { late_readings_s: 600 },
+    loads: { late_readings_s: 600, keep_unassigned_s: 900 },
     traces: { temperature_without_fix: 'drop', references: 'none' },
     privacy: { record_without_load: true },
     codes: {
@@ -222,6 +222,7 @@ describe('reload (SIGHUP)', () => {
       'buffer.max_pending': 777,
       'privacy.record_without_load': true,
       'loads.late_readings_s': 600,
+      'loads.keep_unassigned_s': 900,
       'delivery.poll_interval_ms': 333,
       'api.base_url': b.api.base_url,
       'api.timeout_s': 7,
@@ -255,7 +256,9 @@ describe('reload (SIGHUP)', () => {
 
   it('a reload that turns on record_without_load keeps readings without a load from then on', async () => {
     const { url } = await sandbox.start();
-    const { a } = configs(url);
+    const a = structuredClone(configs(url).a);
+    // Not even for a load started late (loads.keep_unassigned_s).
+    a.loads.keep_unassigned_s = 0;
     agent = new Agent(loaded(a), { key: TEST_KEY, origin: 'test' }, silent);
     await agent.start();
     agent.ingest.admit({ resourceId: 'LOOSE', timeMs: Date.now(), lat: 41.8, lon: -87.6 });

@@ -9,6 +9,8 @@ export interface IngestOptions {
   batchSize: number;
   flushIntervalMs: number;
   keepWithoutLoad: boolean;
+  /** `loads.keep_unassigned_s` in ms: readings of no load stamped this recently are kept unassigned, for a load started `--from` (0: none). */
+  keepUnassignedMs?: number;
   /** Cap on readings waiting in memory (e.g. while the disk is full); the oldest go first. */
   maxPending?: number;
   /** `loads.late_readings_s` in ms: how long after `load end` a reading of its window still joins it (0 or none: not after the close). */
@@ -23,6 +25,7 @@ export function ingestOptionsOf(config: Config): IngestOptions {
     flushIntervalMs: config.buffer.flush_interval_ms,
     keepWithoutLoad: config.privacy.record_without_load,
     maxPending: config.buffer.max_pending,
+    keepUnassignedMs: config.loads.keep_unassigned_s * 1000,
     lateReadingsMs: config.loads.late_readings_s * 1000,
     history: { intervalS: config.history.interval_s, keepDays: config.history.keep_days },
   };

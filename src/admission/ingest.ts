@@ -301,7 +301,8 @@ export class Ingest {
         const late = this.opts.lateReadingsMs;
         kept = this.store.insertReadings(
           batch,
-          this.opts.keepWithoutLoad,
+          // Readings of no load: for good, or those recent enough for a load started `--from`.
+          this.opts.keepWithoutLoad || (this.opts.keepUnassignedMs ? now - this.opts.keepUnassignedMs : false),
           sources,
           riders,
           // The whole queue: every reading admitted until now is in the buffer with this

@@ -25,6 +25,8 @@ export const COUNTER_DROPPED_PENDING = 'readings_dropped_pending';
 export interface Bounds {
   maxSizeBytes: number;
   maxAgeMs: number;
+  /** `loads.keep_unassigned_s` in ms; undefined: unassigned readings are kept for good (`privacy.record_without_load`). */
+  keepUnassignedMs?: number;
 }
 
 /**
@@ -33,8 +35,9 @@ export interface Bounds {
  * since the last look: a clock set weeks ahead must not turn a minute-old backlog into one
  * "older than max_age_days". Returns how many readings were dropped for each limit.
  */
-export function enforceBounds(store: Store, bounds: Bounds, log: Logger, clock: TrustedClock | number): { age: number; size: number; jumpMs?: number } {
+export function enforceBounds(store: Store, bounds: Bounds, log: Logger, clock: TrustedClock | number): { age: number; size: number; unassigned: number; jumpMs?: number } {
   let age = 0;
+  let unassigned = 0;
   let jumpMs: number | undefined;
   const drift = typeof clock === 'number' ? 0 : clock.takeDrift();
   if (Math.abs(drift) > CLOCK_JUMP_MS) {
@@ -47,6 +50,10 @@ export function enforceBounds(store: Store, bounds: Bounds, log: Logger, clock: 
     const now = typeof clock === 'number' ? clock : clock.earliest();
     age = dropCounted(store, COUNTER_DROPPED_AGE, () => store.dropReadingsOlderThan(now - bounds.maxAgeMs));
     if (age > 0) log.warn({ dropped: age, maxAgeDays: bounds.maxAgeMs / 86_400_000 }, 'readings older than buffer.max_age_days dropped');
+    // Not a loss: readings of no load, held in case a load started late took them; counted
+    // with those discarded at commit for having no load.
+    if (bounds.keepUnassignedMs !== undefined) unassigned = store.expireUnassigned(now - bounds.keepUnassignedMs);
+    if (unassigned > 0) log.debug({ discarded: unassigned, keepUnassignedS: bounds.keepUnassignedMs! / 1000 }, 'readings of no load older than loads.keep_unassigned_s discarded');
   }
   let size = 0;
   // Delivered rows waiting for their purge make room first, uncounted. Only when room is
@@ -60,7 +67,7 @@ export function enforceBounds(store: Store, bounds: Bounds, log: Logger, clock: 
     size += n;
   }
   if (size > 0) log.warn({ dropped: size, maxSizeMb: bounds.maxSizeBytes / 1_048_576 }, 'buffer over buffer.max_size_mb: oldest readings dropped');
-  return { age, size, jumpMs };
+  return { age, size, unassigned, jumpMs };
 }
 
 /**

@@ -117,6 +117,21 @@ export const END_LOAD = `UPDATE loads AS l SET ended_ms = ?, window_until_ms = m
     coalesce((SELECT max(r.time_ms) + 1 FROM readings r WHERE r.resource_id = l.resource_id AND r.id > l.acked_id AND r.time_ms >= l.window_from_ms), 0))
   WHERE load_number = ?`;
 
+/**
+ * A load started with a `from` time takes the unassigned readings of its resource stamped
+ * since then (resource, from). Its cursor goes back to below the first of them (EARLY_FIRST),
+ * and the resource's other rows between that are in its window by time (another load's)
+ * are marked as not its own (EARLY_NOT_OURS: load_number, resource, first id, from), so the
+ * load takes exactly those readings and everything committed after its start.
+ */
+export const EARLY_FIRST = `SELECT min(id) FROM readings WHERE resource_id = ? AND state = ${ReadingState.UNASSIGNED} AND time_ms >= ?`;
+export const EARLY_NOT_OURS = `INSERT INTO load_marks (load_number, reading_id, state) SELECT ?, id, ${MarkState.SENT} FROM readings
+  WHERE resource_id = ? AND id >= ? AND time_ms >= ? AND state <> ${ReadingState.UNASSIGNED} ON CONFLICT DO NOTHING`;
+/** (resource, first id, from): the early readings join the load. */
+export const TAKE_EARLY = `UPDATE readings SET state = ${ReadingState.WAITING} WHERE resource_id = ? AND id >= ? AND time_ms >= ? AND state = ${ReadingState.UNASSIGNED}`;
+/** (first id - 1, load_number): the cursor below them; no fix known at it. */
+export const EARLY_CURSOR = 'UPDATE loads SET acked_id = ?, fix_ms = NULL, fix_lat = NULL, fix_lon = NULL WHERE load_number = ?';
+
 /** Close the loads ended at or before a time (every reading admitted before it is committed): their last id is the highest so far. */
 export const CLOSE_ENDED = `UPDATE loads SET end_id = (${NEXT_READING_ID}) - 1 WHERE end_id IS NULL AND ended_ms IS NOT NULL AND ended_ms <= ?`;
 

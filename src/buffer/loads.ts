@@ -12,7 +12,7 @@
 import { DataError } from '../errors.js';
 import type { Stop } from '../milestones/stops.js';
 import type { DB } from './db.js';
-import { END_LOAD, OPEN, START_LOAD } from './ledger.js';
+import { EARLY_CURSOR, EARLY_FIRST, EARLY_NOT_OURS, END_LOAD, OPEN, START_LOAD, TAKE_EARLY } from './ledger.js';
 import type { BufferContext } from './store.js';
 import type { LoadRow } from './types.js';
 
@@ -69,17 +69,32 @@ export class Loads {
    * at the highest id so far, so the backlog of the resource's other loads is never walked
    * for it, and a reading from before `nowMs` committed later (it waited in the daemon's
    * memory) is left out by its time. Its fix at the cursor is the resource's newest so far.
+   *
+   * With `fromMs` (checked by the caller: within `loads.keep_unassigned_s`, not ahead), the
+   * window opens then, and the load takes the resource's readings kept unassigned since then
+   * in this same transaction: a power cut leaves the load with all of them or no load.
    */
-  startLoad(load: { loadNumber: string; resourceId: string; resourceType: string; stops: Stop[]; nowMs: number }): LoadRow {
+  startLoad(load: { loadNumber: string; resourceId: string; resourceType: string; stops: Stop[]; nowMs: number; fromMs?: number }): LoadRow {
     return this.ctx.durably(() => {
       const existing = this.getLoad(load.loadNumber);
       if (existing) {
         throw new LoadError(existing.endedMs === null ? `load ${load.loadNumber} is already active on ${existing.resourceId}` : `load ${load.loadNumber} existed before and has ended; use a new load number`);
       }
       const first = load.stops[0]?.sequence ?? null;
-      this.db.prepare(START_LOAD).run(load.loadNumber, load.resourceId, load.resourceType, JSON.stringify(load.stops), load.nowMs, load.nowMs, first, load.resourceId);
+      const fromMs = load.fromMs ?? load.nowMs;
+      this.db.prepare(START_LOAD).run(load.loadNumber, load.resourceId, load.resourceType, JSON.stringify(load.stops), load.nowMs, fromMs, first, load.resourceId);
+      if (load.fromMs !== undefined) this.takeEarly(load.loadNumber, load.resourceId, fromMs);
       return this.getLoad(load.loadNumber)!;
     });
+  }
+
+  /** The early readings join a load just started (see ledger.ts, TAKE_EARLY). */
+  private takeEarly(loadNumber: string, resourceId: string, fromMs: number): void {
+    const firstId = this.db.prepare(EARLY_FIRST).pluck().get(resourceId, fromMs) as number | null;
+    if (firstId === null) return;
+    this.db.prepare(EARLY_NOT_OURS).run(loadNumber, resourceId, firstId, fromMs);
+    this.db.prepare(TAKE_EARLY).run(resourceId, firstId, fromMs);
+    this.db.prepare(EARLY_CURSOR).run(firstId - 1, loadNumber);
   }
 
   /**

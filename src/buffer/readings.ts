@@ -134,7 +134,8 @@ export class Readings {
    */
   insertReadings(
     batch: ReadonlyArray<Reading & { source?: string }>,
-    keepWithoutLoad = false,
+    /** A time (epoch ms): only the readings of no load stamped at or after it are kept (`loads.keep_unassigned_s`). */
+    keepWithoutLoad: boolean | number = false,
     /** The source of each reading (by index), when the readings do not carry it themselves. */
     sources?: ReadonlyArray<string | undefined>,
     /** Small writes that ride along in the same transaction (riders.ts). */
@@ -165,7 +166,7 @@ export class Readings {
           const r = batch[i];
           const timeMs = Math.round(r.timeMs);
           const state = windows.stateOf(r.resourceId, timeMs, id);
-          if (state === ReadingState.UNASSIGNED && !keepWithoutLoad) continue;
+          if (state === ReadingState.UNASSIGNED && (keepWithoutLoad === false || (keepWithoutLoad !== true && timeMs < keepWithoutLoad))) continue;
           this.insertRow.run(id++, r.resourceId, timeMs, r.lat ?? null, r.lon ?? null, r.speed ?? null, r.heading ?? null, r.odometer ?? null, r.temperatureC ?? null, sources?.[i] ?? r.source ?? null, state);
           if (typeof r.lat === 'number' && typeof r.lon === 'number') this.history.note(r.resourceId, timeMs, r.lat, r.lon, history);
           kept += 1;

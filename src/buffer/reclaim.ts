@@ -19,6 +19,8 @@ export class Reclaim {
   private readonly purgeRange: Statement;
   /** No acknowledged row is left at or below this id (0 after opening: a crash may have left some anywhere). */
   private purgeFloor = 0;
+  /** The loads as the last pass saw them (their count and newest start): a new one may have taken rows below the floor. */
+  private loadsSeen = '';
   /** The purge pass in progress: where it has got to, where it ends, and the floor it leaves behind. */
   private purgePass: { at: number; top: number; floor: number } | null = null;
 
@@ -49,10 +51,19 @@ export class Reclaim {
       // Up to the highest cursor, or the highest reading sent ahead of one (the newest
       // position after an outage, which no cursor may pass for a while).
       const top = this.db.prepare(`SELECT max(coalesce((SELECT max(acked_id) FROM loads), 0), coalesce((SELECT max(reading_id) FROM load_marks WHERE state = ${MarkState.SENT}), 0))`).pluck().get() as number;
-      if (top <= this.purgeFloor) return { deleted: 0, done: true };
       // Rows below the oldest one any load still has to send cannot be acknowledged later:
       // after this pass, none of them is left, and the next pass starts there.
       const waiting = this.db.prepare(`SELECT min(${FIRST_DUE}) FROM loads l WHERE ${UNDONE}`).pluck().get() as number | null;
+      // Unless a row below the floor became due since (a load started `--from` took readings
+      // kept unassigned, maybe in another process: the CLI): the purge looks there again, once
+      // per new load. Not on every pass: a load whose first due row is far below (a salvaged
+      // one) made every pass walk the whole table, and delivery stalled beside a salvage.
+      const loads = this.db.prepare("SELECT count(*) || ':' || coalesce(max(started_ms), 0) FROM loads").pluck().get() as string;
+      if (loads !== this.loadsSeen) {
+        this.loadsSeen = loads;
+        if (waiting !== null) this.purgeFloor = Math.min(this.purgeFloor, waiting - 1);
+      }
+      if (top <= this.purgeFloor) return { deleted: 0, done: true };
       // From the oldest row, not from id 0: after a restart the floor is 0, and walking a
       // month of ids that are long gone costs a transaction per slice.
       const oldest = (this.db.prepare('SELECT coalesce(min(id), 1) FROM readings').pluck().get() as number) - 1;
@@ -113,6 +124,14 @@ export class Reclaim {
             WHERE r.state = ${ReadingState.UNASSIGNED} OR (r.state = ${ReadingState.WAITING} AND ${AWAITED}) ORDER BY r.id LIMIT ?)`,
       )
       .run(count).changes;
+  }
+
+  /**
+   * Readings kept unassigned for `loads.keep_unassigned_s` that are older than the cutoff:
+   * no load can take them any more (through the partial index readings_parked).
+   */
+  expireUnassigned(cutoffMs: number): number {
+    return this.db.prepare(`DELETE FROM readings WHERE state = ${ReadingState.UNASSIGNED} AND time_ms < ?`).run(cutoffMs).changes;
   }
 
   /**

@@ -93,6 +93,7 @@ export class Store implements BufferContext {
     this.usedBytes = r.usedBytes.bind(r);
     this.dropOldestReadings = p.dropOldestReadings.bind(p);
     this.dropReadingsOlderThan = p.dropReadingsOlderThan.bind(p);
+    this.expireUnassigned = p.expireUnassigned.bind(p);
     this.startLoad = l.startLoad.bind(l);
     this.endLoad = l.endLoad.bind(l);
     this.getLoad = l.getLoad.bind(l);
@@ -149,6 +150,7 @@ export class Store implements BufferContext {
   usedBytes: Readings['usedBytes'];
   dropOldestReadings: Reclaim['dropOldestReadings'];
   dropReadingsOlderThan: Reclaim['dropReadingsOlderThan'];
+  expireUnassigned: Reclaim['expireUnassigned'];
   startLoad: Loads['startLoad'];
   endLoad: Loads['endLoad'];
   getLoad: Loads['getLoad'];

@@ -152,7 +152,7 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
   row('daemon', r.daemon.note);
   const q = r.queue;
   row('queue', `${q.readings} readings${q.oldestReadingMs ? ` (oldest ${ago(q.oldestReadingMs, nowMs)})` : ''}, ${q.pendingMilestones} milestones pending, ${q.sentMilestones} sent`);
-  if (q.unassignedReadings) row('', `${q.unassignedReadings} readings kept without a load (privacy.record_without_load)`);
+  if (q.unassignedReadings) row('', `${q.unassignedReadings} readings kept without a load (loads.keep_unassigned_s, privacy.record_without_load)`);
   if (q.deadLetters) row('dead letters', `${q.deadLetters} refused by the service (see "dead-letter list")`);
   const c = r.commits;
   if (c) {

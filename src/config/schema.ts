@@ -221,6 +221,11 @@ export const configSchema = z
          * load's and is sent; later, it is dropped and counted. 0: none is after the end's commit.
          */
         late_readings_s: nonNegative.max(7 * 86_400).default(21_600),
+        /**
+         * Readings of a resource with no active load are kept this long (unsent), so a load
+         * started late (`load start --from`, the fleet's `from`) takes them. 0: discarded at once.
+         */
+        keep_unassigned_s: nonNegative.max(7 * 86_400).default(3600),
       })
       .prefault({}),
     privacy: z

@@ -105,7 +105,7 @@ export class Commands {
     const config = this.config();
     switch (name) {
       case 'load-start': {
-        const c = cmd as { loadNumber: string; resourceId: string; resourceType?: string; stops?: never };
+        const c = cmd as { loadNumber: string; resourceId: string; resourceType?: string; stops?: never; from?: string };
         const { row, warnings } = startLoadChecked(this.store, config, c, nowMs);
         effects.status = true;
         return [describeStart(row), ...warnings.map((w) => `warning: ${w}`)].join('; ');

@@ -18,6 +18,8 @@ export const loadStartSchema = z.strictObject({
   resourceType: z.string().optional(),
   /** As a stops file holds them (config/stops.example.json): geofences and appointments included. */
   stops: stopsSchema.optional(),
+  /** As `load start --from`: ISO 8601 with offset, within loads.keep_unassigned_s; the load takes the readings kept without a load since then. */
+  from: z.string().min(1).optional(),
 });
 
 export const loadEndSchema = z.strictObject({ commandId: commandIdSchema, loadNumber: z.string().min(1) });

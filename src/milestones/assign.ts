@@ -17,6 +17,8 @@ export interface LoadStart {
   /** `Truck` when not given. */
   resourceType?: string;
   stops?: Stop[];
+  /** ISO 8601: the window opens then, and the load takes the readings kept unassigned since (`loads.keep_unassigned_s`). */
+  from?: string;
 }
 
 /** Check and commit a new load; `warnings` are what the operator should hear about it. */
@@ -24,8 +26,25 @@ export function startLoadChecked(store: Store, config: Config, input: LoadStart,
   const resourceType = resourceTypeOf(input.resourceType ?? 'Truck');
   if (!resourceType) throw new CliError(`resourceType: expected one of ${RESOURCE_TYPES.join(', ')}, got ${JSON.stringify(input.resourceType)}`, EXIT.DATA);
   checkLoadNumber(input.loadNumber, config);
-  const row = store.startLoad({ loadNumber: input.loadNumber, resourceId: input.resourceId, resourceType, stops: input.stops ?? [], nowMs });
+  const fromMs = input.from === undefined ? undefined : fromTime(input.from, config, nowMs);
+  const row = store.startLoad({ loadNumber: input.loadNumber, resourceId: input.resourceId, resourceType, stops: input.stops ?? [], nowMs, fromMs });
   return { row, warnings: staleAppointments(row, config, nowMs) };
+}
+
+/**
+ * A load's `from`: a time with its offset (or Z), no later than now and no earlier than what
+ * `loads.keep_unassigned_s` keeps: older readings of no load are gone, and a window opened
+ * before them would promise what the load cannot have.
+ */
+function fromTime(text: string, config: Config, nowMs: number): number {
+  const ms = /(Z|[+-]\d{2}:?\d{2})$/i.test(text.trim()) ? Date.parse(text) : Number.NaN;
+  if (Number.isNaN(ms)) throw new CliError(`from: expected an ISO 8601 time with its offset (2026-03-01T08:00:00Z), got ${JSON.stringify(text)}`, EXIT.DATA);
+  if (ms > nowMs) throw new CliError(`from: ${text} is in the future; a load takes readings from the past only`, EXIT.DATA);
+  const keepS = config.loads.keep_unassigned_s;
+  if (ms < nowMs - keepS * 1000) {
+    throw new CliError(`from: ${text} is ${Math.round((nowMs - ms) / 1000)} s ago, before what loads.keep_unassigned_s (${keepS} s) keeps of readings without a load`, EXIT.DATA);
+  }
+  return ms;
 }
 
 /**
@@ -49,5 +68,6 @@ function staleAppointments(row: LoadRow, config: Config, nowMs: number): string[
 
 /** What `load start` prints. */
 export function describeStart(row: LoadRow): string {
-  return `load ${row.loadNumber} started on ${row.resourceId} (${row.resourceType}) with ${row.stops.length} stop(s)`;
+  const from = row.windowFromMs < row.startedMs ? `, its readings from ${new Date(row.windowFromMs).toISOString()}` : '';
+  return `load ${row.loadNumber} started on ${row.resourceId} (${row.resourceType}) with ${row.stops.length} stop(s)${from}`;
 }

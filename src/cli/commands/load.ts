@@ -1,6 +1,6 @@
 /**
  * `load start|end|list`: which loads a resource carries (one or several at once: less than
- * truckload, consolidated routes); readings are kept only while it has one.
+ * truckload, consolidated routes); readings are sent only while it has one.
  */
 import type { Command } from 'commander';
 import { CliError } from '../../errors.js';
@@ -20,15 +20,16 @@ export function addLoadCommand(program: Command): void {
     .requiredOption('-r, --resource <id>', 'resourceId the readings are tagged with')
     .option('-t, --resource-type <type>', `resourceType sent with traces: ${RESOURCE_TYPES.join(', ')}`, 'Truck')
     .option('-s, --stops <file>', "JSON file with the load's stops (see config/stops.example.json)")
+    .option('--from <time>', 'open its window at this earlier time (ISO 8601 with offset, within loads.keep_unassigned_s): it takes the readings kept without a load since then')
     .addOption(configOption())
-    .action((loadNumber: string, opts: { resource: string; resourceType: string; stops?: string; config?: string }) => {
+    .action((loadNumber: string, opts: { resource: string; resourceType: string; stops?: string; from?: string; config?: string }) => {
       const resourceType = resourceTypeOf(opts.resourceType);
       if (!resourceType) throw new CliError(`--resource-type: expected one of ${RESOURCE_TYPES.join(', ')}, got ${JSON.stringify(opts.resourceType)}`, EXIT.DATA);
       const stops = opts.stops ? readStopsFile(opts.stops) : [];
       const loaded = load(opts.config);
       // Before the buffer is opened (or created) for it.
       checkLoadNumber(loadNumber, loaded.config);
-      const { row, warnings } = withStore(loaded, (store) => startLoadChecked(store, loaded.config, { loadNumber, resourceId: opts.resource, resourceType, stops }));
+      const { row, warnings } = withStore(loaded, (store) => startLoadChecked(store, loaded.config, { loadNumber, resourceId: opts.resource, resourceType, stops, from: opts.from }));
       out(describeStart(row));
       for (const w of warnings) err(`warning: ${w}`);
     });
