@@ -9,6 +9,7 @@ import { readFileSync } from 'node:fs';
 import { rootCertificates } from 'node:tls';
 import { Agent, type Dispatcher, EnvHttpProxyAgent } from 'undici';
 import { addSecret } from '../log.js';
+import { TLS_HELLO } from './tls-hello.js';
 import type { TlsSessions } from './tls-sessions.js';
 
 export interface TransportOptions {
@@ -86,7 +87,7 @@ export function readCaFile(path: string): string {
 export function createDispatcher(o: TransportOptions): Dispatcher {
   // Node's `ca` replaces the public CAs: a private CA is added to them, so a proxy doing TLS
   // inspection and the public service both verify.
-  const tls = { timeout: o.connectTimeoutMs, ...(o.ca ? { ca: [...rootCertificates, o.ca] } : {}) };
+  const tls = { timeout: o.connectTimeoutMs, ...TLS_HELLO, ...(o.ca ? { ca: [...rootCertificates, o.ca] } : {}) };
   const options = {
     // Direct connections resume the TLS session of the last one (./tls-sessions.ts); through
     // a proxy the tunnel's TLS is undici's own, with its weakly held cache.
