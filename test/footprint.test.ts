@@ -127,6 +127,29 @@ describe("the daemon's footprint", () => {
     expect(r.stdout.split('\n').at(-1)).toBe(JSON.stringify({ global: 'undefined', context: 'undefined' }));
   });
 
+  it('loads MQTT.js only for a link or an mqtt source: a daemon without them goes without its megabytes', async () => {
+    const { url } = await sandbox.start();
+    // Preloaded: notes every CommonJS file of MQTT.js that is loaded (an ESM import of it goes through here too).
+    const trap = writeFile(
+      tmp.dir,
+      'mqtt-trap.cjs',
+      "const M = require('node:module'); const load = M.prototype.load; M.prototype.load = function (f) { if (/node_modules[\\/]mqtt[\\/]/.test(f)) require('node:fs').appendFileSync(process.env.MQTT_TRAP_FILE, f + '\\n'); return load.apply(this, arguments); };",
+    );
+    const trapFile = writeFile(tmp.dir, 'mqtt-loads.txt', '');
+    const env = { NODE_OPTIONS: `--require ${trap}`, MQTT_TRAP_FILE: trapFile };
+    const cfg = await simulatorWithLoad(url);
+    daemon = startDaemon(['--config', cfg], env);
+    await waitFor(() => sandbox.stats.tracePoints >= 3, 20_000, 'trace points');
+    expect((await runCli(['status', '--config', cfg], { env })).code).toBe(0);
+    expect((await daemon.stop('SIGTERM')).code).toBe(0);
+    daemon = undefined;
+    expect(readFileSync(trapFile, 'utf8')).toBe('');
+    // The trap sees it when it is loaded: `fleet send` does (to a broker that is not there).
+    const send = await runCli(['fleet', 'send', '--url', 'mqtt://127.0.0.1:1', '--device', 'truck-a', '--timeout', '2', 'status'], { env });
+    expect(send.code).not.toBe(0);
+    expect(readFileSync(trapFile, 'utf8')).toMatch(/node_modules\/mqtt\/build\/index\.js/);
+  });
+
   it('the bundle keeps only the English messages of zod (its other locales cost megabytes)', () => {
     const dir = join(ROOT, 'dist', 'pkg');
     const code = readdirSync(dir)

@@ -10,7 +10,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { rootCertificates } from 'node:tls';
-import { connect, type IClientOptions, type IPublishPacket, type MqttClient } from 'mqtt';
+import type { IClientOptions, IPublishPacket, MqttClient } from 'mqtt';
 import type { Logger } from 'pino';
 import type { Agent } from '../agent.js';
 import { Backoff } from '../backoff.js';
@@ -28,11 +28,18 @@ const SESSION_EXPIRY_S = 7 * 24 * 3600;
 /** How often a change of state is looked for (from memory: cheap). */
 const STATE_LOOK_MS = 2000;
 
+/**
+ * MQTT.js, loaded when a link first connects: some 10 MB of memory that a daemon without a
+ * [fleet] table (and without an mqtt source) need not carry.
+ */
+let mqttConnect: typeof import('mqtt').connect | undefined;
+
 export class FleetLink {
   private cfg: FleetConfig | undefined;
   private client: MqttClient | undefined;
   private active = false;
   private connected = false;
+  private loading = false;
   private retryTimer: NodeJS.Timeout | undefined;
   private statusTimer: NodeJS.Timeout | undefined;
   private lookTimer: NodeJS.Timeout | undefined;
@@ -148,7 +155,25 @@ export class FleetLink {
       this.retry();
       return;
     }
-    const client = connect(cfg.url, options);
+    if (!mqttConnect) {
+      // One load at a time: a stop and a start while it loads open one connection, not two.
+      if (this.loading) return;
+      this.loading = true;
+      import('mqtt').then(
+        (m) => {
+          this.loading = false;
+          mqttConnect = m.connect;
+          this.open();
+        },
+        (err: Error) => {
+          this.loading = false;
+          this.lastError = `cannot load MQTT.js (${err.message})`;
+          this.retry();
+        },
+      );
+      return;
+    }
+    const client = mqttConnect(cfg.url, options);
     this.client = client;
     const current = () => client === this.client && this.active;
     // Called for each QoS 1 message; its callback sends the PUBACK. The command is applied and

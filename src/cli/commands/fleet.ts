@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { connect, type IClientOptions } from 'mqtt';
+import type { IClientOptions } from 'mqtt';
 import { isLoopback } from '../../config/fleet.js';
 import { CliError } from '../../errors.js';
 import { EXIT } from '../../exit.js';
@@ -75,6 +75,8 @@ export function addFleetCommand(program: Command): void {
       if (opts.caFile) options.ca = read(opts.caFile, '--ca-file');
       if (opts.certFile) options.cert = read(opts.certFile, '--cert-file');
       if (opts.keyFile) options.key = read(opts.keyFile, '--key-file');
+      // Loaded here, not with the CLI: every other command (and `run`) goes without MQTT.js.
+      const { connect } = await import('mqtt');
       const client = connect(opts.url, options);
       try {
         const reply = await new Promise<Reply>((resolve, reject) => {
