@@ -9,6 +9,7 @@ import { lateSince, lateUntil } from '../buffer/ledger.js';
 import type { LastFix, Store } from '../buffer/store.js';
 import { deviceZone, describeDeviceZone } from '../geo/device-zone.js';
 import { formatStep } from '../clock.js';
+import { LATENCY_MS } from '../gnss-clock.js';
 import { VERSION } from '../version.js';
 
 export interface StatusReport {
@@ -70,6 +71,8 @@ export function buildStatus(store: Store, info: { deviceId: string; configFile: 
       note = `running (pid ${state.pid})`;
     }
   }
+  const clock = running ? (state?.clock ?? null) : null;
+  const dataNowMs = readingsNow(clock, nowMs);
   return {
     version: VERSION,
     deviceId: state?.deviceId ?? info.deviceId,
@@ -83,11 +86,11 @@ export function buildStatus(store: Store, info: { deviceId: string; configFile: 
     activeLoads: activeLoads(store),
     lateLoads: lateLoads(store, (info.lateReadingsS ?? 0) * 1000, nowMs),
     sources: state?.sources ?? [],
-    lastFixes: store.lastFixes().map((f) => ({ ...f, ageS: Math.round((nowMs - f.timeMs) / 1000) })),
+    lastFixes: store.lastFixes().map((f) => ({ ...f, ageS: Math.round((dataNowMs - f.timeMs) / 1000) })),
     commits: running ? (state?.ingest.trouble ?? null) : null,
     disk: state?.disk ?? null,
     clockJump: state?.clockJump ?? null,
-    clock: running ? (state?.clock ?? null) : null,
+    clock,
     deviceZone: { zone: deviceZone().zone, from: deviceZone().from },
   };
 }
@@ -121,6 +124,16 @@ function lateLoads(store: Store, lateMs: number, nowMs: number): StatusReport['l
   }));
 }
 
+/**
+ * Now on the clock of the readings' times: they carry GNSS time while the daemon runs on it
+ * (src/gnss-clock.ts), whereas the daemon's own stamps (pushes, errors) are on the system
+ * clock. Each age is taken from its own clock's now; a fix seconds old is not "in 11 h".
+ */
+function readingsNow(clock: StatusReport['clock'], nowMs: number): number {
+  const off = clock?.state === 'gnss' ? (clock.offsetMs ?? 0) : 0;
+  return Math.abs(off) >= LATENCY_MS ? nowMs + off : nowMs;
+}
+
 function ago(ms: number | null | undefined, nowMs: number): string {
   if (ms === null || ms === undefined) return 'never';
   const s = Math.round((nowMs - ms) / 1000);
@@ -140,6 +153,7 @@ export function formatDuration(s: number): string {
 }
 
 export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
+  const dataNowMs = readingsNow(r.clock, nowMs);
   const lines: string[] = [];
   // A row without a key continues the one above it: no colon of its own.
   const row = (k: string, v: string) => lines.push(`${(k ? `${k}:` : '').padEnd(14)}${v}`);
@@ -151,7 +165,7 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
   row('device zone', describeDeviceZone(r.deviceZone));
   row('daemon', r.daemon.note);
   const q = r.queue;
-  row('queue', `${q.readings} readings${q.oldestReadingMs ? ` (oldest ${ago(q.oldestReadingMs, nowMs)})` : ''}, ${q.pendingMilestones} milestones pending, ${q.sentMilestones} sent`);
+  row('queue', `${q.readings} readings${q.oldestReadingMs ? ` (oldest ${ago(q.oldestReadingMs, dataNowMs)})` : ''}, ${q.pendingMilestones} milestones pending, ${q.sentMilestones} sent`);
   if (q.unassignedReadings) row('', `${q.unassignedReadings} readings kept without a load (loads.keep_unassigned_s, privacy.record_without_load)`);
   if (q.deadLetters) row('dead letters', `${q.deadLetters} refused by the service (see "dead-letter list")`);
   const c = r.commits;
@@ -196,13 +210,13 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
   }
   if (r.lastFixes.length === 0) row('last fix', 'none yet');
   for (const [i, f] of r.lastFixes.entries()) {
-    row(i === 0 ? 'last fix' : '', `${f.resourceId} ${f.lat.toFixed(5)}, ${f.lon.toFixed(5)} at ${ago(f.timeMs, nowMs)}`);
+    row(i === 0 ? 'last fix' : '', `${f.resourceId} ${f.lat.toFixed(5)}, ${f.lon.toFixed(5)} at ${ago(f.timeMs, dataNowMs)}`);
   }
   if (r.sources.length === 0) row('sources', 'none reported');
   for (const [i, s] of r.sources.entries()) {
     row(
       i === 0 ? 'sources' : '',
-      `${s.name} [${s.type}] ${s.healthy ? 'healthy' : 'UNHEALTHY'}, ${s.readings} readings, ${s.rejected} rejected, last ${ago(s.lastReadingMs, nowMs)}${s.detail ? `, ${s.detail}` : ''}`,
+      `${s.name} [${s.type}] ${s.healthy ? 'healthy' : 'UNHEALTHY'}, ${s.readings} readings, ${s.rejected} rejected, last ${ago(s.lastReadingMs, dataNowMs)}${s.detail ? `, ${s.detail}` : ''}`,
     );
   }
   return lines.join('\n');
