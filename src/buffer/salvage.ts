@@ -11,7 +11,7 @@
  * - readings some load had not yet delivered, with new ids and the traceIds they had, each
  *   to the loads here whose windows hold it, less those that had it already; parked ones
  *   with their dead letters; geofence state of the loads copied; the last fix of each
- *   resource if newer.
+ *   resource if newer; the position history (salvage-positions.ts).
  *
  * Beside the daemon (docs/operations.md: move aside, start, then salvage), which commits to
  * the same buffer meanwhile. A copied reading gets an id above every one the buffer gave, so
@@ -34,6 +34,7 @@ import { HIGHEST_READING_ID } from './ledger.js';
 import { allRows, columns, highestId, identityOf, type OldLoad, oldLoads, type Row, readable, type Unreadable } from './salvage-read.js';
 import type { Store } from './store.js';
 import { openSalvageSource } from './salvage-open.js';
+import { copyPositions } from './salvage-positions.js';
 import { readingCopier, traceIdKeeper } from './salvage-readings.js';
 
 export interface SalvageReport {
@@ -48,6 +49,8 @@ export interface SalvageReport {
   skippedDelivered: number;
   /** Readings of a load that is here already and whose window here does not hold them. */
   skippedNoLoad: number;
+  /** Rows of position history (a minute each) this buffer did not have. */
+  positions: number;
   /** Ids (or whole tables) that could not be read. */
   unreadable: Unreadable;
   /**
@@ -76,7 +79,7 @@ export function salvage(file: string, target: Store, opts: { force?: boolean; no
   const source = openSalvageSource(file);
   const src = source.db;
   const unreadable: Unreadable = {};
-  const report: SalvageReport = { file, resumed: false, loads: 0, milestones: 0, pendingMilestones: 0, readings: 0, deadLetters: 0, skippedDelivered: 0, skippedNoLoad: 0, unreadable };
+  const report: SalvageReport = { file, resumed: false, loads: 0, milestones: 0, pendingMilestones: 0, readings: 0, deadLetters: 0, skippedDelivered: 0, skippedNoLoad: 0, positions: 0, unreadable };
   if (source.pages) {
     const { pages, unreadablePages, unreadableRows } = source.pages;
     report.pageByPage = { pages, unreadablePages, unreadableRows };
@@ -161,6 +164,7 @@ export function salvage(file: string, target: Store, opts: { force?: boolean; no
       save();
     });
     for (const rows of batches(readable(src, 'readings', unreadable, progress.readingsAfter), 1000)) readingBatch.immediate(rows);
+    report.positions = copyPositions(src, db, unreadable, Boolean(source.pages));
 
     db.transaction(() => {
       setMeta.run(

@@ -32,7 +32,7 @@ export function addBufferCommand(program: Command): void {
         );
       }
       out(
-        `salvaged from ${file}: ${report.loads} load(s), ${report.milestones} milestone(s) (${report.pendingMilestones} still to send), ${report.readings} reading(s) not yet delivered, ${report.deadLetters} dead letter(s); ${report.skippedDelivered} reading(s) skipped as delivered`,
+        `salvaged from ${file}: ${report.loads} load(s), ${report.milestones} milestone(s) (${report.pendingMilestones} still to send), ${report.readings} reading(s) not yet delivered, ${report.deadLetters} dead letter(s), ${report.positions} position(s) of history; ${report.skippedDelivered} reading(s) skipped as delivered`,
       );
       if (report.skippedNoLoad) out(`${report.skippedNoLoad} reading(s) skipped: their load is here already and its window here does not hold them`);
       out(unreadable.length ? `unreadable, not copied: ${unreadable.join(', ')}` : 'every row was readable');
