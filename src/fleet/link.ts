@@ -18,7 +18,7 @@ import type { FleetConfig } from '../config/fleet.js';
 import { mqttClientId } from '../config/load.js';
 import type { Config } from '../config/schema.js';
 import { addSecret } from '../log.js';
-import { AttemptLog, timer } from '../sources/common.js';
+import { AttemptLog, endMqtt, timer } from '../sources/common.js';
 import { Commands } from './commands.js';
 import type { Reply } from './messages.js';
 import { fleetStatus, offlineStatus, stateKey } from './status.js';
@@ -90,21 +90,7 @@ export class FleetLink {
     const wasConnected = this.connected;
     this.connected = false;
     if (!client) return;
-    await new Promise<void>((resolve) => {
-      const force = () => {
-        client.end(true, {}, () => undefined);
-        client.stream?.destroy();
-        resolve();
-      };
-      if (!wasConnected) return force();
-      const t = timer(force, 3000);
-      client.publish(`${this.prefix}/status`, JSON.stringify(offlineStatus(this.deviceId, 'stopped')), { qos: 1, retain: true }, () => {
-        client.end(false, {}, () => {
-          clearTimeout(t);
-          resolve();
-        });
-      });
-    });
+    await endMqtt(client, wasConnected, 3000, (then) => client.publish(`${this.prefix}/status`, JSON.stringify(offlineStatus(this.deviceId, 'stopped')), { qos: 1, retain: true }, then));
   }
 
   /** A reload: a changed [fleet] table takes a new connection with it. */

@@ -3,6 +3,7 @@
  * (a peer printing 10 MB without a newline must not cost 10 MB), a source's health with
  * the counts admission keeps, and a logging policy for peers that are not there yet.
  */
+import type { MqttClient } from 'mqtt';
 import type { Logger } from 'pino';
 import type { SourceContext, SourceHealth } from './types.js';
 
@@ -141,4 +142,30 @@ export function timer(fn: () => void, ms: number): NodeJS.Timeout {
   const t = setTimeout(fn, ms);
   t.unref();
   return t;
+}
+
+/**
+ * An MQTT client's end (an mqtt source, the fleet link): when connected, `before` (the
+ * link's last status) and then a DISCONNECT, so a persistent session stays at the broker and
+ * keeps what comes meanwhile; not connected yet, or a broker that does not answer within
+ * `waitMs`, the socket is closed at once (a connect under way would otherwise hold the
+ * process for its timeout).
+ */
+export function endMqtt(client: MqttClient, connected: boolean, waitMs: number, before?: (then: () => void) => void): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const force = () => {
+      client.end(true, {}, () => undefined);
+      client.stream?.destroy();
+      resolve();
+    };
+    if (!connected) return force();
+    const t = timer(force, waitMs);
+    const disconnect = () =>
+      client.end(false, {}, () => {
+        clearTimeout(t);
+        resolve();
+      });
+    if (before) before(disconnect);
+    else disconnect();
+  });
 }

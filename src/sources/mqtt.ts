@@ -22,7 +22,7 @@ import { MQTT_RECEIVE_MAXIMUM, type MqttSourceConfig } from '../config/schema.js
 import { defaultDeviceId, mqttClientId } from '../config/load.js';
 import { addSecret } from '../log.js';
 import { ACK_LATER, AckQueue, CAN_ACK_LATER, sendPuback } from './acks.js';
-import { AttemptLog, sourceHealth, timer } from './common.js';
+import { AttemptLog, endMqtt, sourceHealth, timer } from './common.js';
 import { MqttDecoder } from './mqtt-decode.js';
 import type { Source, SourceContext, SourceHealth } from './types.js';
 
@@ -140,22 +140,7 @@ export class MqttSource implements Source {
     this.connected = false;
     this.subscribed = false;
     if (!client) return;
-    await new Promise<void>((resolve) => {
-      // Not connected yet, or a broker that does not answer the DISCONNECT: the socket is
-      // closed at once (a connect under way would otherwise hold the process for its timeout).
-      const force = () => {
-        client.end(true, {}, () => undefined);
-        client.stream?.destroy();
-        resolve();
-      };
-      if (!wasConnected) return force();
-      const t = timer(force, 2000);
-      // A DISCONNECT, so a persistent session stays at the broker and keeps what comes meanwhile.
-      client.end(false, {}, () => {
-        clearTimeout(t);
-        resolve();
-      });
-    });
+    await endMqtt(client, wasConnected, 2000);
   }
 
   health(): SourceHealth & { counters: Record<string, number> } {
