@@ -1,7 +1,9 @@
 /**
  * Refusals by their scope: a service that refuses every trace request of a load (a field it
- * requires, a load it does not know) costs 3 requests and 1 dead letter, not 2n-1 and n, and
- * the load's traces wait for it; a refused point is still found by splitting. Against the real
+ * requires, a load it does not know) costs 9 requests for 16 points (the whole, its halves,
+ * and both halves at each level down the first half) and 1 dead letter, not 2n-1 and n, and
+ * the load's traces wait for it; a refused point is still found by splitting, two refused
+ * points answered alike too. Against the real
  * sandbox on port 0 and a real SQLite file; the last test runs the real daemon and `status`.
  */
 import { copyFileSync } from 'node:fs';
@@ -72,6 +74,8 @@ function addReadings(resource: string, n: number, from = 0) {
 const traceRequests = (load: string) => events.filter((e) => e.kind === 'trace' && (e.body as TraceBody | undefined)?.loadNumber === load);
 /** The reading ids of a request's points (a traceId is the device id, '-', the reading id). */
 const pointsOf = (e: SandboxEvent) => (e.body as TraceBody).traces.map((p) => Number(p.references![0].value.split('-').pop()));
+/** A request of 16 points a service refuses whole: the whole, its halves, then both parts at each level down the first half ([status, points]). */
+const REFUSED_ALIKE = [16, 8, 8, 4, 4, 2, 2, 1, 1].map((n) => [400, n]);
 const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => from + i);
 
 /** A push done: the sender finished one after `since`. */
@@ -82,7 +86,7 @@ async function pushed(s: Sender, since: number) {
 }
 
 describe('a service that refuses every trace request of a load', () => {
-  it('costs 3 requests and 1 dead letter for 16 points; the load waits, milestones and other loads flow; the retry after the fix delivers', async () => {
+  it('costs 9 requests and 1 dead letter for 16 points; the load waits, milestones and other loads flow; the retry after the fix delivers', async () => {
     const config = await setUp({ retryMaxS: 2 });
     addReadings('T1', 16);
     addReadings('T2', 16);
@@ -92,12 +96,8 @@ describe('a service that refuses every trace request of a load', () => {
     const parkedAt = Date.now();
     await pushed(s, 0);
 
-    // The whole, then each half once: both refused alike, so no further split.
-    expect(traceRequests('L1').map((e) => [e.status, pointsOf(e).length])).toEqual([
-      [400, 16],
-      [400, 8],
-      [400, 8],
-    ]);
+    // The whole, each half once, and both halves at each level down the first half: all refused alike.
+    expect(traceRequests('L1').map((e) => [e.status, pointsOf(e).length])).toEqual(REFUSED_ALIKE);
     const dead = store.listDeadLetters();
     expect(dead).toHaveLength(1);
     expect(dead[0]).toMatchObject({ kind: 'trace', loadNumber: 'L1', recordId: 1, recordIds: range(1, 16), status: 400 });
@@ -112,7 +112,7 @@ describe('a service that refuses every trace request of a load', () => {
     addReadings('T2', 3, 16); // ids 38-40
     await pushed(s, s.status.lastTracePushMs!);
     expect(Date.now() - parkedAt).toBeLessThan(2000);
-    expect(traceRequests('L1')).toHaveLength(3);
+    expect(traceRequests('L1')).toHaveLength(9);
     expect(traceRequests('L2').map(pointsOf)).toEqual([range(17, 32), range(38, 40)]);
     // What waits: L1's new readings (the parked ones are its dead letter's).
     expect(store.counts()).toMatchObject({ readings: 5, deadLetters: 1 });
@@ -122,11 +122,11 @@ describe('a service that refuses every trace request of a load', () => {
     await waitFor(() => store.counts().readings === 0 && store.counts().deadLetters === 0, 5000, 'the load delivered after the fix');
     expect(Date.now() - parkedAt).toBeGreaterThanOrEqual(2000);
     const l1 = traceRequests('L1');
-    expect(l1.slice(3).map((e) => [e.status, pointsOf(e)])).toEqual([
+    expect(l1.slice(9).map((e) => [e.status, pointsOf(e)])).toEqual([
       [200, range(1, 16)],
       [200, range(33, 37)],
     ]);
-    expect(l1[3].idempotencyKey).toBe(l1[0].idempotencyKey);
+    expect(l1[9].idempotencyKey).toBe(l1[0].idempotencyKey);
     expect(s.status.refusedLoads).toEqual({});
     expect(sandbox.stats.duplicateTracePoints).toBe(0);
   });
@@ -138,8 +138,8 @@ describe('a service that refuses every trace request of a load', () => {
     const s = start(config);
     await pushed(s, 0);
     addReadings('T1', 4, 16);
-    await waitFor(() => traceRequests('L1').length >= 6, 5000, 'three retries');
-    const retries = traceRequests('L1').slice(3);
+    await waitFor(() => traceRequests('L1').length >= 12, 5000, 'three retries');
+    const retries = traceRequests('L1').slice(9);
     for (const e of retries) expect([e.status, pointsOf(e)]).toEqual([400, range(1, 16)]);
     expect(store.listDeadLetters()).toHaveLength(1);
     expect(s.status.refusedLoads.L1.reason).toBe(`the service refuses every trace request: ${L1_REFUSED}`);
@@ -165,11 +165,7 @@ describe('a service that refuses every trace request of a load', () => {
     addReadings('T1', 16);
     const s = start(config);
     await pushed(s, 0);
-    expect(traceRequests('L1').map((e) => [e.status, pointsOf(e).length])).toEqual([
-      [400, 16],
-      [400, 8],
-      [400, 8],
-    ]);
+    expect(traceRequests('L1').map((e) => [e.status, pointsOf(e).length])).toEqual(REFUSED_ALIKE);
     expect(s.status.refusedLoads.L1.reason).toMatch(/^the service refuses every trace request: HTTP 400: .*source: required/);
 
     s.updateConfig({ ...config, api: { ...config.api, extra_fields: { source: 'carrier' } } });
@@ -196,6 +192,38 @@ describe('a refused point', () => {
         .sort((a, b) => a - b),
     ).toEqual(range(1, 16).filter((id) => id !== 11));
     expect(s.status.refusedLoads).toEqual({});
+  });
+
+  it('two of them, one in each half, answered alike and naming neither: found by splitting, the 14 others delivered, no wait', async () => {
+    const config = await setUp({ retryMaxS: 60 });
+    addReadings('T1', 16);
+    sandbox.setFaults({ rejectTraceRefs: ['dev-3', 'dev-11'], rejectUnnamed: true });
+    const s = start(config);
+    await pushed(s, 0);
+    expect(store.listDeadLetters().map((d) => [d.recordId, d.recordIds])).toEqual([
+      [3, null],
+      [11, null],
+    ]);
+    expect(
+      events
+        .filter((e) => e.kind === 'trace' && e.status === 200)
+        .flatMap(pointsOf)
+        .sort((a, b) => a - b),
+    ).toEqual(range(1, 16).filter((id) => id !== 3 && id !== 11));
+    expect(s.status.refusedLoads).toEqual({});
+    expect(store.counts()).toMatchObject({ readings: 0, deadLetters: 2 });
+    // The halves were answered alike: the first half was split on (1-4 refused, 5-8 taken), then each refused part.
+    expect(
+      traceRequests('L1')
+        .slice(0, 5)
+        .map((e) => [e.status, pointsOf(e)]),
+    ).toEqual([
+      [400, range(1, 16)],
+      [400, range(1, 8)],
+      [400, range(9, 16)],
+      [400, range(1, 4)],
+      [200, range(5, 8)],
+    ]);
   });
 });
 

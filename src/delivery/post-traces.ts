@@ -3,8 +3,9 @@
  * 422...) or finds too large (413) is split in halves until the refused points are found;
  * they are parked in the dead-letter table with the answer, and everything else is
  * delivered in the same cycle. On 413 the chunk size is halved for what follows. When both
- * halves of the first split are refused with the same answer, the refusal is the request's,
- * not a point's: the chunk is parked whole and the load's traces wait (refusals.ts).
+ * halves of the first split, and every part down the first half to a single point, are
+ * refused with the same answer, the refusal is the request's, not a point's: the chunk is
+ * parked whole and the load's traces wait (refusals.ts).
  */
 import type { PostOutcome } from '../api/client.js';
 import type { Trace } from '../api/schemas.js';
@@ -41,6 +42,12 @@ export type Delivered = 'delivered' | 'failed';
 
 /** Answers that say the request was not taken (3xx counted as 300). */
 const NOT_TAKEN = new Set([300, 401, 403, 404, 408, 425, 429, 503]);
+
+/** Some of a request's points, with their readings. */
+interface Part {
+  traces: Trace[];
+  readingIds: number[];
+}
 
 /** A refusal of a request sent once, not split (see sendOnce). */
 export interface Refusal {
@@ -176,37 +183,81 @@ export class TracePoster {
 
   /**
    * The first split of a request: each half goes once. Both refused with the same answer
-   * (status and body) is the service refusing the request, not a point of it (a field it
+   * (status and body) may be the service refusing the request, not a point of it (a field it
    * requires on every body, a load it does not know): bisecting on would cost 2n-1 requests
-   * and n dead letters at every push. The points are parked as one dead letter with that
-   * answer, and the load's traces wait for the service (refusals.ts). Otherwise each refused
-   * half is split on as before.
+   * and n dead letters at every push. Or it may be two refused points, one in each half, of a
+   * service whose answer does not say which (or says "traces[3]", the same index in both):
+   * parking the request would hold the load's good points back for as long as the service
+   * refuses the two. The first half is split on down to a single point, both parts each time
+   * (2 requests a level): a part taken on the way says the refusal is of points, and the
+   * refused parts are split on as usual; every part refused alike, to the last point, is the
+   * request's: the points are parked as one dead letter with that answer, and the load's
+   * traces wait for the service (refusals.ts). Otherwise each refused half is split on.
    */
   private async splitWhole(load: LoadRow, traces: Trace[], readingIds: number[], delivered: number[], sentBefore: boolean, half: number): Promise<Delivered> {
-    const parts = [
+    const parts: Part[] = [
       { traces: traces.slice(0, half), readingIds: readingIds.slice(0, half) },
       { traces: traces.slice(half), readingIds: readingIds.slice(half) },
     ];
+    const answers = await this.sendEach(load, parts, delivered, sentBefore);
+    if (answers === 'failed') return 'failed';
+    let refused = parts.map((part, i) => ({ part, refusal: answers[i] }));
+    const [a, b] = answers;
+    if (a?.cls === 'refused' && b?.cls === 'refused' && sameAnswer(a.outcome, b.outcome)) {
+      const probe = await this.probe(load, parts[0]!, a.outcome, delivered, sentBefore);
+      if (probe === 'failed') return 'failed';
+      if (probe === 'request') return this.parkWhole(load, traces, readingIds, b.outcome);
+      refused = [...probe, refused[1]!];
+    }
+    for (const { part, refusal } of refused) {
+      if (refusal && (await this.split(load, part.traces, part.readingIds, delivered, sentBefore, refusal.cls, refusal.outcome, false)) === 'failed') return 'failed';
+    }
+    return 'delivered';
+  }
+
+  /** Each part once, in order: its refusal, or undefined when it was delivered. */
+  private async sendEach(load: LoadRow, parts: Part[], delivered: number[], sentBefore: boolean): Promise<Array<Refusal | undefined> | 'failed'> {
     const answers: Array<Refusal | undefined> = [];
     for (const part of parts) {
       const result = await this.sendOnce(load, part.traces, part.readingIds, delivered, sentBefore);
       if (result === 'failed') return 'failed';
       answers.push(result === 'delivered' ? undefined : result);
     }
-    const [a, b] = answers;
-    if (a?.cls === 'refused' && b?.cls === 'refused' && sameAnswer(a.outcome, b.outcome)) {
-      const { store, config } = this.ctx.deps;
-      const answer = b.outcome.kind === 'response' ? b.outcome : undefined;
-      const body = traceBody(load.loadNumber, traces, config.api.extra_fields);
-      const id = store.parkRequest(readingIds, load.loadNumber, answer?.status ?? null, answer ? answer.body : describeOutcome(b.outcome), body, this.ctx.now(), answer?.headers);
-      this.ctx.status.deadLettered.tracePoints += readingIds.length;
-      this.refusals.parked(load.loadNumber, id, readingIds.length, b.outcome);
-      return 'delivered';
+    return answers;
+  }
+
+  /**
+   * Down the first halves of `part` (refused with `answer`): 'request' when every part is
+   * refused alike to a single point; else the parts refused on the way, with their refusals,
+   * to split on (those taken are delivered).
+   */
+  private async probe(load: LoadRow, part: Part, answer: PostOutcome, delivered: number[], sentBefore: boolean): Promise<'request' | 'failed' | Array<{ part: Part; refusal: Refusal }>> {
+    const refused: Array<{ part: Part; refusal: Refusal }> = [];
+    let current = part;
+    while (current.traces.length > 1) {
+      const half = Math.ceil(current.traces.length / 2);
+      const halves: Part[] = [
+        { traces: current.traces.slice(0, half), readingIds: current.readingIds.slice(0, half) },
+        { traces: current.traces.slice(half), readingIds: current.readingIds.slice(half) },
+      ];
+      const answers = await this.sendEach(load, halves, delivered, sentBefore);
+      if (answers === 'failed') return 'failed';
+      const alike = answers.every((r) => r?.cls === 'refused' && sameAnswer(r.outcome, answer));
+      for (const [i, r] of answers.entries()) if (r && (!alike || i === 1)) refused.push({ part: halves[i]!, refusal: r });
+      if (!alike) return refused;
+      current = halves[0]!;
     }
-    for (const [i, part] of parts.entries()) {
-      const refusal = answers[i];
-      if (refusal && (await this.split(load, part.traces, part.readingIds, delivered, sentBefore, refusal.cls, refusal.outcome, false)) === 'failed') return 'failed';
-    }
+    return 'request';
+  }
+
+  /** The service refuses the request itself: its points parked as one dead letter, the load's traces wait. */
+  private parkWhole(load: LoadRow, traces: Trace[], readingIds: number[], outcome: PostOutcome): Delivered {
+    const { store, config } = this.ctx.deps;
+    const answer = outcome.kind === 'response' ? outcome : undefined;
+    const body = traceBody(load.loadNumber, traces, config.api.extra_fields);
+    const id = store.parkRequest(readingIds, load.loadNumber, answer?.status ?? null, answer ? answer.body : describeOutcome(outcome), body, this.ctx.now(), answer?.headers);
+    this.ctx.status.deadLettered.tracePoints += readingIds.length;
+    this.refusals.parked(load.loadNumber, id, readingIds.length, outcome);
     return 'delivered';
   }
 }

@@ -26,6 +26,8 @@ export interface Faults {
   rejectLoads: string[];
   /** 400 for trace requests holding a trace with one of these reference values (e.g. a traceId). */
   rejectTraceRefs: string[];
+  /** Answer those alike, naming no point (a service that checks each point but does not say which it refused). */
+  rejectUnnamed: boolean;
   /** 413 when a trace request has more traces than this; 0 = no limit. */
   maxTracesPerRequest: number;
 }
@@ -44,5 +46,6 @@ export const NO_FAULTS: Faults = {
   redirectTo: 'http://example.invalid/',
   rejectLoads: [],
   rejectTraceRefs: [],
+  rejectUnnamed: false,
   maxTracesPerRequest: 0,
 };

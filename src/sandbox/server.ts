@@ -315,7 +315,7 @@ export class Sandbox {
           // points in two halves of a request are two answers, not one refusal of the request.
           const ref = tb.traces[bad].references?.find((r) => f.rejectTraceRefs.includes(r.value))?.value;
           emit({ status: 400, problem: `traces[${bad}] refused (fault)`, ...sent });
-          return this.json(res, 400, { error: 'refused', problems: [`traces[${bad}] (${ref}): refused by the service`] });
+          return this.json(res, 400, { error: 'refused', problems: [f.rejectUnnamed ? 'a trace was refused by the service' : `traces[${bad}] (${ref}): refused by the service`] });
         }
       }
     }
