@@ -44,4 +44,6 @@ export class SourceIntake implements SourceContext {
   };
 
   readonly reject = (reason: string): void => this.ingest.refuse(this, reason);
+
+  readonly has = (reading: Reading): boolean => this.ingest.has(reading, this.name);
 }

@@ -15,8 +15,9 @@
  * acknowledged too, in its turn: it will never be any better. One whose reading was dropped
  * from memory (buffer.max_pending, commits failing) is not, and once commits work again the
  * connection is opened again so that the broker sends it again. A PUBACK goes only on the connection its message came
- * on: after a reconnect the broker sends every unacknowledged message again (a reading may
- * then be committed twice: at least once, never lost).
+ * on: after a reconnect the broker sends every unacknowledged message again, flagged DUP (a
+ * timed reading already here is not taken twice, see mqtt.ts and buffer/seen.ts; an untimed
+ * one may be committed twice: at least once, never lost).
  */
 import { MqttClient } from 'mqtt';
 import { timer } from './common.js';

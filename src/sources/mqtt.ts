@@ -90,7 +90,7 @@ export class MqttSource implements Source {
   private readonly window: number;
   /** QoS 1 messages acknowledged once committed; undefined: on arrival (QoS 0, or a context that cannot tell commits). */
   private readonly acks: AckQueue | undefined;
-  readonly counters = { messages: 0, tooLarge: 0, notJson: 0, invalid: 0, otherTopic: 0, retainedWithoutTime: 0, connects: 0, connectFailures: 0 };
+  readonly counters = { messages: 0, tooLarge: 0, notJson: 0, invalid: 0, otherTopic: 0, retainedWithoutTime: 0, duplicates: 0, connects: 0, connectFailures: 0 };
 
   constructor(
     private readonly cfg: MqttSourceConfig,
@@ -212,7 +212,7 @@ export class MqttSource implements Source {
     client.on('message', (topic, payload, packet) => {
       if (!current()) return;
       const from = this.acks?.position;
-      this.onMessage(topic, payload, packet.retain);
+      this.onMessage(topic, payload, packet.retain, packet.dup);
       if (from !== undefined && packet.qos === 1 && packet.messageId !== undefined) this.acks!.take(packet.messageId, from);
     });
     client.on('error', (err) => {
@@ -296,7 +296,7 @@ export class MqttSource implements Source {
     this.client?.end(true);
   }
 
-  private onMessage(topic: string, payload: Buffer, retained: boolean): void {
+  private onMessage(topic: string, payload: Buffer, retained: boolean, dup = false): void {
     this.counters.messages += 1;
     this.lastMessageMs = performance.now();
     // A topic the config no longer names: the persistent session still had its subscription.
@@ -316,6 +316,12 @@ export class MqttSource implements Source {
         // stamped with the arrival time, an old temperature would pass for a new one.
         if (retained && !timed) {
           this.counters.retainedWithoutTime += 1;
+          continue;
+        }
+        // Sent again (DUP: its PUBACK was lost with the connection): a timed reading already
+        // committed, or waiting for its commit, is not taken twice. Acknowledged all the same.
+        if (dup && timed && this.ctx.has?.(reading)) {
+          this.counters.duplicates += 1;
           continue;
         }
         this.ctx.emit(reading, where);

@@ -50,6 +50,12 @@ export interface SourceContext {
    * the buffer's own schedule and the source cannot tell when.
    */
   readonly commits?: Commits;
+  /**
+   * Whether this reading (same resource, time, position and temperature, this source) waits
+   * for its commit or is in the buffer: for a message its peer sent again (MQTT's DUP flag).
+   * Absent (tools, tests): not known.
+   */
+  readonly has?: (reading: Reading) => boolean;
 }
 
 /**

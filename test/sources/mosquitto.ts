@@ -25,6 +25,11 @@ function findMosquitto(): string | undefined {
 
 export const MOSQUITTO = findMosquitto();
 /** Why the broker tests cannot run here, or undefined when they can. */
+/** An `[[sources]]` table: an mqtt source on `url`, resources from `depot/<resource>/reefer`, reconnecting within a second; `extra`: more of its keys, a line each. */
+export function mqttSourceToml(url: string, extra = ''): string {
+  return `[[sources]]\ntype = "mqtt"\nurl = "${url}"\ntopics = ["depot/+/reefer"]\nresource_from_topic = 2\nreconnect_initial_s = 0.2\nreconnect_max_s = 1\n${extra}`;
+}
+
 export const NO_MOSQUITTO = MOSQUITTO ? undefined : 'mosquitto is not installed (apt-get install mosquitto)';
 
 export interface BrokerOptions {

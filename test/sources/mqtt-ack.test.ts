@@ -18,7 +18,7 @@ import { Sandbox } from '../../src/sandbox/server.js';
 import { IngestCommits } from '../../src/sources/commits.js';
 import { MqttSource } from '../../src/sources/mqtt.js';
 import { agentConfig, startDaemon, TEST_KEY, TEST_SCAC, waitFor, type Daemon } from '../helpers.js';
-import { Broker, NO_MOSQUITTO } from './mosquitto.js';
+import { Broker, mqttSourceToml, NO_MOSQUITTO } from './mosquitto.js';
 import { freePort, sleep } from './support.js';
 
 /** The message numbers (odometer) the buffer holds for the trailer. */
@@ -67,7 +67,7 @@ describe.skipIf(NO_MOSQUITTO)('MQTT QoS 1 acknowledgements in process (real mosq
   async function agent(opts: { maxPending?: number; flushIntervalMs?: number } = {}) {
     const log = createLogger({ level: 'silent' });
     const ingest = new Ingest(
-      { roomForReadings: (n) => room && store.roomForReadings(n), insertReadings: store.insertReadings, bump: store.bump },
+      { roomForReadings: (n) => room && store.roomForReadings(n), insertReadings: store.insertReadings, bump: store.bump, db: store.db },
       { batchSize: 500, flushIntervalMs: opts.flushIntervalMs ?? 60_000, keepWithoutLoad: true, maxPending: opts.maxPending },
       log,
     );
@@ -83,7 +83,7 @@ describe.skipIf(NO_MOSQUITTO)('MQTT QoS 1 acknowledgements in process (real mosq
       reconnect_initial_s: 0.1,
       reconnect_max_s: 0.5,
     });
-    const s = new MqttSource(cfg, { emit: intake.emit, reject: intake.reject, log, counts: intake.counts, commits: new IngestCommits(ingest) });
+    const s = new MqttSource(cfg, { emit: intake.emit, reject: intake.reject, log, counts: intake.counts, commits: new IngestCommits(ingest), has: intake.has });
     running.push({ s, ingest });
     await s.start();
     await waitFor(() => s.health().healthy, 10_000, 'connected and subscribed');
@@ -114,6 +114,37 @@ describe.skipIf(NO_MOSQUITTO)('MQTT QoS 1 acknowledgements in process (real mosq
     expect(numbersIn(store.db)).toEqual(range(1, 6));
     // Sent again: exactly those not acknowledged. The refused one and the first were.
     expect(second.intake.counts).toMatchObject({ readings: 5, rejected: 0 });
+  });
+
+  it('takes a message the broker sends again (DUP) after a lost connection once: waiting for its commit, or committed already', async () => {
+    await start();
+    const a = await agent({ flushIntervalMs: 60_000 });
+    const T = Date.UTC(2026, 10, 26, 12);
+    const timed = (n: number) => gateway!.publishAsync('fleet/TRAILER-1/telemetry', JSON.stringify({ time: T + n * 1000, temperature: -18, odometer: n }), { qos: 1 });
+    // No room (a full disk): the readings wait in memory, their messages unacknowledged.
+    room = false;
+    for (const n of range(1, 3)) await timed(n);
+    await waitFor(() => a.intake.counts.readings === 3, 10_000, 'three readings taken, waiting for their commit');
+    // The connection is lost before the commit: none was acknowledged, the broker sends the three again.
+    const stream = () => (a.s as unknown as { client: { stream: { destroy(): void } } }).client.stream;
+    stream().destroy();
+    await waitFor(() => a.s.health().counters.duplicates === 3, 10_000, 'the three sent again, recognised');
+    expect(a.ingest.stats.pending).toBe(3);
+    room = true;
+    a.ingest.flush(true);
+    expect(store.db.prepare("SELECT odometer FROM readings WHERE resource_id = 'TRAILER-1' ORDER BY id").pluck().all()).toEqual([1, 2, 3]);
+    // Committed, and a redelivery of a committed message (its PUBACK lost): recognised in the buffer.
+    expect(a.ingest.has({ resourceId: 'TRAILER-1', timeMs: T + 2000, temperatureC: -18 }, a.intake.name)).toBe(true);
+    // Not the same reading: another time, another temperature, another source.
+    expect(a.ingest.has({ resourceId: 'TRAILER-1', timeMs: T + 4000, temperatureC: -18 }, a.intake.name)).toBe(false);
+    expect(a.ingest.has({ resourceId: 'TRAILER-1', timeMs: T + 2000, temperatureC: -17.5 }, a.intake.name)).toBe(false);
+    expect(a.ingest.has({ resourceId: 'TRAILER-1', timeMs: T + 2000, temperatureC: -18 }, 'exec:reefer')).toBe(false);
+    // A message sent again that is new to the agent (its first copy was never taken) is taken.
+    await waitFor(() => a.s.health().healthy, 10_000, 'connected again');
+    await timed(4);
+    await waitFor(() => a.intake.counts.readings === 4, 10_000, 'the fourth taken');
+    a.ingest.flush(true);
+    expect(store.db.prepare("SELECT odometer FROM readings WHERE resource_id = 'TRAILER-1' ORDER BY id").pluck().all()).toEqual([1, 2, 3, 4]);
   });
 
   it('does not acknowledge a message whose reading was dropped from memory: it reconnects once commits work and the broker sends it again', async () => {
@@ -149,10 +180,17 @@ describe.skipIf(NO_MOSQUITTO)('MQTT QoS 1 acknowledged after the commit (real mo
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  it('loses no message the daemon took but had not committed when it was killed: the broker sends it again', async () => {
-    dir = mkdtempSync(join(tmpdir(), 'ta-mqtt-ack-'));
-    broker = new Broker(join(dir, 'broker'), await freePort());
-    await broker.start();
+  /**
+   * A broker (with persistence), the sandbox, and a daemon's config with an mqtt source
+   * (`extra`: more of its keys), commits a minute apart, a health listener whose /metrics
+   * `metric` reads by name.
+   */
+  async function setUp(extra = '') {
+    const d = mkdtempSync(join(tmpdir(), 'ta-mqtt-ack-'));
+    const b = new Broker(join(d, 'broker'), await freePort());
+    dir = d;
+    broker = b;
+    await b.start();
     const { url } = await sandbox.start();
     const healthPort = await freePort();
     const metric = async (name: string): Promise<number | undefined> => {
@@ -160,26 +198,14 @@ describe.skipIf(NO_MOSQUITTO)('MQTT QoS 1 acknowledged after the commit (real mo
       const m = r && new RegExp(`^${name}(\\{[^}]*\\})? (\\d+)$`, 'm').exec(await r.text());
       return m ? Number(m[2]) : undefined;
     };
+    const toml = `${mqttSourceToml(b.url, extra)}[health]\nlisten = "127.0.0.1:${healthPort}"\n[privacy]\nrecord_without_load = true\n`;
+    return { cfg: agentConfig(d, url, toml, { flushMs: 60_000 }), metric, broker: b, db: join(d, 'buffer.db') };
+  }
+
+  it('loses no message the daemon took but had not committed when it was killed: the broker sends it again', async () => {
     // Commits a minute apart: without acknowledgements tied to commits, everything taken
     // after the first reading is only in memory when the daemon is killed.
-    const cfg = agentConfig(
-      dir,
-      url,
-      `[[sources]]
-type = "mqtt"
-url = "${broker.url}"
-topics = ["depot/+/reefer"]
-resource_from_topic = 2
-reconnect_initial_s = 0.2
-reconnect_max_s = 1
-[health]
-listen = "127.0.0.1:${healthPort}"
-[privacy]
-record_without_load = true
-`,
-      { flushMs: 60_000 },
-    );
-    const db = join(dir, 'buffer.db');
+    const { cfg, metric, broker, db } = await setUp();
     const first = startDaemon(['--config', cfg]);
     daemons.push(first);
     await waitFor(async () => (await metric('telematics_source_healthy')) === 1, 15_000, 'the MQTT source connected and subscribed');
@@ -208,5 +234,35 @@ record_without_load = true
       all.filter((n) => !numbersIn(db).includes(n)),
       `lost after the kill (${committedBeforeKill.length} committed before it)`,
     ).toEqual([]);
+  }, 60_000);
+
+  it('takes a timed message the broker sends again after it restarted once, not twice', async () => {
+    // Acknowledgements and commits a minute apart: the readings wait in memory, unacknowledged.
+    const { cfg, metric, broker, db } = await setUp('ack_delay_ms = 60000\n');
+    const daemon = startDaemon(['--config', cfg]);
+    daemons.push(daemon);
+    await waitFor(async () => (await metric('telematics_source_healthy')) === 1, 15_000, 'the MQTT source connected and subscribed');
+    gateway = mqttConnect(broker.url, { clientId: 'gateway' });
+    await new Promise<void>((r) => gateway!.once('connect', () => r()));
+    const T = Date.UTC(2026, 10, 26, 12);
+    const publish = (n: number) => gateway!.publishAsync('depot/TRAILER-1/reefer', JSON.stringify({ time: T + n * 1000, temperature: -18, odometer: n }), { qos: 1 });
+    for (let n = 1; n <= 5; n++) await publish(n);
+    await waitFor(async () => (await metric('telematics_source_readings_total')) === 5, 15_000, 'five readings taken');
+    // The broker restarts: the agent's connection is lost; the five come again (DUP), before a sixth.
+    await gateway.endAsync(true);
+    await broker.stop();
+    await broker.start();
+    await waitFor(async () => (await metric('telematics_source_healthy')) === 1, 15_000, 'connected again');
+    gateway = mqttConnect(broker.url, { clientId: 'gateway' });
+    await new Promise<void>((r) => gateway!.once('connect', () => r()));
+    await publish(6);
+    await waitFor(async () => (await metric('telematics_source_readings_total')) === 6, 15_000, 'the sixth taken (and the five again not)');
+    expect((await daemon.stop('SIGTERM')).code).toBe(0);
+    const d = new Database(db, { readonly: true });
+    try {
+      expect(d.prepare("SELECT odometer FROM readings WHERE resource_id = 'TRAILER-1' ORDER BY id").pluck().all()).toEqual([1, 2, 3, 4, 5, 6]);
+    } finally {
+      d.close();
+    }
   }, 60_000);
 });

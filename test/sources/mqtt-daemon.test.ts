@@ -5,7 +5,7 @@ import { connect as mqttConnect } from 'mqtt';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Sandbox } from '../../src/sandbox/server.js';
 import { TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, waitFor, type Daemon } from '../helpers.js';
-import { Broker, NO_MOSQUITTO } from './mosquitto.js';
+import { Broker, mqttSourceToml, NO_MOSQUITTO } from './mosquitto.js';
 import { freePort } from './support.js';
 
 describe.skipIf(NO_MOSQUITTO)('the daemon with an MQTT source (real mosquitto, real sandbox)', () => {
@@ -33,15 +33,7 @@ describe.skipIf(NO_MOSQUITTO)('the daemon with an MQTT source (real mosquitto, r
     const cfg = agentConfig(
       dir,
       url,
-      `[[sources]]
-type = "mqtt"
-url = "${broker.url}"
-topics = ["depot/+/reefer"]
-resource_from_topic = 2
-fields = { temperature = "temp_c", time = "ts", latitude = "lat", longitude = "lon" }
-reconnect_initial_s = 0.2
-reconnect_max_s = 1
-[health]
+      `${mqttSourceToml(broker.url, 'fields = { temperature = "temp_c", time = "ts", latitude = "lat", longitude = "lon" }\n')}[health]
 listen = "127.0.0.1:${healthPort}"
 `,
       { traces: '*/2 * * * * *', sampling: 0 },
