@@ -319,6 +319,7 @@ export class Agent {
       'api.proxy': this.client.transport.proxy,
       'api.private_ca': this.client.transport.privateCa,
       'api.compress': this.client.transport.compress,
+      'api.tls_hello': this.client.transport.tlsHello,
       'log.level': this.log.level,
       'schedule.traces': this.sender.schedule.expression,
       'clock.synchronised': this.clockKeeper.gnss.view().from,

@@ -82,6 +82,7 @@ function configs(url: string): { a: Config; b: Config } {
       correlation_id_header: 'x-cid',
       compress: 'gzip',
       compress_min_bytes: 512,
+      tls_hello: 'node',
     },
     buffer: {
       path: join(tmp.dir, 'b.db'),
@@ -230,6 +231,7 @@ describe('reload (SIGHUP)', () => {
       'api.proxy': 'direct',
       'api.private_ca': true,
       'api.compress': 'gzip from 512 B',
+      'api.tls_hello': 'node',
       'log.level': 'debug',
       'schedule.traces': '*/5 * * * *',
       'clock.synchronised': 'clock.synchronised = "no"',

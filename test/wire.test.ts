@@ -76,7 +76,7 @@ const push = (n: number, from = 0) => ({ loadNumber: 'L1', traces: Array.from({ 
 
 describe('the ClientHello', () => {
   /** The first TLS record a client sends to a bare TCP listener: its ClientHello. */
-  async function firstRecord(): Promise<Buffer> {
+  async function firstRecord(tlsHello?: 'lean' | 'node'): Promise<Buffer> {
     const sockets = new Set<Socket>();
     let got: (b: Buffer) => void = () => {};
     const record = new Promise<Buffer>((r) => (got = r));
@@ -89,7 +89,7 @@ describe('the ClientHello', () => {
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
     const port = (server.address() as { port: number }).port;
-    client = new ApiClient({ baseUrl: `https://127.0.0.1:${port}`, milestonePath: '/m', tracePath: '/t', scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000, connectTimeoutMs: 2000 });
+    client = new ApiClient({ baseUrl: `https://127.0.0.1:${port}`, milestonePath: '/m', tracePath: '/t', scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000, connectTimeoutMs: 2000, tlsHello });
     const out = await client.postTraces(trace(0), 'key-0');
     expect(out.kind).not.toBe('response');
     for (const s of sockets) s.destroy();
@@ -112,6 +112,15 @@ describe('the ClientHello', () => {
     const allowed = new Set([0x1301, 0x1302, 0x1303, 0xc02b, 0xc02f, 0xc02c, 0xc030, 0xcca9, 0xcca8, 0x009e, 0x009f, 0x00ff]);
     expect(suites.filter((s) => !allowed.has(s)).map((s) => s.toString(16))).toEqual([]);
     expect(suites).toEqual(expect.arrayContaining([0x1301, 0x1302, 0x1303, 0xc02f, 0xc02b]));
+  });
+
+  it('offers what Node offers with api.tls_hello = "node" (CBC suites among them), for a service that needs them', async () => {
+    const hello = await firstRecord('node');
+    expect(5 + hello.readUInt16BE(3)).toBeGreaterThan(300);
+    const at = 5 + 4 + 2 + 32 + 1 + hello[5 + 4 + 2 + 32]!;
+    const suites = Array.from({ length: hello.readUInt16BE(at) / 2 }, (_, i) => hello.readUInt16BE(at + 2 + 2 * i));
+    // ECDHE-RSA-AES128-SHA256, a CBC suite of Node's default list.
+    expect(suites).toContain(0xc027);
   });
 });
 

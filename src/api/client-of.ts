@@ -19,6 +19,7 @@ export function clientOf(loaded: LoadedConfig, key: KeyLookup, log?: Logger): Ap
     ca: resolveCa(loaded),
     extraFields: api.extra_fields,
     compression: { method: api.compress, minBytes: api.compress_min_bytes },
+    tlsHello: api.tls_hello,
     onCompressionRefused: (answer) => log?.warn({ answer }, `the service refuses gzip-encoded bodies (${answer}): sending them uncompressed from now on; set api.compress = "none"`),
   });
 }

@@ -101,10 +101,17 @@ export class ApiClient {
   }
 
   /** What the connections run with (for a reload's check): timeouts in ms, the proxy, whether a private CA is trusted. */
-  get transport(): { timeoutMs: number; connectTimeoutMs: number; proxy: string | undefined; privateCa: boolean; compress: string } {
+  get transport(): { timeoutMs: number; connectTimeoutMs: number; proxy: string | undefined; privateCa: boolean; compress: string; tlsHello: 'lean' | 'node' } {
     const c = this.opts.compression;
     const compress = !c || c.method === 'none' ? 'none' : this.compressionRefused ? 'gzip (refused by the service: off)' : `gzip from ${c.minBytes} B`;
-    return { timeoutMs: this.opts.timeoutMs, connectTimeoutMs: this.connectTimeoutMs, proxy: this.opts.proxy && redactProxy(this.opts.proxy), privateCa: Boolean(this.opts.ca), compress };
+    return {
+      timeoutMs: this.opts.timeoutMs,
+      connectTimeoutMs: this.connectTimeoutMs,
+      proxy: this.opts.proxy && redactProxy(this.opts.proxy),
+      privateCa: Boolean(this.opts.ca),
+      compress,
+      tlsHello: this.opts.tlsHello ?? 'lean',
+    };
   }
 
   get baseUrl(): string {

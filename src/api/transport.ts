@@ -23,6 +23,8 @@ export interface TransportOptions {
   ca?: string;
   /** TLS sessions to resume, kept across dispatchers (direct connections only). */
   sessions?: TlsSessions;
+  /** What the ClientHello offers: the lean set (the default), or Node's own (api.tls_hello). */
+  tlsHello?: 'lean' | 'node';
 }
 
 /** A proxy URL with its password replaced, fit for a log line or an error. */
@@ -87,7 +89,7 @@ export function readCaFile(path: string): string {
 export function createDispatcher(o: TransportOptions): Dispatcher {
   // Node's `ca` replaces the public CAs: a private CA is added to them, so a proxy doing TLS
   // inspection and the public service both verify.
-  const tls = { timeout: o.connectTimeoutMs, ...TLS_HELLO, ...(o.ca ? { ca: [...rootCertificates, o.ca] } : {}) };
+  const tls = { timeout: o.connectTimeoutMs, ...(o.tlsHello === 'node' ? {} : TLS_HELLO), ...(o.ca ? { ca: [...rootCertificates, o.ca] } : {}) };
   const options = {
     // Direct connections resume the TLS session of the last one (./tls-sessions.ts); through
     // a proxy the tunnel's TLS is undici's own, with its weakly held cache.
