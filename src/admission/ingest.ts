@@ -25,7 +25,7 @@ import { GnssOdometers, type OdometerOptions } from './odometer.js';
 import { Riders } from './riders.js';
 import { judgeTime } from './time-guard.js';
 import { readingProblem } from './validate.js';
-import { alreadyHave } from '../buffer/seen.js';
+import { findReading } from '../buffer/seen.js';
 
 export { MAX_COMMIT_RETRY_MS, type CommitTrouble } from './commit-trouble.js';
 export type { IngestOptions } from './ingest-options.js';
@@ -196,9 +196,9 @@ export class Ingest {
     return undefined;
   }
 
-  /** Whether this reading of `source` waits for its commit or is in the buffer (a message its peer sent again). */
-  has(reading: Reading, source: string): boolean {
-    return alreadyHave(this.store, this.queue, this.sources, reading, source);
+  /** Where this reading of `source` is already (a message its peer sent again): its number while it waits, 'stored', or undefined. */
+  find(reading: Reading, source: string): number | 'stored' | undefined {
+    return findReading(this.store, this.queue, this.sources, this.stats.accepted, reading, source);
   }
 
   /** A bad input the source found itself (a garbled line, a bad checksum): counted and logged. */

@@ -45,5 +45,5 @@ export class SourceIntake implements SourceContext {
 
   readonly reject = (reason: string): void => this.ingest.refuse(this, reason);
 
-  readonly has = (reading: Reading): boolean => this.ingest.has(reading, this.name);
+  readonly find = (reading: Reading): number | 'stored' | undefined => this.ingest.find(reading, this.name);
 }

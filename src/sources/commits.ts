@@ -27,6 +27,8 @@ export class IngestCommits implements Commits {
   private head = 0;
   /** Numbers [from, to) of readings dropped from memory, not committed. */
   private drops: Array<[number, number]> = [];
+  /** The lowest `from` of a waiter since all were answered. */
+  private lowest = Number.POSITIVE_INFINITY;
 
   constructor(private readonly ingest: Ingest) {
     this.out = this.left();
@@ -41,8 +43,11 @@ export class IngestCommits implements Commits {
     this.waiters.push({ from, to, done });
     this.observe(0);
     // Every message handed over up to now has its waiter: a drop below every waiter that is
-    // left can concern no later one (those are numbered from the position on).
-    const oldest = this.waiters[this.head]?.from ?? Number.POSITIVE_INFINITY;
+    // left can concern no later one (those are numbered from the position on). Not always the
+    // first waiter's `from`: a message sent again waits for its copy taken before (mqtt.ts).
+    // The lowest since the waiters were last all answered (kept too long, a run only stays).
+    this.lowest = Math.min(this.lowest, from);
+    const oldest = Math.min(this.lowest, this.waiters[this.head]?.from ?? Number.POSITIVE_INFINITY);
     if (this.drops.length > 0) this.drops = this.drops.filter(([, end]) => end > oldest);
   }
 
@@ -78,6 +83,7 @@ export class IngestCommits implements Commits {
     if (this.head === this.waiters.length) {
       this.waiters = [];
       this.head = 0;
+      this.lowest = Number.POSITIVE_INFINITY;
     } else if (this.head > 1024 && this.head * 2 > this.waiters.length) {
       this.waiters = this.waiters.slice(this.head);
       this.head = 0;

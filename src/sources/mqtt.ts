@@ -14,6 +14,7 @@
  * and a QoS 1 message is acknowledged only once its reading is committed (acks.ts), so one the
  * agent took but had not committed when it was killed comes again too.
  */
+import type { Reading } from '../reading.js';
 import { readFileSync } from 'node:fs';
 import { rootCertificates } from 'node:tls';
 import { connect, type IClientOptions, type MqttClient } from 'mqtt';
@@ -212,8 +213,10 @@ export class MqttSource implements Source {
     client.on('message', (topic, payload, packet) => {
       if (!current()) return;
       const from = this.acks?.position;
-      this.onMessage(topic, payload, packet.retain, packet.dup);
-      if (from !== undefined && packet.qos === 1 && packet.messageId !== undefined) this.acks!.take(packet.messageId, from);
+      const waiting = this.onMessage(topic, payload, packet.retain, packet.dup);
+      // A message sent again whose reading still waits for its commit is acknowledged once that
+      // copy is committed (and not, like the copy, if it is dropped instead).
+      if (from !== undefined && packet.qos === 1 && packet.messageId !== undefined) this.acks!.take(packet.messageId, Math.min(from, waiting ?? from));
     });
     client.on('error', (err) => {
       if (client === this.client) this.lastError = describe(err);
@@ -296,14 +299,16 @@ export class MqttSource implements Source {
     this.client?.end(true);
   }
 
-  private onMessage(topic: string, payload: Buffer, retained: boolean, dup = false): void {
+  /** Takes a message's readings; returns the lowest number of a copy waiting for its commit that one of them is (DUP). */
+  private onMessage(topic: string, payload: Buffer, retained: boolean, dup = false): number | undefined {
+    let waiting: number | undefined;
     this.counters.messages += 1;
     this.lastMessageMs = performance.now();
     // A topic the config no longer names: the persistent session still had its subscription.
     if (!this.cfg.topics.some((f) => topicMatches(f, topic))) {
       this.counters.otherTopic += 1;
       if (this.counters.otherTopic === 1) this.ctx.log.warn({ topic, topics: this.cfg.topics }, 'message on a topic not in `topics` (a subscription the session kept from an earlier config); ignored');
-      return;
+      return undefined;
     }
     try {
       const decoded = this.decoder.decode(topic, payload, Date.now());
@@ -319,9 +324,11 @@ export class MqttSource implements Source {
           continue;
         }
         // Sent again (DUP: its PUBACK was lost with the connection): a timed reading already
-        // committed, or waiting for its commit, is not taken twice. Acknowledged all the same.
-        if (dup && timed && this.ctx.has?.(reading)) {
+        // committed, or waiting for its commit, is not taken twice.
+        const here = dup && timed ? this.alreadyHere(reading) : undefined;
+        if (here !== undefined) {
           this.counters.duplicates += 1;
+          if (here !== 'stored') waiting = Math.min(waiting ?? here, here);
           continue;
         }
         this.ctx.emit(reading, where);
@@ -330,6 +337,17 @@ export class MqttSource implements Source {
       // Nothing a payload holds may take the daemon down (nor come back after each restart).
       this.counters.invalid += 1;
       this.ctx.reject(`topic ${topic}: could not be read (${(err as Error).message})`);
+    }
+    return waiting;
+  }
+
+  /** Where a reading sent again is already; not known (an error reading the buffer): taken again, at least once. */
+  private alreadyHere(reading: Reading): number | 'stored' | undefined {
+    try {
+      return this.ctx.find?.(reading);
+    } catch (err) {
+      this.ctx.log.debug({ err: (err as Error).message }, 'could not look for a reading sent again; taken again');
+      return undefined;
     }
   }
 }

@@ -61,7 +61,7 @@ export class RunningSources {
       const intake = this.ingest.intake(sourceName(cfg, i), log, cfg.type === 'simulator' ? undefined : { ...time, stamp: STAMPS[cfg.type] }, odometerOf(cfg, config));
       // The intake itself, with the commits for a source that acknowledges once they are done
       // (MQTT QoS 1): emit and reject are bound, counts is the intake's object.
-      const source = await createSource(cfg, { emit: intake.emit, reject: intake.reject, log: intake.log, counts: intake.counts, commits: this.commits, has: intake.has });
+      const source = await createSource(cfg, { emit: intake.emit, reject: intake.reject, log: intake.log, counts: intake.counts, commits: this.commits, find: intake.find });
       // The source's own name (e.g. simulator:TRUCK-1) once it exists; the same in logs, rows and status.
       intake.name = source.name;
       log.setBindings({ source: source.name });

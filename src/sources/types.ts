@@ -51,11 +51,12 @@ export interface SourceContext {
    */
   readonly commits?: Commits;
   /**
-   * Whether this reading (same resource, time, position and temperature, this source) waits
-   * for its commit or is in the buffer: for a message its peer sent again (MQTT's DUP flag).
+   * Where this reading (same resource, time, position and temperature, this source) is
+   * already, for a message its peer sent again (MQTT's DUP flag): waiting for its commit (its
+   * number, as `commits` counts them), in the buffer ('stored'), or not here (undefined).
    * Absent (tools, tests): not known.
    */
-  readonly has?: (reading: Reading) => boolean;
+  readonly find?: (reading: Reading) => number | 'stored' | undefined;
 }
 
 /**

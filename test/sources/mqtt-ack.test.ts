@@ -17,7 +17,7 @@ import { createLogger } from '../../src/log.js';
 import { Sandbox } from '../../src/sandbox/server.js';
 import { IngestCommits } from '../../src/sources/commits.js';
 import { MqttSource } from '../../src/sources/mqtt.js';
-import { agentConfig, startDaemon, TEST_KEY, TEST_SCAC, waitFor, type Daemon } from '../helpers.js';
+import { agentConfig, runCli, startDaemon, TEST_KEY, TEST_SCAC, waitFor, type Daemon } from '../helpers.js';
 import { Broker, mqttSourceToml, NO_MOSQUITTO } from './mosquitto.js';
 import { freePort, sleep } from './support.js';
 
@@ -83,7 +83,7 @@ describe.skipIf(NO_MOSQUITTO)('MQTT QoS 1 acknowledgements in process (real mosq
       reconnect_initial_s: 0.1,
       reconnect_max_s: 0.5,
     });
-    const s = new MqttSource(cfg, { emit: intake.emit, reject: intake.reject, log, counts: intake.counts, commits: new IngestCommits(ingest), has: intake.has });
+    const s = new MqttSource(cfg, { emit: intake.emit, reject: intake.reject, log, counts: intake.counts, commits: new IngestCommits(ingest), find: intake.find });
     running.push({ s, ingest });
     await s.start();
     await waitFor(() => s.health().healthy, 10_000, 'connected and subscribed');
@@ -116,35 +116,65 @@ describe.skipIf(NO_MOSQUITTO)('MQTT QoS 1 acknowledgements in process (real mosq
     expect(second.intake.counts).toMatchObject({ readings: 5, rejected: 0 });
   });
 
+  const T = Date.UTC(2026, 10, 26, 12);
+  /** A message with its own time: told apart from a new one when it comes again. */
+  const timed = (n: number) => gateway!.publishAsync('fleet/TRAILER-1/telemetry', JSON.stringify({ time: T + n * 1000, temperature: -18, odometer: n }), { qos: 1 });
+  const trailerRows = () => store.db.prepare("SELECT odometer FROM readings WHERE resource_id = 'TRAILER-1' ORDER BY id").pluck().all();
+  /** The source's connection lost (its socket destroyed): it connects again, the broker sends again what was not acknowledged. */
+  const cut = (s: MqttSource) => (s as unknown as { client: { stream: { destroy(): void } } }).client.stream.destroy();
+
   it('takes a message the broker sends again (DUP) after a lost connection once: waiting for its commit, or committed already', async () => {
     await start();
     const a = await agent({ flushIntervalMs: 60_000 });
-    const T = Date.UTC(2026, 10, 26, 12);
-    const timed = (n: number) => gateway!.publishAsync('fleet/TRAILER-1/telemetry', JSON.stringify({ time: T + n * 1000, temperature: -18, odometer: n }), { qos: 1 });
     // No room (a full disk): the readings wait in memory, their messages unacknowledged.
     room = false;
     for (const n of range(1, 3)) await timed(n);
     await waitFor(() => a.intake.counts.readings === 3, 10_000, 'three readings taken, waiting for their commit');
     // The connection is lost before the commit: none was acknowledged, the broker sends the three again.
-    const stream = () => (a.s as unknown as { client: { stream: { destroy(): void } } }).client.stream;
-    stream().destroy();
+    cut(a.s);
     await waitFor(() => a.s.health().counters.duplicates === 3, 10_000, 'the three sent again, recognised');
     expect(a.ingest.stats.pending).toBe(3);
+    expect(a.ingest.find({ resourceId: 'TRAILER-1', timeMs: T + 2000, temperatureC: -18 }, a.intake.name)).toBe(1);
     room = true;
     a.ingest.flush(true);
-    expect(store.db.prepare("SELECT odometer FROM readings WHERE resource_id = 'TRAILER-1' ORDER BY id").pluck().all()).toEqual([1, 2, 3]);
+    expect(trailerRows()).toEqual([1, 2, 3]);
     // Committed, and a redelivery of a committed message (its PUBACK lost): recognised in the buffer.
-    expect(a.ingest.has({ resourceId: 'TRAILER-1', timeMs: T + 2000, temperatureC: -18 }, a.intake.name)).toBe(true);
+    expect(a.ingest.find({ resourceId: 'TRAILER-1', timeMs: T + 2000, temperatureC: -18 }, a.intake.name)).toBe('stored');
     // Not the same reading: another time, another temperature, another source.
-    expect(a.ingest.has({ resourceId: 'TRAILER-1', timeMs: T + 4000, temperatureC: -18 }, a.intake.name)).toBe(false);
-    expect(a.ingest.has({ resourceId: 'TRAILER-1', timeMs: T + 2000, temperatureC: -17.5 }, a.intake.name)).toBe(false);
-    expect(a.ingest.has({ resourceId: 'TRAILER-1', timeMs: T + 2000, temperatureC: -18 }, 'exec:reefer')).toBe(false);
-    // A message sent again that is new to the agent (its first copy was never taken) is taken.
+    expect(a.ingest.find({ resourceId: 'TRAILER-1', timeMs: T + 4000, temperatureC: -18 }, a.intake.name)).toBeUndefined();
+    expect(a.ingest.find({ resourceId: 'TRAILER-1', timeMs: T + 2000, temperatureC: -17.5 }, a.intake.name)).toBeUndefined();
+    expect(a.ingest.find({ resourceId: 'TRAILER-1', timeMs: T + 2000, temperatureC: -18 }, 'exec:reefer')).toBeUndefined();
+    // Their PUBACKs went with that commit, and the connection is lost again at once: whatever
+    // the broker sends again now (a PUBACK lost with the socket) is in the buffer, and not
+    // taken; a new message is.
     await waitFor(() => a.s.health().healthy, 10_000, 'connected again');
+    cut(a.s);
+    await waitFor(() => a.s.health().counters.connects === 3 && a.s.health().healthy, 10_000, 'connected a third time');
     await timed(4);
     await waitFor(() => a.intake.counts.readings === 4, 10_000, 'the fourth taken');
+    const { messages, duplicates } = a.s.health().counters;
+    expect(messages - duplicates).toBe(4);
     a.ingest.flush(true);
-    expect(store.db.prepare("SELECT odometer FROM readings WHERE resource_id = 'TRAILER-1' ORDER BY id").pluck().all()).toEqual([1, 2, 3, 4]);
+    expect(trailerRows()).toEqual([1, 2, 3, 4]);
+  });
+
+  it('does not acknowledge a message sent again whose waiting copy is then dropped from memory: it comes once more and is taken', async () => {
+    await start();
+    const a = await agent({ maxPending: 20, flushIntervalMs: 200 });
+    room = false;
+    for (const n of range(1, 3)) await timed(n);
+    await waitFor(() => a.intake.counts.readings === 3, 10_000, 'three readings taken, waiting for their commit');
+    cut(a.s);
+    await waitFor(() => a.s.health().counters.duplicates === 3, 10_000, 'the three sent again, recognised as waiting');
+    // Another source fills memory to buffer.max_pending and one past it while the disk is
+    // full: the three waiting copies, and only they, are dropped. The messages sent again must
+    // not be acknowledged for them.
+    for (let i = 0; i < 20; i++) a.ingest.admit({ resourceId: 'TRUCK-9', timeMs: Date.now(), lat: 41.8, lon: -87.6 });
+    expect(a.ingest.stats.droppedPending).toBe(3);
+    room = true;
+    a.ingest.start();
+    await waitFor(() => trailerRows().length === 3, 15_000, 'the three sent once more after a reconnect, and committed');
+    expect(trailerRows()).toEqual([1, 2, 3]);
   });
 
   it('does not acknowledge a message whose reading was dropped from memory: it reconnects once commits work and the broker sends it again', async () => {
@@ -258,6 +288,11 @@ describe.skipIf(NO_MOSQUITTO)('MQTT QoS 1 acknowledged after the commit (real mo
     await publish(6);
     await waitFor(async () => (await metric('telematics_source_readings_total')) === 6, 15_000, 'the sixth taken (and the five again not)');
     expect((await daemon.stop('SIGTERM')).code).toBe(0);
+    // The broker did send them again (all but the first, committed and acknowledged at once), and they were not taken.
+    const status = JSON.parse((await runCli(['status', '--json', '--config', cfg])).stdout) as { sources: Array<{ counters: Record<string, number> }> };
+    const { messages, duplicates } = status.sources[0]!.counters;
+    expect(duplicates).toBeGreaterThanOrEqual(3);
+    expect(messages! - duplicates!).toBe(6);
     const d = new Database(db, { readonly: true });
     try {
       expect(d.prepare("SELECT odometer FROM readings WHERE resource_id = 'TRAILER-1' ORDER BY id").pluck().all()).toEqual([1, 2, 3, 4, 5, 6]);
