@@ -187,7 +187,8 @@ export class Ingest {
           source.counts.timeRejected += 1;
           return this.refused(source, judged.problem);
         }
-        reading = judged.reading;
+        // Re-stamped by the GNSS offset while the system clock is not synchronised: as shown.
+        source.counts.lastReadingMs = (reading = judged.reading).timeMs;
       }
       if (source.odometer) this.odometers.apply(reading, source.odometer);
     }

@@ -186,6 +186,8 @@ describe('system-stamped readings wait for a GNSS time', () => {
     a.reefer.emit({ resourceId: 'T1', timeMs: a.k.c.wallMs, temperatureC: -19 });
     a.ingest.flush();
     expect(a.stored().at(-1)).toBe(TRUE_NOW + 3000);
+    // The source's last reading, as `status` shows its age from GNSS now, is at its true time too.
+    expect(a.reefer.counts.lastReadingMs).toBe(TRUE_NOW + 3000);
   });
 
   it('after clock.unsynced_hold_s with no fix: kept with the system clock’s time, warned once, counted', () => {
