@@ -30,13 +30,16 @@ describe('buffer salvage copies the position history', () => {
 
     const store = Store.open(join(tmp.dir, 'buffer.db'));
     try {
-      // This buffer knows one minute of it already (the same row): kept, not counted.
-      store.db.prepare('INSERT INTO positions (resource_id, t_s, lat_e5, lon_e5) VALUES (?, ?, ?, ?)').run('T1', (T0 + 30 * MIN) / 1000, 4_180_000 + 3000, -8_760_000);
+      // This buffer has a row in one of those minutes already (10 s into it): kept, no second one.
+      store.db.prepare('INSERT INTO positions (resource_id, t_s, lat_e5, lon_e5) VALUES (?, ?, ?, ?)').run('T1', (T0 + 30 * MIN) / 1000 + 10, 4_180_000 + 3000, -8_760_000);
       expect(positionAt(store, 'T1', T0 + 10 * MIN, 5 * MIN)).toBeUndefined();
-      const report = salvage(oldPath, store);
+      // history.keep_days = 0: no history is kept, none copied.
+      expect(salvage(oldPath, store, { history: { intervalS: 60, keepDays: 0 } }).positions).toBe(0);
+      const report = salvage(oldPath, store, { force: true });
       expect(report.positions).toBe(119);
       expect(report.unreadable).toEqual({});
       expect(positionAt(store, 'T1', T0 + 10 * MIN + 5000, 5 * MIN)).toEqual({ timeMs: T0 + 10 * MIN, lat: 41.81, lon: -87.6, from: 'history' });
+      expect(store.db.prepare("SELECT count(*) FROM positions WHERE resource_id = 'T1'").pluck().get()).toBe(120);
       // Run again (--force): nothing new.
       expect(salvage(oldPath, store, { force: true }).positions).toBe(0);
     } finally {

@@ -3,6 +3,7 @@
  * which applies every one of these at once.
  */
 import type { Config } from '../config/schema.js';
+import { historyOptions } from '../config/time-place.js';
 import type { HistoryOptions } from '../buffer/types.js';
 
 export interface IngestOptions {
@@ -27,6 +28,6 @@ export function ingestOptionsOf(config: Config): IngestOptions {
     maxPending: config.buffer.max_pending,
     keepUnassignedMs: config.loads.keep_unassigned_s * 1000,
     lateReadingsMs: config.loads.late_readings_s * 1000,
-    history: { intervalS: config.history.interval_s, keepDays: config.history.keep_days },
+    history: historyOptions(config.history),
   };
 }

@@ -25,7 +25,7 @@ export const E5 = 100_000;
  * A row unless the resource has one in the fix's interval already (a late reading of an
  * interval written earlier, a reload that changed the interval).
  */
-const INSERT = `INSERT OR IGNORE INTO positions (resource_id, t_s, lat_e5, lon_e5) SELECT @r, @t, @lat, @lon
+export const INSERT_POSITION = `INSERT OR IGNORE INTO positions (resource_id, t_s, lat_e5, lon_e5) SELECT @r, @t, @lat, @lon
   WHERE NOT EXISTS (SELECT 1 FROM positions WHERE resource_id = @r AND t_s >= @from AND t_s < @until)`;
 
 export class PositionHistory {
@@ -52,7 +52,7 @@ export class PositionHistory {
     const tS = Math.floor(timeMs / 1000);
     const slot = Math.floor(tS / opts.intervalS);
     if ((this.pending.get(resourceId) ?? this.noted.get(resourceId)) === slot) return;
-    this.insert ??= this.db.prepare(INSERT);
+    this.insert ??= this.db.prepare(INSERT_POSITION);
     this.insert.run({ r: resourceId, t: tS, lat: Math.round(lat * E5), lon: Math.round(lon * E5), from: slot * opts.intervalS, until: (slot + 1) * opts.intervalS });
     this.pending.set(resourceId, slot);
   }

@@ -34,6 +34,8 @@ import { HIGHEST_READING_ID } from './ledger.js';
 import { allRows, columns, highestId, identityOf, type OldLoad, oldLoads, type Row, readable, type Unreadable } from './salvage-read.js';
 import type { Store } from './store.js';
 import { openSalvageSource } from './salvage-open.js';
+import { historyOptions, historySchema } from '../config/time-place.js';
+import type { HistoryOptions } from './history.js';
 import { copyPositions } from './salvage-positions.js';
 import { readingCopier, traceIdKeeper } from './salvage-readings.js';
 
@@ -74,7 +76,10 @@ interface Progress {
   floor: number;
 }
 
-export function salvage(file: string, target: Store, opts: { force?: boolean; nowMs?: number; deviceId?: string } = {}): SalvageReport {
+/** [history] at its defaults, for a salvage given none (tools, tests). */
+const HISTORY_DEFAULTS: HistoryOptions = historyOptions(historySchema.parse({}));
+
+export function salvage(file: string, target: Store, opts: { force?: boolean; nowMs?: number; deviceId?: string; history?: HistoryOptions } = {}): SalvageReport {
   const nowMs = opts.nowMs ?? Date.now();
   const source = openSalvageSource(file);
   const src = source.db;
@@ -164,7 +169,7 @@ export function salvage(file: string, target: Store, opts: { force?: boolean; no
       save();
     });
     for (const rows of batches(readable(src, 'readings', unreadable, progress.readingsAfter), 1000)) readingBatch.immediate(rows);
-    report.positions = copyPositions(src, db, unreadable, Boolean(source.pages));
+    report.positions = copyPositions(src, db, unreadable, Boolean(source.pages), opts.history ?? HISTORY_DEFAULTS);
 
     db.transaction(() => {
       setMeta.run(

@@ -92,7 +92,7 @@ export const configSchema = z
       compress_min_bytes: z.number().int().nonnegative().max(10_485_760).default(1024),
       /**
        * `lean`: the ClientHello offers TLS 1.3 and forward-secret AEAD suites of TLS 1.2 only
-       * (src/api/tls-hello.ts, some 130 B less at every connection); `node`: Node's own offer,
+       * (src/api/tls-hello.ts, some 120 B less at every connection); `node`: Node's own offer,
        * for a service or TLS-inspecting proxy that needs a suite outside it.
        */
       tls_hello: z.enum(['lean', 'node']).default('lean'),

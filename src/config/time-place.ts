@@ -16,6 +16,9 @@ export const historySchema = z
   })
   .prefault({});
 
+/** [history] as the buffer takes it (src/buffer/history.ts HistoryOptions). */
+export const historyOptions = (h: z.infer<typeof historySchema>) => ({ intervalS: h.interval_s, keepDays: h.keep_days });
+
 /** The GNSS odometer of sources with `odometer = "gnss"` (src/admission/odometer.ts). */
 export const odometerSchema = z
   .strictObject({

@@ -1,9 +1,10 @@
 /**
  * Refusals by their scope. A trace request refused with 400 or 422 is split in halves to find
- * the refused points (post-traces.ts). When both halves of the first split get the same
- * answer, the refusal is the request's, not a point's: a deployment that requires a field on
- * every body, or does not know the load, refuses each half, each quarter, each point alike,
- * and bisecting on cost 2n-1 requests and n dead letters at every push. The request is parked
+ * the refused points (post-traces.ts). When both halves of the first split, and both parts at
+ * each level down the first half to a single point, get the same answer, the refusal is the
+ * request's, not a point's: a deployment that requires a field on every body, or does not
+ * know the load, refuses each half, each quarter, each point alike, and bisecting on cost
+ * 2n-1 requests and n dead letters at every push (the probe costs 2 log2(n)). The request is parked
  * as one dead letter instead, and the load's traces wait: that request goes again, alone and
  * never split, every `delivery.retry_max_s` (at once after a reload or a start). When the
  * service takes it, the load's delivery resumes; milestones and other loads go on meanwhile.
@@ -69,7 +70,7 @@ export class RefusedLoads {
     this.ctx.status.refusedLoads[loadNumber] ??= { reason, deadLetter: id, points, sinceMs: this.ctx.now(), nextTryMs: next.wall };
     this.ctx.deps.log.error(
       { load: loadNumber, points, deadLetter: id, retryInS: this.retryMs() / 1000 },
-      `${reason}; both halves of the request were refused alike, so its ${points} points are parked as one dead letter and the load's traces wait; that request goes again every delivery.retry_max_s (or after a reload)`,
+      `${reason}; every part of the request was refused alike, down to a single point, so its ${points} points are parked as one dead letter and the load's traces wait; that request goes again every delivery.retry_max_s (or after a reload)`,
     );
   }
 

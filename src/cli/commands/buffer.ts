@@ -19,9 +19,10 @@ export function addBufferCommand(program: Command): void {
     .addOption(configOption())
     .action(async (file: string, opts: { force?: boolean; json?: boolean; config?: string }) => {
       const { salvage } = await import('../../buffer/salvage.js');
+      const { historyOptions } = await import('../../config/time-place.js');
       const loaded = load(opts.config);
       if (resolve(file) === resolve(loaded.config.buffer.path)) throw new CliError(`${file} is the running buffer itself; give the file that was set aside`, EXIT.USAGE);
-      const report = withStore(loaded, (store) => salvage(file, store, { force: opts.force, deviceId: loaded.deviceId }));
+      const report = withStore(loaded, (store) => salvage(file, store, { force: opts.force, deviceId: loaded.deviceId, history: historyOptions(loaded.config.history) }));
       if (opts.json) return out(JSON.stringify(report, null, 2));
       const unreadable = Object.entries(report.unreadable).map(([t, n]) => (n === 'table' ? `table ${t}` : `${n} ${t} row(s)`));
       if (report.resumed) out(`continued the salvage of ${file} that was cut off before; the counts are of this run`);
