@@ -227,6 +227,40 @@ describe('a refused point', () => {
   });
 });
 
+describe('a request refused alike, the service failing in the middle of the probe', () => {
+  it('pauses with nothing of it acknowledged; the retry sends the same requests under the same keys and delivers each point once', async () => {
+    const config = await setUp({ retryMaxS: 60 });
+    addReadings('T1', 16);
+    sandbox.setFaults({ rejectTraceRefs: ['dev-3', 'dev-11'], rejectUnnamed: true });
+    // The fifth trace request (the probe's part 5-8) is answered 503.
+    let traces = 0;
+    sandbox.gate = (req) => {
+      if (req.url?.includes('trace') && ++traces === 5) sandbox.setFaults({ failNext: 1 });
+      return undefined;
+    };
+    const s = start(config);
+    s.requestTracePush();
+    await waitFor(() => store.counts().readings === 0 && store.counts().deadLetters === 2, 10_000, 'every point delivered or parked after the retry');
+    // The fifth was answered 503 (the sandbox records no body for it): delivery paused.
+    expect(events.filter((e) => e.kind === 'trace')[4]!.status).toBe(503);
+    const l1 = traceRequests('L1');
+    expect(l1.slice(0, 4).map((e) => [e.status, pointsOf(e)])).toEqual([
+      [400, range(1, 16)],
+      [400, range(1, 8)],
+      [400, range(9, 16)],
+      [400, range(1, 4)],
+    ]);
+    // The retry goes the same way, each request under the key it had, and on past the failure.
+    expect(l1.slice(4, 8).map((e) => e.idempotencyKey)).toEqual(l1.slice(0, 4).map((e) => e.idempotencyKey));
+    expect([l1[8]!.status, pointsOf(l1[8]!)]).toEqual([200, range(5, 8)]);
+    expect(store.listDeadLetters().map((d) => d.recordId)).toEqual([3, 11]);
+    const delivered = l1.filter((e) => e.status === 200).flatMap(pointsOf);
+    expect(delivered.sort((a, b) => a - b)).toEqual(range(1, 16).filter((id) => id !== 3 && id !== 11));
+    expect(sandbox.stats.duplicateTracePoints).toBe(0);
+    expect(s.status.refusedLoads).toEqual({});
+  });
+});
+
 describe('a request refused whole, in the buffer', () => {
   it('is one dead letter through `salvage`, holding every reading with its new id, and `dead-letter retry` puts them all back', async () => {
     const config = await setUp({ retryMaxS: 60 });
