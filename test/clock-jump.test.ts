@@ -11,27 +11,13 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Sandbox } from '../src/sandbox/server.js';
-import { TEST_KEY, TEST_SCAC, agentConfig, fakeClockEnv, findLibfaketime, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { agentConfig, fakeClockEnv, findLibfaketime, runCli, startDaemon, waitFor, writeFile, daemonFixture } from './helpers.js';
 import { HIGHEST_READING_ID } from '../src/buffer/ledger.js';
 
 const LIBFAKETIME = findLibfaketime();
 
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
-let daemons: Daemon[] = [];
-
-beforeEach(() => {
-  tmp = tempDir();
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
-});
-afterEach(async () => {
-  for (const d of daemons) await d.stop('SIGKILL');
-  daemons = [];
-  await sandbox.stop();
-  tmp.cleanup();
-});
+const fx = daemonFixture();
 
 interface Status {
   queue: { readings: number };
@@ -46,12 +32,12 @@ describe('a clock that jumps 31 days ahead', () => {
       console.log('skipped: libfaketime not found under /usr/lib/*/faketime/ (apt-get install faketime)');
       ctx.skip();
     }
-    const { url } = await sandbox.start();
-    sandbox.setFaults({ failureRate: 1 });
-    const stopFile = join(tmp.dir, 'stop-readings');
+    const { url } = await fx.sandbox.start();
+    fx.sandbox.setFaults({ failureRate: 1 });
+    const stopFile = join(fx.tmp.dir, 'stop-readings');
     // A reading every 100 ms stamped with the real time, until told to stop.
     const script = writeFile(
-      tmp.dir,
+      fx.tmp.dir,
       'readings.mjs',
       `import { existsSync } from 'node:fs';
 let i = 0;
@@ -63,7 +49,7 @@ setInterval(() => {
 `,
     );
     const cfg = agentConfig(
-      tmp.dir,
+      fx.tmp.dir,
       url,
       `[[sources]]
 type = "exec"
@@ -79,11 +65,11 @@ env = { LD_PRELOAD = "" }
     );
     expect((await runCli(['load', 'start', 'L1', '-r', 'T1', '--config', cfg])).code).toBe(0);
 
-    const clockFile = writeFile(tmp.dir, 'faketime', '+0\n');
+    const clockFile = writeFile(fx.tmp.dir, 'faketime', '+0\n');
     const fakeClock = fakeClockEnv(LIBFAKETIME!, clockFile);
     const run = () => {
       const d = startDaemon(['--config', cfg], fakeClock);
-      daemons.push(d);
+      fx.daemon = d;
       return d;
     };
     const status = async (): Promise<Status> => {
@@ -135,13 +121,13 @@ env = { LD_PRELOAD = "" }
 
     // The service comes back: every reading ever committed arrives, none missing.
     writeFileSync(stopFile, '');
-    sandbox.setFaults({ failureRate: 0 });
-    await waitFor(async () => (await status()).queue.readings === 0 && sandbox.stats.tracePoints > 0, 30_000, 'the backlog delivered');
+    fx.sandbox.setFaults({ failureRate: 0 });
+    await waitFor(async () => (await status()).queue.readings === 0 && fx.sandbox.stats.tracePoints > 0, 30_000, 'the backlog delivered');
     expect(await again.stop('SIGTERM')).toEqual({ code: 0, signal: null });
-    const db = new Database(join(tmp.dir, 'buffer.db'), { readonly: true });
+    const db = new Database(join(fx.tmp.dir, 'buffer.db'), { readonly: true });
     const seq = db.prepare(HIGHEST_READING_ID).pluck().get() as number;
     db.close();
-    const ids = new Set(sandbox.traces.flatMap((t) => t.body.traces.map((p) => Number(p.references![0].value.split('-').pop()))));
+    const ids = new Set(fx.sandbox.traces.flatMap((t) => t.body.traces.map((p) => Number(p.references![0].value.split('-').pop()))));
     expect(seq).toBeGreaterThanOrEqual(kept + 20);
     expect([...ids].sort((a, b) => a - b)).toEqual(Array.from({ length: seq }, (_, i) => i + 1));
     expect(droppedForAge(await status())).toBe(0);

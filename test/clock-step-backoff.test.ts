@@ -10,29 +10,15 @@
  * about 5 s after the 429, not an hour later.
  */
 import { writeFileSync } from 'node:fs';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Sandbox } from '../src/sandbox/server.js';
-import { agentConfig, type Daemon, fakeClockEnv, findLibfaketime, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { agentConfig, fakeClockEnv, findLibfaketime, runCli, startDaemon, waitFor, writeFile, daemonFixture } from './helpers.js';
 
 const LIBFAKETIME = findLibfaketime();
 const RETRY_AFTER_S = 5;
 /** A retry's own delay on top of Retry-After: the sender's poll, a loaded machine. */
 const MARGIN_MS = 2500;
 
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
-let daemon: Daemon | undefined;
-
-beforeEach(() => {
-  tmp = tempDir();
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
-});
-afterEach(async () => {
-  await daemon?.stop('SIGKILL');
-  daemon = undefined;
-  await sandbox.stop();
-  tmp.cleanup();
-});
+const fx = daemonFixture();
 
 describe('a wall clock stepped back during a 429 backoff', () => {
   it('delays the milestone by no more than the Retry-After, shows the next attempt ahead, and logs the step', async (ctx) => {
@@ -40,19 +26,19 @@ describe('a wall clock stepped back during a 429 backoff', () => {
       console.log('skipped: libfaketime not found under /usr/lib/*/faketime/ (apt-get install faketime)');
       ctx.skip();
     }
-    const { url } = await sandbox.start();
-    sandbox.setFaults({ throttleNext: 1, retryAfter: String(RETRY_AFTER_S) });
-    const cfg = agentConfig(tmp.dir, url);
-    const clockFile = writeFile(tmp.dir, 'faketime', '+0\n');
+    const { url } = await fx.sandbox.start();
+    fx.sandbox.setFaults({ throttleNext: 1, retryAfter: String(RETRY_AFTER_S) });
+    const cfg = agentConfig(fx.tmp.dir, url);
+    const clockFile = writeFile(fx.tmp.dir, 'faketime', '+0\n');
     const fakeClock = fakeClockEnv(LIBFAKETIME!, clockFile);
     expect((await runCli(['load', 'start', 'L1', '-r', 'T1', '--config', cfg])).code).toBe(0);
-    daemon = startDaemon(['--config', cfg], fakeClock);
-    await waitFor(() => daemon!.output().includes('"msg":"agent started"'), 15_000, 'the start');
+    fx.daemon = startDaemon(['--config', cfg], fakeClock);
+    await waitFor(() => fx.daemon!.output().includes('"msg":"agent started"'), 15_000, 'the start');
 
     const m = await runCli(['milestone', '--load', 'L1', '--code', 'X6', '--lat', '41.9', '--lon', '-87.7', '--config', cfg]);
     expect(m.code, m.stderr).toBe(0);
     // The backoff is set when the daemon has the answer and logs the failure.
-    await waitFor(() => sandbox.stats.faults.throttled === 1 && daemon!.output().includes('"msg":"delivery failed'), 15_000, 'the 429');
+    await waitFor(() => fx.sandbox.stats.faults.throttled === 1 && fx.daemon!.output().includes('"msg":"delivery failed'), 15_000, 'the 429');
     const throttledAt = Date.now();
 
     // An hour back, a moment into the 5 s wait.
@@ -63,17 +49,17 @@ describe('a wall clock stepped back during a 429 backoff', () => {
     // `status`, on the same (stepped) clock, shows the next attempt ahead, within the Retry-After.
     const st = await runCli(['status', '--json', '--config', cfg], { env: fakeClock });
     const shown = (JSON.parse(st.stdout) as { delivery: { nextAttemptMs: number | null } | null }).delivery?.nextAttemptMs ?? null;
-    if (sandbox.milestones.length === 0) {
+    if (fx.sandbox.milestones.length === 0) {
       expect(shown).not.toBeNull();
       const ahead = shown! - (Date.now() - 3_600_000);
       expect(ahead).toBeGreaterThan(-1000);
       expect(ahead).toBeLessThanOrEqual(RETRY_AFTER_S * 1000);
     }
 
-    await waitFor(() => sandbox.milestones.length === 1, RETRY_AFTER_S * 1000 + MARGIN_MS + 2000, 'the milestone');
+    await waitFor(() => fx.sandbox.milestones.length === 1, RETRY_AFTER_S * 1000 + MARGIN_MS + 2000, 'the milestone');
     const delayMs = Date.now() - throttledAt;
     expect(delayMs).toBeGreaterThanOrEqual(RETRY_AFTER_S * 1000 - 300);
     expect(delayMs).toBeLessThanOrEqual(RETRY_AFTER_S * 1000 + MARGIN_MS);
-    expect(daemon!.output()).toMatch(/"level":40,.*"msg":"system clock stepped -1 h 0 min/);
+    expect(fx.daemon!.output()).toMatch(/"level":40,.*"msg":"system clock stepped -1 h 0 min/);
   });
 });

@@ -9,9 +9,8 @@
  * system clock can stamp. `clock.synchronised = "no"` says what such a device's kernel says
  * (libfaketime moves the time, not the kernel's synchronised flag).
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Sandbox } from '../src/sandbox/server.js';
-import { agentConfig, type Daemon, fakeClockEnv, findLibfaketime, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { agentConfig, fakeClockEnv, findLibfaketime, runCli, startDaemon, waitFor, writeFile, daemonFixture } from './helpers.js';
 import { freePort, requireGpsd, startGpsd, startPty, stopProcess } from './sources/support.js';
 import type { ChildProcess } from 'node:child_process';
 
@@ -53,21 +52,11 @@ interface StatusJson {
   sources: Array<{ name: string; detail?: string; readings: number; timeRejected: number }>;
 }
 
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
-let daemon: Daemon | undefined;
 const procs: Array<ChildProcess | undefined> = [];
-
-beforeEach(() => {
-  tmp = tempDir();
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
-});
-afterEach(async () => {
-  await daemon?.stop('SIGKILL');
-  daemon = undefined;
-  while (procs.length) await stopProcess(procs.pop());
-  await sandbox.stop();
-  tmp.cleanup();
+const fx = daemonFixture({
+  afterStop: async () => {
+    while (procs.length) await stopProcess(procs.pop());
+  },
 });
 
 describe('a cold boot with the system clock 12 h behind', () => {
@@ -77,11 +66,11 @@ describe('a cold boot with the system clock 12 h behind', () => {
       ctx.skip();
     }
     requireGpsd();
-    const { url } = await sandbox.start();
+    const { url } = await fx.sandbox.start();
     const port = await freePort();
-    const script = writeFile(tmp.dir, 'reefer.sh', '#!/bin/sh\nwhile :; do echo \'{"resourceId":"T1","temperature":-18.5}\'; sleep 1; done\n', 0o755);
+    const script = writeFile(fx.tmp.dir, 'reefer.sh', '#!/bin/sh\nwhile :; do echo \'{"resourceId":"T1","temperature":-18.5}\'; sleep 1; done\n', 0o755);
     const cfg = agentConfig(
-      tmp.dir,
+      fx.tmp.dir,
       url,
       `[health]
 listen = "127.0.0.1:0"
@@ -101,18 +90,18 @@ command = ["${script}"]
 `,
       { traces: '*/5 * * * * *', sampling: 0 },
     );
-    const clockFile = writeFile(tmp.dir, 'faketime', '-12h\n');
+    const clockFile = writeFile(fx.tmp.dir, 'faketime', '-12h\n');
     const fakeClock = fakeClockEnv(LIBFAKETIME!, clockFile);
     expect((await runCli(['load', 'start', 'L1', '-r', 'T1', '--config', cfg], { env: fakeClock })).code).toBe(0);
 
-    daemon = startDaemon(['--config', cfg], fakeClock);
-    await waitFor(() => daemon!.output().includes('"msg":"agent started"'), 15_000, 'the start');
+    fx.daemon = startDaemon(['--config', cfg], fakeClock);
+    await waitFor(() => fx.daemon!.output().includes('"msg":"agent started"'), 15_000, 'the start');
     // Temperatures come at once, stamped 12 h early: they wait for a GNSS time.
-    await waitFor(() => daemon!.output().includes('wait for the first one'), 10_000, 'the clock said unsynchronised');
+    await waitFor(() => fx.daemon!.output().includes('wait for the first one'), 10_000, 'the clock said unsynchronised');
 
     // The receiver: one epoch a second (two lines), stamped from now on, through a real gpsd.
     const { text, times } = nmeaFrom(Math.ceil(Date.now() / 1000) * 1000 + 1000);
-    const pty = await startPty(writeFile(tmp.dir, 'drive.nmea', text), 0.5);
+    const pty = await startPty(writeFile(fx.tmp.dir, 'drive.nmea', text), 0.5);
     procs.push(pty.proc);
     const gpsd = startGpsd(pty.path, port);
     procs.push(gpsd.proc);
@@ -122,11 +111,11 @@ command = ["${script}"]
     const lagMs = times[0]! - Date.now();
     pty.go();
 
-    const points = () => sandbox.traces.flatMap((t) => t.body.traces);
+    const points = () => fx.sandbox.traces.flatMap((t) => t.body.traces);
     const fixTimes = () => new Set(points().map((p) => Date.parse(p.time.dateTime)));
     await waitFor(() => fixTimes().has(times.at(-1)!), 40_000, `the last fix delivered`).catch((err) => {
       throw new Error(
-        `${(err as Error).message}\ndelivered: ${[...fixTimes()].map((t) => new Date(t).toISOString()).join(' ')}\ndaemon:\n${daemon!.output().slice(-3000)}\ngpsd:\n${gpsd.output().slice(-1000)}`,
+        `${(err as Error).message}\ndelivered: ${[...fixTimes()].map((t) => new Date(t).toISOString()).join(' ')}\ndaemon:\n${fx.daemon!.output().slice(-3000)}\ngpsd:\n${gpsd.output().slice(-1000)}`,
       );
     });
     // Every fix gpsd reported, at its GNSS time, none refused for being "in the future". (gpsd
@@ -137,7 +126,7 @@ command = ["${script}"]
     const deliveredFixes = times.filter((t) => fixTimes().has(t));
     expect(deliveredFixes.length).toBeGreaterThanOrEqual(EPOCHS - 3);
     expect(deliveredFixes).toEqual(times.slice(EPOCHS - deliveredFixes.length));
-    expect(daemon.output()).not.toMatch(/in the future/);
+    expect(fx.daemon.output()).not.toMatch(/in the future/);
     // Every temperature is at a true time (within the fixes' run, give or take the hold and a
     // second of latency), not 12 h early.
     const temps = delivered.filter((p) => p.temperature);
@@ -157,7 +146,7 @@ command = ["${script}"]
     // The last fix, on GNSS time, is seconds old, not "in 11 h 59 min" from the system clock.
     expect(text2.stdout).toMatch(/^last fix: +T1 .* \((\d+ s|[1-4] min \d+ s) ago\)$/m);
     // And /metrics, for monitoring.
-    const healthPort = Number(/"health":(\d+)/.exec(daemon.output())![1]);
+    const healthPort = Number(/"health":(\d+)/.exec(fx.daemon.output())![1]);
     const metrics = await (await fetch(`http://127.0.0.1:${healthPort}/metrics`)).text();
     expect(metrics).toMatch(/^telematics_clock_state\{state="gnss"\} 1$/m);
     expect(metrics).toMatch(/^telematics_clock_state\{state="synchronised"\} 0$/m);
@@ -170,8 +159,8 @@ command = ["${script}"]
     const m = await runCli(['milestone', '--load', 'L1', '--code', 'X6', '--config', cfg], { env: fakeClock });
     expect(m.code, m.stderr).toBe(0);
     expect(m.stderr).toMatch(/note: the system clock is not synchronised \(clock\.synchronised = "no"\): now is the running agent's GNSS time, \+1[12] h \d+ min from the system clock/);
-    await waitFor(() => sandbox.milestones.length === 1, 15_000, 'the milestone');
-    const body = sandbox.milestones[0]!.body;
+    await waitFor(() => fx.sandbox.milestones.length === 1, 15_000, 'the milestone');
+    const body = fx.sandbox.milestones[0]!.body;
     expect(Math.abs(Date.parse(body.time.dateTime) - Date.now())).toBeLessThan(30_000);
     expect(body.eventState).toBe('IL');
   }, 90_000);

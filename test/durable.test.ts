@@ -11,30 +11,19 @@ import { createHash, randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, closeSync, copyFileSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, truncateSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Store } from '../src/buffer/store.js';
-import { Sandbox } from '../src/sandbox/server.js';
-import { BIN, TEST_KEY, TEST_SCAC, agentConfig, cleanEnv, runCli, startDaemon, tempDir, waitFor, type CliResult, type Daemon } from './helpers.js';
+import { BIN, agentConfig, cleanEnv, runCli, startDaemon, waitFor, type CliResult, type Daemon, daemonFixture } from './helpers.js';
 
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
-let daemons: Daemon[] = [];
 let children: ChildProcess[] = [];
 let mounts: string[] = [];
-
-beforeEach(() => {
-  tmp = tempDir();
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
-});
-afterEach(async () => {
-  for (const d of daemons) await d.stop('SIGKILL');
-  daemons = [];
-  for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
-  children = [];
-  for (const m of mounts) spawnSync('umount', [m]);
-  mounts = [];
-  await sandbox.stop();
-  tmp.cleanup();
+const fx = daemonFixture({
+  afterStop: () => {
+    for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+    children = [];
+    for (const m of mounts) spawnSync('umount', [m]);
+    mounts = [];
+  },
 });
 
 const isRoot = process.getuid?.() === 0;
@@ -43,7 +32,7 @@ const T0 = Date.now() - 3_600_000;
 
 function daemon(cfg: string): Daemon {
   const d = startDaemon(['--config', cfg]);
-  daemons.push(d);
+  fx.daemon = d;
   return d;
 }
 
@@ -74,9 +63,9 @@ function expectRefused(r: CliResult, code: number, ...words: string[]): void {
 
 describe('one daemon per buffer', () => {
   it('a second run exits 78 naming the pid and the lock; the CLI works beside the first; SIGKILL frees the lock', async () => {
-    const { url } = await sandbox.start();
-    const cfg = agentConfig(tmp.dir, url);
-    const buffer = join(tmp.dir, 'buffer.db');
+    const { url } = await fx.sandbox.start();
+    const cfg = agentConfig(fx.tmp.dir, url);
+    const buffer = join(fx.tmp.dir, 'buffer.db');
     const first = daemon(cfg);
     await started(first, 'the first daemon');
 
@@ -104,12 +93,12 @@ describe('one daemon per buffer', () => {
 
 describe('a buffer that cannot be opened', () => {
   it('truncated to half: run and status exit 65 naming the file and buffer.on_corrupt; the file is left as it was', async () => {
-    const buffer = join(tmp.dir, 'buffer.db');
+    const buffer = join(fx.tmp.dir, 'buffer.db');
     prefill(buffer, 3000);
     expect(existsSync(`${buffer}-wal`)).toBe(false);
     truncateSync(buffer, Math.floor(statSync(buffer).size / 2));
     const before = sha(buffer);
-    const cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9');
+    const cfg = agentConfig(fx.tmp.dir, 'http://127.0.0.1:9');
 
     const run = await runCli(['run', '--config', cfg], { timeoutMs: 10_000 });
     expectRefused(run, 65, buffer, 'truncated', 'buffer.on_corrupt = "move-aside"', 'telematics-agent buffer salvage');
@@ -118,10 +107,10 @@ describe('a buffer that cannot be opened', () => {
   }, 30_000);
 
   it('a file of garbage bytes: run and status exit 65 naming the file', async () => {
-    const buffer = join(tmp.dir, 'buffer.db');
+    const buffer = join(fx.tmp.dir, 'buffer.db');
     writeFileSync(buffer, randomBytes(64 * 1024));
     const before = sha(buffer);
-    const cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9');
+    const cfg = agentConfig(fx.tmp.dir, 'http://127.0.0.1:9');
     expectRefused(await runCli(['run', '--config', cfg], { timeoutMs: 10_000 }), 65, buffer, 'not an SQLite database', 'buffer.on_corrupt');
     expectRefused(await runCli(['status', '--config', cfg]), 65, buffer, 'not an SQLite database');
     expect(sha(buffer)).toBe(before);
@@ -132,7 +121,7 @@ describe('a buffer that cannot be opened', () => {
       console.log('skipped: mounting a read-only tmpfs needs root');
       ctx.skip();
     }
-    const ro = join(tmp.dir, 'ro');
+    const ro = join(fx.tmp.dir, 'ro');
     mkdirSync(ro);
     const m = spawnSync('mount', ['-t', 'tmpfs', '-o', 'ro,size=1m', 'tmpfs', ro], { encoding: 'utf8' });
     if (m.status !== 0) {
@@ -141,7 +130,7 @@ describe('a buffer that cannot be opened', () => {
     }
     mounts.push(ro);
     const buffer = join(ro, 'buffer.db');
-    const cfg = configWith(tmp.dir, 'http://127.0.0.1:9', buffer);
+    const cfg = configWith(fx.tmp.dir, 'http://127.0.0.1:9', buffer);
 
     const check = await runCli(['validate-config', '--config', cfg]);
     expectRefused(check, 78, `buffer.path: ${buffer}: ${ro} is on a read-only file system`);
@@ -161,12 +150,12 @@ describe('a buffer that cannot be opened', () => {
 
     /** A directory, config and key nobody can read: tempDir makes its directory 0700. */
     function nobodyConfig(buffer: string): string {
-      chmodSync(tmp.dir, 0o755);
-      const cfg = configWith(tmp.dir, 'http://127.0.0.1:9', buffer);
+      chmodSync(fx.tmp.dir, 0o755);
+      const cfg = configWith(fx.tmp.dir, 'http://127.0.0.1:9', buffer);
       chmodSync(cfg, 0o644);
       // Its own key, 0600: readable by the user the agent runs as, and no warning.
-      chownSync(join(tmp.dir, 'key'), NOBODY, NOBODY);
-      chmodSync(join(tmp.dir, 'idle-source.mjs'), 0o644);
+      chownSync(join(fx.tmp.dir, 'key'), NOBODY, NOBODY);
+      chmodSync(join(fx.tmp.dir, 'idle-source.mjs'), 0o644);
       return cfg;
     }
 
@@ -196,7 +185,7 @@ describe('a buffer that cannot be opened', () => {
         console.log(`skipped: ${why}`);
         ctx.skip();
       }
-      const dir = join(tmp.dir, 'state');
+      const dir = join(fx.tmp.dir, 'state');
       mkdirSync(dir, { mode: 0o755 });
       const buffer = join(dir, 'buffer.db');
       const cfg = nobodyConfig(buffer);
@@ -214,7 +203,7 @@ describe('a buffer that cannot be opened', () => {
         console.log(`skipped: ${why}`);
         ctx.skip();
       }
-      const dir = join(tmp.dir, 'state');
+      const dir = join(fx.tmp.dir, 'state');
       mkdirSync(dir, { mode: 0o750 });
       chownSync(dir, NOBODY, NOBODY);
       const buffer = join(dir, 'buffer.db');
@@ -241,14 +230,14 @@ describe('a buffer that cannot be opened', () => {
   });
 
   it('written by a newer version: run and status exit 65 saying so and what to do; the file is not touched', async () => {
-    const buffer = join(tmp.dir, 'buffer.db');
+    const buffer = join(fx.tmp.dir, 'buffer.db');
     prefill(buffer, 10);
     const db = new Database(buffer);
     db.pragma('user_version = 99');
     db.close();
     expect(existsSync(`${buffer}-wal`)).toBe(false);
     const before = { sha: sha(buffer), mtimeMs: statSync(buffer).mtimeMs, size: statSync(buffer).size };
-    const cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9');
+    const cfg = agentConfig(fx.tmp.dir, 'http://127.0.0.1:9');
 
     const run = await runCli(['run', '--config', cfg], { timeoutMs: 10_000 });
     expectRefused(run, 65, buffer, 'written by a newer version of telematics-agent', 'buffer schema 99', 'nothing was changed', 'Install the newer version again');
@@ -264,7 +253,7 @@ describe('a WAL of another database', () => {
    * killed, so its -wal (and -shm) stay behind uncheckpointed.
    */
   async function walOfAnotherBuffer(url: string): Promise<string> {
-    const dirB = join(tmp.dir, 'b');
+    const dirB = join(fx.tmp.dir, 'b');
     mkdirSync(dirB);
     const cfgB = agentConfig(dirB, url);
     const b = daemon(cfgB);
@@ -296,22 +285,22 @@ describe('a WAL of another database', () => {
   }
 
   it('is refused (65, naming the -wal) and not applied; move-aside sets it apart from the buffer, which salvages alone', async () => {
-    const { url } = await sandbox.start();
-    const buffer = join(tmp.dir, 'buffer.db');
+    const { url } = await fx.sandbox.start();
+    const buffer = join(fx.tmp.dir, 'buffer.db');
     prefill(buffer, 200, 'LA', 'TA');
     expect(existsSync(`${buffer}-wal`)).toBe(false);
     const bufferB = await walOfAnotherBuffer(url);
     copyFileSync(`${bufferB}-wal`, `${buffer}-wal`);
     copyFileSync(`${bufferB}-shm`, `${buffer}-shm`);
     const before = sha(buffer);
-    const cfg = agentConfig(tmp.dir, url);
+    const cfg = agentConfig(fx.tmp.dir, url);
 
     const run = await runCli(['run', '--config', cfg], { timeoutMs: 10_000 });
     expectRefused(run, 65, `${buffer}-wal belongs to another database`, 'it was not applied', 'buffer.on_corrupt = "move-aside"');
     expectRefused(await runCli(['load', 'list', '--config', cfg]), 65, `${buffer}-wal`);
     expect(sha(buffer)).toBe(before);
 
-    const moveCfg = configWith(tmp.dir, url, buffer, 'on_corrupt = "move-aside"');
+    const moveCfg = configWith(fx.tmp.dir, url, buffer, 'on_corrupt = "move-aside"');
     const d = daemon(moveCfg);
     await started(d);
     const line = d
@@ -366,22 +355,22 @@ describe('a corrupt buffer moved aside and salvaged', () => {
   }
 
   it('after a power cut: moved aside at start; salvage brings back the pending milestone (same milestoneId) and every readable reading', async () => {
-    const { url } = await sandbox.start();
-    const buffer = join(tmp.dir, 'buffer.db');
+    const { url } = await fx.sandbox.start();
+    const buffer = join(fx.tmp.dir, 'buffer.db');
     const N = 3000;
     prefill(buffer, N);
-    const cfg = configWith(tmp.dir, url, buffer, 'on_corrupt = "move-aside"', '', { traces: '* * * * * *', sampling: 0 });
+    const cfg = configWith(fx.tmp.dir, url, buffer, 'on_corrupt = "move-aside"', '', { traces: '* * * * * *', sampling: 0 });
     const recorded = await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--lat', '41.8', '--lon', '-87.6', '--json', '--config', cfg]);
     expect(recorded.code, recorded.stderr).toBe(0);
     const ref = (JSON.parse(recorded.stdout) as { ref: string }).ref;
 
     // The service is down: the milestone is tried and stays pending, the readings wait; then
     // the power goes, and a page of readings is damaged.
-    sandbox.setFaults({ failureRate: 1 });
+    fx.sandbox.setFaults({ failureRate: 1 });
     const first = daemon(cfg);
-    await waitFor(() => sandbox.stats.faults.failed >= 2, 15_000, 'the milestone and a trace request tried');
+    await waitFor(() => fx.sandbox.stats.faults.failed >= 2, 15_000, 'the milestone and a trace request tried');
     expect(await first.stop('SIGKILL')).toEqual({ code: null, signal: 'SIGKILL' });
-    expect(sandbox.stats.accepted).toBe(0);
+    expect(fx.sandbox.stats.accepted).toBe(0);
     corruptMiddleOfReadings(buffer);
 
     const second = daemon(cfg);
@@ -401,11 +390,11 @@ describe('a corrupt buffer moved aside and salvaged', () => {
     if (!report.pageByPage) expect(report.unreadable.readings).toBe(lost);
 
     // The service is back: the same milestone (same reference) and every readable reading arrive.
-    sandbox.setFaults({ failureRate: 0 });
-    await waitFor(() => sandbox.milestones.length >= 1 && sandbox.stats.tracePoints >= report.readings, 30_000, 'the salvaged milestone and readings delivered');
-    expect(sandbox.milestones).toHaveLength(1);
-    expect(sandbox.milestones[0].body.references).toContainEqual({ name: 'milestoneId', value: ref });
-    const points = sandbox.traces.flatMap((t) => t.body.traces);
+    fx.sandbox.setFaults({ failureRate: 0 });
+    await waitFor(() => fx.sandbox.milestones.length >= 1 && fx.sandbox.stats.tracePoints >= report.readings, 30_000, 'the salvaged milestone and readings delivered');
+    expect(fx.sandbox.milestones).toHaveLength(1);
+    expect(fx.sandbox.milestones[0].body.references).toContainEqual({ name: 'milestoneId', value: ref });
+    const points = fx.sandbox.traces.flatMap((t) => t.body.traces);
     expect(points).toHaveLength(report.readings);
     // Which readings they were, by their longitude (-87.6 + i * 1e-5): each once, and the
     // ones missing are one run of neighbours (the page that was lost).
@@ -420,25 +409,25 @@ describe('a corrupt buffer moved aside and salvaged', () => {
   }, 90_000);
 
   it('damaged while it lay after a clean stop: found at the next start, before anything is sent, and moved aside', async () => {
-    const { url } = await sandbox.start();
-    const buffer = join(tmp.dir, 'buffer.db');
+    const { url } = await fx.sandbox.start();
+    const buffer = join(fx.tmp.dir, 'buffer.db');
     prefill(buffer, 3000);
-    const cfg = configWith(tmp.dir, url, buffer, 'on_corrupt = "move-aside"', '', { traces: '* * * * * *', sampling: 0 });
+    const cfg = configWith(fx.tmp.dir, url, buffer, 'on_corrupt = "move-aside"', '', { traces: '* * * * * *', sampling: 0 });
     // A daemon ran and stopped cleanly: before, the next start read no page, delivered part of
     // the backlog, found the damage when a query reached it and stopped (exit 1).
-    sandbox.setFaults({ failureRate: 1 });
+    fx.sandbox.setFaults({ failureRate: 1 });
     const first = daemon(cfg);
-    await waitFor(() => sandbox.stats.faults.failed >= 1, 15_000, 'a trace request tried');
+    await waitFor(() => fx.sandbox.stats.faults.failed >= 1, 15_000, 'a trace request tried');
     expect(await first.stop('SIGTERM')).toEqual({ code: 0, signal: null });
     corruptMiddleOfReadings(buffer);
 
     // The check at start (src/buffer/check.ts) finds it: moved aside, running on a fresh buffer.
-    sandbox.setFaults({ failureRate: 0 });
+    fx.sandbox.setFaults({ failureRate: 0 });
     const second = daemon(cfg);
     await started(second, 'the daemon on a fresh buffer');
     expect(second.child.exitCode, second.output()).toBeNull();
     const movedTo = movedAside(second, buffer);
-    expect(sandbox.stats.tracePoints).toBe(0);
+    expect(fx.sandbox.stats.tracePoints).toBe(0);
 
     // SQLite cannot read the damaged table whole, and no WAL is beside it: read page by page.
     const salvage = await runCli(['buffer', 'salvage', movedTo, '--json', '--config', cfg]);
@@ -448,8 +437,8 @@ describe('a corrupt buffer moved aside and salvaged', () => {
     // One page of some 20 readings lost, every other reading back and delivered once.
     expect(report.readings).toBeLessThan(3000);
     expect(report.readings).toBeGreaterThan(3000 - 100);
-    const delivered = () => new Set(sandbox.traces.flatMap((t) => t.body.traces.map((p) => Math.round((p.coordinate.longitude + 87.6) / 1e-5)))).size;
+    const delivered = () => new Set(fx.sandbox.traces.flatMap((t) => t.body.traces.map((p) => Math.round((p.coordinate.longitude + 87.6) / 1e-5)))).size;
     await waitFor(() => delivered() === report.readings, 30_000, 'every readable reading delivered');
-    expect(sandbox.stats.tracePoints).toBe(report.readings);
+    expect(fx.sandbox.stats.tracePoints).toBe(report.readings);
   }, 90_000);
 });

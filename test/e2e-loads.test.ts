@@ -6,10 +6,9 @@
  * of its window, each once), their stop numbers (its next stop, from its own departures), and
  * its milestones.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { TraceBody } from '../src/api/schemas.js';
-import { Sandbox } from '../src/sandbox/server.js';
-import { agentConfig, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
+import { agentConfig, runCli, startDaemon, waitFor, writeFile, daemonFixture } from './helpers.js';
 
 const DOCK = { lat: 41.8781, lon: -87.6298 }; // Chicago: both loads' pick-up
 const GARY = { lat: 41.5934, lon: -87.3464 }; // A's delivery
@@ -39,27 +38,15 @@ export function createSource(ctx, options) {
 }
 `;
 
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
-let daemon: Daemon | undefined;
-beforeEach(() => {
-  tmp = tempDir();
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
-});
-afterEach(async () => {
-  await daemon?.stop('SIGKILL');
-  daemon = undefined;
-  await sandbox.stop();
-  tmp.cleanup();
-});
+const fx = daemonFixture();
 
 describe('one truck, two loads with overlapping windows (real daemon, CLI and sandbox)', () => {
   it('each load gets the points of its own window with its own stop numbers, and its own milestones', async () => {
-    const { url } = await sandbox.start();
-    const where = writeFile(tmp.dir, 'where.json', JSON.stringify(DOCK));
-    const source = writeFile(tmp.dir, 'truck.mjs', SOURCE);
+    const { url } = await fx.sandbox.start();
+    const where = writeFile(fx.tmp.dir, 'where.json', JSON.stringify(DOCK));
+    const source = writeFile(fx.tmp.dir, 'truck.mjs', SOURCE);
     const cfg = agentConfig(
-      tmp.dir,
+      fx.tmp.dir,
       url,
       `[[sources]]
 type = "module"
@@ -81,19 +68,19 @@ enabled = false
     };
     const stops = (name: string, delivery: { lat: number; lon: number }) =>
       writeFile(
-        tmp.dir,
+        fx.tmp.dir,
         name,
         JSON.stringify([
           { sequence: 1, type: 'pickup', latitude: DOCK.lat, longitude: DOCK.lon, radiusM: 300 },
           { sequence: 2, type: 'delivery', latitude: delivery.lat, longitude: delivery.lon, radiusM: 300 },
         ]),
       );
-    const moveTo = (p: { lat: number; lon: number }) => writeFile(tmp.dir, 'where.json', JSON.stringify(p));
-    const codes = (load: string) => sandbox.milestones.filter((m) => m.body.loadNumber === load).map((m) => `${m.body.eventCode}@${m.body.stopsequenceNumber}`);
+    const moveTo = (p: { lat: number; lon: number }) => writeFile(fx.tmp.dir, 'where.json', JSON.stringify(p));
+    const codes = (load: string) => fx.sandbox.milestones.filter((m) => m.body.loadNumber === load).map((m) => `${m.body.eventCode}@${m.body.stopsequenceNumber}`);
     const reached = (load: string, ...expected: string[]) => waitFor(() => JSON.stringify(codes(load)) === JSON.stringify(expected), 30_000, `${load}: ${expected.join(' ')}`);
 
-    daemon = startDaemon(['--config', cfg]);
-    await waitFor(() => daemon!.output().includes('"msg":"agent started"'), 15_000, 'the daemon');
+    fx.daemon = startDaemon(['--config', cfg]);
+    await waitFor(() => fx.daemon!.output().includes('"msg":"agent started"'), 15_000, 'the daemon');
     await cli('load', 'start', 'L-A', '--resource', 'TRUCK-1', '--stops', stops('a.json', GARY));
     await reached('L-A', 'X3@1');
     // B joins the truck at the same dock while A is on it: its own arrival there.
@@ -121,7 +108,7 @@ enabled = false
       30_000,
       'the buffer drained',
     );
-    expect(await daemon.stop('SIGTERM')).toEqual({ code: 0, signal: null });
+    expect(await fx.daemon.stop('SIGTERM')).toEqual({ code: 0, signal: null });
 
     const loads = JSON.parse((await cli('load', 'list', '--all', '--json')).stdout) as Array<{ loadNumber: string; windowFromMs: number; windowUntilMs: number; backlog: number }>;
     const window = Object.fromEntries(loads.map((l) => [l.loadNumber, l]));
@@ -135,10 +122,10 @@ enabled = false
     // Milestones: exactly these, each naming its load.
     expect(codes('L-A')).toEqual(['X3@1', 'AF@1', 'X1@2', 'D1@2']);
     expect(codes('L-B')).toEqual(['X3@1', 'AF@1', 'X1@2', 'D1@2']);
-    expect(sandbox.milestones).toHaveLength(8);
+    expect(fx.sandbox.milestones).toHaveLength(8);
     /** A load's departures: when they happened, and when the service had them. */
     const departures = (load: string) =>
-      sandbox.milestones
+      fx.sandbox.milestones
         .filter((m) => m.body.loadNumber === load && ['AF', 'D1'].includes(m.body.eventCode))
         .map((m) => ({ stop: m.body.stopsequenceNumber!, at: Date.parse(m.body.time.dateTime), received: m.at }));
     /**
@@ -158,14 +145,14 @@ enabled = false
     };
 
     // Every trace request: a load's, the truck's points, a place.
-    const requests = sandbox.traces.map((t) => t.body as TraceBody);
+    const requests = fx.sandbox.traces.map((t) => t.body as TraceBody);
     expect(new Set(requests.map((b) => b.loadNumber))).toEqual(new Set(['L-A', 'L-B']));
     for (const b of requests) {
       expect(b.eventState).toMatch(/^(IL|IN)$/);
       for (const p of b.traces) expect(p).toMatchObject({ resourceId: 'TRUCK-1', resourceType: 'Truck' });
     }
     const points = (load: string) =>
-      sandbox.traces
+      fx.sandbox.traces
         .filter((t) => t.body.loadNumber === load)
         .flatMap((t) => t.body.traces.map((p) => ({ id: p.references!.find((r) => r.name === 'traceId')!.value, at: Date.parse(p.time.dateTime), stop: p.stopsequenceNumber, received: t.at })));
     const a = points('L-A');
@@ -197,6 +184,6 @@ enabled = false
     expect(a.filter((p) => p.at >= window['L-B'].windowFromMs && !inB.has(p.id))).toEqual([]);
     // B's points go on to Indianapolis after A ended.
     expect(b.filter((p) => p.at >= window['L-A'].windowUntilMs).length).toBeGreaterThan(5);
-    expect(sandbox.stats).toMatchObject({ duplicateRequests: 0, duplicateTracePoints: 0, invalid: 0 });
+    expect(fx.sandbox.stats).toMatchObject({ duplicateRequests: 0, duplicateTracePoints: 0, invalid: 0 });
   }, 120_000);
 });

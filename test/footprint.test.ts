@@ -5,23 +5,10 @@
 import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Sandbox } from '../src/sandbox/server.js';
-import { ROOT, TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { ROOT, agentConfig, runCli, startDaemon, waitFor, writeFile, daemonFixture } from './helpers.js';
 
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
-let daemon: Daemon | undefined;
-beforeEach(() => {
-  tmp = tempDir();
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
-});
-afterEach(async () => {
-  await daemon?.stop('SIGKILL');
-  daemon = undefined;
-  await sandbox.stop();
-  tmp.cleanup();
-});
+const fx = daemonFixture();
 
 /**
  * Preloaded into the daemon: records every use of what maps ICU's time-zone and locale data
@@ -46,7 +33,7 @@ for (const m of local) {
 /** A 1 Hz simulator (20x) with load L-1 active, pushing every 2 s, every reading a point. */
 async function simulatorWithLoad(url: string): Promise<string> {
   const source = '[[sources]]\ntype = "simulator"\nresource_id = "TRUCK-1"\ntime_scale = 20\ninterval_s = 1\n';
-  const cfg = agentConfig(tmp.dir, url, source, { traces: '*/2 * * * * *', sampling: 0 });
+  const cfg = agentConfig(fx.tmp.dir, url, source, { traces: '*/2 * * * * *', sampling: 0 });
   expect((await runCli(['load', 'start', 'L-1', '--resource', 'TRUCK-1', '--config', cfg])).code).toBe(0);
   return cfg;
 }
@@ -56,22 +43,22 @@ describe("the daemon's footprint", () => {
   // mapped for that (accepted: src/cron.ts). Everything else keeps off it, and event times come
   // from the system's zoneinfo, which is fresher than ICU's copy.
   it('touches Intl and local-time Date methods only in the schedule (node-cron) while collecting, pushing and delivering', async () => {
-    const { url } = await sandbox.start();
-    const trap = writeFile(tmp.dir, 'icu-trap.cjs', TRAP);
-    const trapFile = join(tmp.dir, 'icu-uses.txt');
-    writeFile(tmp.dir, 'icu-uses.txt', '');
+    const { url } = await fx.sandbox.start();
+    const trap = writeFile(fx.tmp.dir, 'icu-trap.cjs', TRAP);
+    const trapFile = join(fx.tmp.dir, 'icu-uses.txt');
+    writeFile(fx.tmp.dir, 'icu-uses.txt', '');
     const cfg = await simulatorWithLoad(url);
-    daemon = startDaemon(['--config', cfg], { NODE_OPTIONS: `--require ${trap}`, ICU_TRAP_FILE: trapFile });
+    fx.daemon = startDaemon(['--config', cfg], { NODE_OPTIONS: `--require ${trap}`, ICU_TRAP_FILE: trapFile });
 
     // Readings, trace pushes on the cron schedule (local times at the positions) and a milestone.
-    await waitFor(() => sandbox.stats.tracePoints >= 5, 20_000, 'trace points');
+    await waitFor(() => fx.sandbox.stats.tracePoints >= 5, 20_000, 'trace points');
     expect((await runCli(['milestone', '--load', 'L-1', '--code', 'X3', '--stop', '1', '--config', cfg])).code).toBe(0);
-    await waitFor(() => sandbox.milestones.length === 1, 10_000, 'the milestone');
-    const r = await daemon.stop('SIGTERM');
-    const daemonOutput = daemon.output();
-    daemon = undefined;
+    await waitFor(() => fx.sandbox.milestones.length === 1, 10_000, 'the milestone');
+    const r = await fx.daemon.stop('SIGTERM');
+    const daemonOutput = fx.daemon.output();
+    fx.daemon = undefined;
     expect(r.code).toBe(0);
-    expect(sandbox.traces[0].body.traces[0].time.timeZoneCode).toMatch(/^C[SD]T$/);
+    expect(fx.sandbox.traces[0].body.traces[0].time.timeZoneCode).toMatch(/^C[SD]T$/);
     const uses = readFileSync(trapFile, 'utf8')
       .split('\n')
       .filter(Boolean)
@@ -82,33 +69,33 @@ describe("the daemon's footprint", () => {
   });
 
   it('without zoneinfo files says so at start, and still gives the right times (through Intl)', async () => {
-    const { url } = await sandbox.start();
+    const { url } = await fx.sandbox.start();
     const cfg = await simulatorWithLoad(url);
-    daemon = startDaemon(['--config', cfg], { TZDIR: join(tmp.dir, 'no-zoneinfo-here') });
-    await waitFor(() => sandbox.stats.tracePoints >= 2, 20_000, 'trace points');
-    const warning = daemon
+    fx.daemon = startDaemon(['--config', cfg], { TZDIR: join(fx.tmp.dir, 'no-zoneinfo-here') });
+    await waitFor(() => fx.sandbox.stats.tracePoints >= 2, 20_000, 'trace points');
+    const warning = fx.daemon
       .output()
       .split('\n')
       .find((l) => l.includes('is tzdata installed?'));
-    expect(JSON.parse(warning!)).toMatchObject({ level: 40, zoneinfo: join(tmp.dir, 'no-zoneinfo-here') });
-    const point = sandbox.traces[0].body.traces[0];
+    expect(JSON.parse(warning!)).toMatchObject({ level: 40, zoneinfo: join(fx.tmp.dir, 'no-zoneinfo-here') });
+    const point = fx.sandbox.traces[0].body.traces[0];
     expect(point.time.timeZoneCode).toMatch(/^C[SD]T$/);
     expect(point.time.timeZoneOffset).toMatch(/^UTC-[56]$/);
   });
 
   it("compiles undici's HTTP parser with Liftoff only: TurboFan's recompilation of it took some 35 MB", async () => {
-    const { url } = await sandbox.start();
+    const { url } = await fx.sandbox.start();
     const cfg = await simulatorWithLoad(url);
     // V8 prints a line for every WebAssembly function it compiles, and with which compiler.
-    daemon = startDaemon(['--config', cfg], {}, ['--trace-wasm-compilation-times']);
-    await waitFor(() => sandbox.stats.tracePoints >= 5, 20_000, 'trace points');
+    fx.daemon = startDaemon(['--config', cfg], {}, ['--trace-wasm-compilation-times']);
+    await waitFor(() => fx.sandbox.stats.tracePoints >= 5, 20_000, 'trace points');
     expect((await runCli(['milestone', '--load', 'L-1', '--code', 'X3', '--stop', '1', '--config', cfg])).code).toBe(0);
-    await waitFor(() => sandbox.milestones.length === 1, 10_000, 'the milestone');
+    await waitFor(() => fx.sandbox.milestones.length === 1, 10_000, 'the milestone');
     // Without the flag the tier-up comes within a second of the first requests.
     await new Promise((r) => setTimeout(r, 1500));
-    expect((await daemon.stop('SIGTERM')).code).toBe(0);
-    const output = daemon.output();
-    daemon = undefined;
+    expect((await fx.daemon.stop('SIGTERM')).code).toBe(0);
+    const output = fx.daemon.output();
+    fx.daemon = undefined;
     expect(output).toMatch(/^Compiled function .* using Liftoff/m);
     expect(output).not.toMatch(/using TurboFan/);
   });
@@ -128,21 +115,21 @@ describe("the daemon's footprint", () => {
   });
 
   it('loads MQTT.js only for a link or an mqtt source: a daemon without them goes without its megabytes', async () => {
-    const { url } = await sandbox.start();
+    const { url } = await fx.sandbox.start();
     // Preloaded: notes every CommonJS file of MQTT.js that is loaded (an ESM import of it goes through here too).
     const trap = writeFile(
-      tmp.dir,
+      fx.tmp.dir,
       'mqtt-trap.cjs',
       "const M = require('node:module'); const load = M.prototype.load; M.prototype.load = function (f) { if (/node_modules[\\/]mqtt[\\/]/.test(f)) require('node:fs').appendFileSync(process.env.MQTT_TRAP_FILE, f + '\\n'); return load.apply(this, arguments); };",
     );
-    const trapFile = writeFile(tmp.dir, 'mqtt-loads.txt', '');
+    const trapFile = writeFile(fx.tmp.dir, 'mqtt-loads.txt', '');
     const env = { NODE_OPTIONS: `--require ${trap}`, MQTT_TRAP_FILE: trapFile };
     const cfg = await simulatorWithLoad(url);
-    daemon = startDaemon(['--config', cfg], env);
-    await waitFor(() => sandbox.stats.tracePoints >= 3, 20_000, 'trace points');
+    fx.daemon = startDaemon(['--config', cfg], env);
+    await waitFor(() => fx.sandbox.stats.tracePoints >= 3, 20_000, 'trace points');
     expect((await runCli(['status', '--config', cfg], { env })).code).toBe(0);
-    expect((await daemon.stop('SIGTERM')).code).toBe(0);
-    daemon = undefined;
+    expect((await fx.daemon.stop('SIGTERM')).code).toBe(0);
+    fx.daemon = undefined;
     expect(readFileSync(trapFile, 'utf8')).toBe('');
     // The trap sees it when it is loaded: `fleet send` does (to a broker that is not there).
     const send = await runCli(['fleet', 'send', '--url', 'mqtt://127.0.0.1:1', '--device', 'truck-a', '--timeout', '2', 'status'], { env });

@@ -1,27 +1,15 @@
 import { Writable } from 'node:stream';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Agent } from '../src/agent.js';
 import { configSchema } from '../src/config/schema.js';
 import { healthProblems } from '../src/health.js';
 import type { Source, SourceHealth } from '../src/sources/types.js';
 import { addSecret, createLogger } from '../src/log.js';
-import { Sandbox } from '../src/sandbox/server.js';
-import { TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile } from './helpers.js';
+import { TEST_KEY, TEST_SCAC, waitFor, writeFile, daemonFixture } from './helpers.js';
 
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
-let agent: Agent | undefined;
-beforeEach(() => {
-  tmp = tempDir();
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
-});
-afterEach(async () => {
-  await agent?.stop();
-  agent = undefined;
-  await sandbox.stop();
-  tmp.cleanup();
-});
+// The in-process agent is this fixture's daemon: stopped after each test.
+const fx = daemonFixture<Agent>();
 
 function capture() {
   let text = '';
@@ -48,10 +36,10 @@ function parseMetrics(text: string): Map<string, number> {
 
 describe('health endpoint and metrics', () => {
   it('reports ok, serves parseable metrics, and turns unhealthy when pushes fail while data waits', async () => {
-    const { url } = await sandbox.start();
+    const { url } = await fx.sandbox.start();
     const config = configSchema.parse({
       api: { base_url: url, scac: TEST_SCAC, timeout_s: 1 },
-      buffer: { path: join(tmp.dir, 'b.db'), flush_interval_ms: 100 },
+      buffer: { path: join(fx.tmp.dir, 'b.db'), flush_interval_ms: 100 },
       schedule: { traces: '* * * * * *', splay_s: 0 },
       sampling: { interval_s: 0 },
       delivery: { poll_interval_ms: 100, retry_initial_s: 0.1, retry_max_s: 0.2 },
@@ -59,11 +47,11 @@ describe('health endpoint and metrics', () => {
       sources: [{ type: 'simulator', resource_id: 'T1', time_scale: 10, interval_s: 1 }],
     });
     const log = createLogger({ level: 'silent', destination: capture().stream });
-    agent = new Agent({ file: '(test)', config, deviceId: 'dev', warnings: [] }, { key: TEST_KEY, origin: 'test' }, log);
-    await agent.start();
-    agent.store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: Date.now() });
-    const base = `http://127.0.0.1:${agent.healthPort}`;
-    await waitFor(() => sandbox.stats.tracePoints > 5, 10_000, 'traces delivered');
+    fx.daemon = new Agent({ file: '(test)', config, deviceId: 'dev', warnings: [] }, { key: TEST_KEY, origin: 'test' }, log);
+    await fx.daemon.start();
+    fx.daemon.store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: Date.now() });
+    const base = `http://127.0.0.1:${fx.daemon.healthPort}`;
+    await waitFor(() => fx.sandbox.stats.tracePoints > 5, 10_000, 'traces delivered');
 
     const ok = await fetch(`${base}/healthz`);
     expect(ok.status).toBe(200);
@@ -77,7 +65,7 @@ describe('health endpoint and metrics', () => {
     expect(metrics.get('telematics_dead_letters')).toBe(0);
 
     // The service goes away; readings keep coming; after two push intervals (1 s each) it is unhealthy.
-    await sandbox.stop();
+    await fx.sandbox.stop();
     const bad = await waitFor(
       async () => {
         const r = await fetch(`${base}/healthz`);
@@ -95,9 +83,9 @@ describe('health endpoint and metrics', () => {
 
 describe('per-source counts', () => {
   it('show in status and /metrics: readings, rejected and timeRejected; the simulator is not judged for its time', async () => {
-    const { url } = await sandbox.start();
+    const { url } = await fx.sandbox.start();
     const plugin = writeFile(
-      tmp.dir,
+      fx.tmp.dir,
       'plugin.mjs',
       `export function createSource(ctx) {
   return {
@@ -115,7 +103,7 @@ describe('per-source counts', () => {
     );
     const config = configSchema.parse({
       api: { base_url: url, scac: TEST_SCAC, timeout_s: 1 },
-      buffer: { path: join(tmp.dir, 'b.db'), flush_interval_ms: 100 },
+      buffer: { path: join(fx.tmp.dir, 'b.db'), flush_interval_ms: 100 },
       health: { listen: '127.0.0.1:0' },
       sources: [
         { type: 'module', name: 'reefer', path: plugin },
@@ -124,13 +112,13 @@ describe('per-source counts', () => {
       ],
     });
     const out = capture();
-    agent = new Agent({ file: '(test)', config, deviceId: 'dev', warnings: [] }, { key: TEST_KEY, origin: 'test' }, createLogger({ level: 'info', destination: out.stream }));
-    await agent.start();
-    await waitFor(() => agent!.state(true).sources[1].readings >= 2, 10_000, 'simulator readings');
-    const [reefer, sim] = agent.state(true).sources;
+    fx.daemon = new Agent({ file: '(test)', config, deviceId: 'dev', warnings: [] }, { key: TEST_KEY, origin: 'test' }, createLogger({ level: 'info', destination: out.stream }));
+    await fx.daemon.start();
+    await waitFor(() => fx.daemon!.state(true).sources[1].readings >= 2, 10_000, 'simulator readings');
+    const [reefer, sim] = fx.daemon.state(true).sources;
     expect(reefer).toMatchObject({ name: 'reefer', readings: 2, rejected: 2, timeRejected: 1 });
     expect(sim).toMatchObject({ name: 'simulator:T1', rejected: 0, timeRejected: 0 });
-    const metrics = parseMetrics(await (await fetch(`http://127.0.0.1:${agent.healthPort}/metrics`)).text());
+    const metrics = parseMetrics(await (await fetch(`http://127.0.0.1:${fx.daemon.healthPort}/metrics`)).text());
     expect(metrics.get('telematics_source_readings_total{source="reefer"}')).toBe(2);
     expect(metrics.get('telematics_source_rejected_total{source="reefer"}')).toBe(2);
     const skipped = out
@@ -143,7 +131,7 @@ describe('per-source counts', () => {
       ['reefer', 2, 'bad input skipped: temperature: out of range (400)'],
       ['reefer', 3, 'bad input skipped: frame 9: bad CRC'],
     ]);
-    expect(agent.ingest.stats.rejected).toBe(3);
+    expect(fx.daemon.ingest.stats.rejected).toBe(3);
   });
 });
 

@@ -3,6 +3,8 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
+import { afterEach, beforeEach } from 'vitest';
+import { Sandbox, type SandboxOptions } from '../src/sandbox/server.js';
 
 export const ROOT = resolve(import.meta.dirname, '..');
 export const BIN = join(ROOT, 'bin', 'telematics-agent.js');
@@ -117,6 +119,77 @@ export function fakeClockEnv(lib: string, file: string): NodeJS.ProcessEnv {
 
 export const TEST_KEY = 'test-key-0123456789abcdef';
 export const TEST_SCAC = 'ABCD';
+
+/** What a fixture stops after a test: a daemon child process, or an in-process agent. */
+interface Stoppable {
+  stop: (signal?: NodeJS.Signals) => Promise<unknown>;
+}
+
+export interface DaemonFixture<D extends Stoppable = Daemon> {
+  /** This test's directory, removed after it. */
+  readonly tmp: ReturnType<typeof tempDir>;
+  /** This test's sandbox with the test key and SCAC, not started; stopped after the test. */
+  readonly sandbox: Sandbox;
+  /** The daemon this test runs. Every one set during a test is stopped after it, not only the last. */
+  daemon: D | undefined;
+}
+
+/**
+ * The set-up of a test that runs a daemon against the sandbox: registers beforeEach and
+ * afterEach in the suite it is called in, and gives each test a fresh directory and sandbox.
+ * After the test, its daemons are stopped (by PID, SIGKILL unless `stop` says otherwise: a
+ * test that failed half-way leaves nothing running), then `afterStop` runs, then the sandbox
+ * stops and the directory goes.
+ */
+export function daemonFixture<D extends Stoppable = Daemon>(
+  opts: {
+    /** tempDir's prefix. */
+    prefix?: string;
+    /** More sandbox options than the test key and SCAC. */
+    sandbox?: Omit<SandboxOptions, 'key' | 'scac'>;
+    /** The signal that stops the daemons after a test. */
+    stop?: NodeJS.Signals;
+    /** More to stop between the daemons and the sandbox: a test's other processes. */
+    afterStop?: () => unknown;
+  } = {},
+): DaemonFixture<D> {
+  let tmp: ReturnType<typeof tempDir> | undefined;
+  let sandbox: Sandbox | undefined;
+  let current: D | undefined;
+  let started: D[] = [];
+  beforeEach(() => {
+    tmp = tempDir(opts.prefix);
+    sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC, ...opts.sandbox });
+  });
+  afterEach(async () => {
+    const stopping = started;
+    started = [];
+    current = undefined;
+    for (const d of stopping) await d.stop(opts.stop ?? 'SIGKILL');
+    await opts.afterStop?.();
+    await sandbox?.stop();
+    tmp?.cleanup();
+  });
+  const during = <T>(v: T | undefined): T => {
+    if (v === undefined) throw new Error('daemonFixture: used outside a test');
+    return v;
+  };
+  return {
+    get tmp() {
+      return during(tmp);
+    },
+    get sandbox() {
+      return during(sandbox);
+    },
+    get daemon() {
+      return current;
+    },
+    set daemon(d) {
+      current = d;
+      if (d && !started.includes(d)) started.push(d);
+    },
+  };
+}
 
 /**
  * A source that reads nothing (a module whose start and stop do nothing), for daemons whose

@@ -9,34 +9,21 @@
 import Database from 'better-sqlite3';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { Store } from '../src/buffer/store.js';
 import { completePlace } from '../src/milestones/record.js';
 import type { Stop } from '../src/milestones/stops.js';
 import { configSchema } from '../src/config/schema.js';
 import type { MilestoneRow } from '../src/buffer/types.js';
-import { Sandbox } from '../src/sandbox/server.js';
-import { agentConfig, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
+import { agentConfig, runCli, startDaemon, waitFor, writeFile, daemonFixture } from './helpers.js';
 
 /** Santiago de Querétaro (America/Mexico_City) and Hermosillo (America/Hermosillo, MST all year). */
 const QUERETARO = { lat: 20.5888, lon: -100.3899 };
 const HERMOSILLO = { lat: 29.0729, lon: -110.9559 };
 const CHICAGO_CLI = { TZ: 'America/Chicago' };
 
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
-let daemon: Daemon | undefined;
-beforeEach(() => {
-  tmp = tempDir();
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
-});
-afterEach(async () => {
-  // SIGTERM, not SIGKILL: the daemon stops its exec source's process group on the way out.
-  await daemon?.stop('SIGTERM');
-  daemon = undefined;
-  await sandbox.stop();
-  tmp.cleanup();
-});
+// SIGTERM, not SIGKILL: the daemon stops its exec source's process group on the way out.
+const fx = daemonFixture({ stop: 'SIGTERM' });
 
 /**
  * An exec source command: prints `count` positions of `resource` (0: for ever), 100 ms apart,
@@ -45,7 +32,7 @@ afterEach(async () => {
  */
 function positions(resource: string, at: { lat: number; lon: number }, count: number, marker: string): string {
   const script = writeFile(
-    tmp.dir,
+    fx.tmp.dir,
     `positions-${resource}.mjs`,
     `import { writeFileSync } from 'node:fs';
 const parent = process.ppid;
@@ -76,22 +63,22 @@ type Body = { eventCity?: string; eventState?: string; time: { dateTime: string;
 
 describe('the place of a milestone recorded from the command line, end to end', () => {
   it('after a push delivered and purged the readings: the last fix gives the city, state and zone', async () => {
-    const { url } = await sandbox.start();
-    const marker = join(tmp.dir, 'printed');
-    const cfg = agentConfig(tmp.dir, url, positions('T1', QUERETARO, 5, marker), { traces: '* * * * * *', sampling: 0 });
+    const { url } = await fx.sandbox.start();
+    const marker = join(fx.tmp.dir, 'printed');
+    const cfg = agentConfig(fx.tmp.dir, url, positions('T1', QUERETARO, 5, marker), { traces: '* * * * * *', sampling: 0 });
     expect((await runCli(['load', 'start', 'L-QRO', '--resource', 'T1', '--config', cfg])).code).toBe(0);
-    daemon = startDaemon(['--config', cfg], CHICAGO_CLI);
+    fx.daemon = startDaemon(['--config', cfg], CHICAGO_CLI);
 
     // Every reading delivered, and deleted from the buffer: nothing left to take a position from.
-    await waitFor(() => sandbox.stats.tracePoints >= 5, 20_000, 'the five positions at the sandbox');
-    await waitFor(() => query<number>(tmp.dir, 'SELECT count(*) FROM readings') === 0, 10_000, 'the delivered readings purged');
+    await waitFor(() => fx.sandbox.stats.tracePoints >= 5, 20_000, 'the five positions at the sandbox');
+    await waitFor(() => query<number>(fx.tmp.dir, 'SELECT count(*) FROM readings') === 0, 10_000, 'the delivered readings purged');
 
     const m = await runCli(['milestone', '--load', 'L-QRO', '--code', 'X6', '--config', cfg], { env: CHICAGO_CLI });
     expect(m.stderr).toBe('');
     expect(m.code).toBe(0);
     expect(m.stdout).toMatch(/ CST \(UTC-6\) = .* at Santiago de Querétaro, QE \(place: last fix\);/);
-    await waitFor(() => sandbox.milestones.length === 1, 10_000, 'the milestone at the sandbox');
-    const body = sandbox.milestones[0].body as Body;
+    await waitFor(() => fx.sandbox.milestones.length === 1, 10_000, 'the milestone at the sandbox');
+    const body = fx.sandbox.milestones[0].body as Body;
     expect(body).toMatchObject({ eventCode: 'X6', eventCity: 'Santiago de Querétaro', eventState: 'QE' });
     expect(body.time).toMatchObject({ timeZoneCode: 'CST', timeZoneOffset: 'UTC-6' });
     expect(body.time.dateTime).toMatch(/-06:00$/);
@@ -108,18 +95,18 @@ describe('the place of a milestone recorded from the command line, end to end', 
   });
 
   it('right after load start, before the first commit: the daemon places it from its newest fix when it sends it', async () => {
-    const { url } = await sandbox.start();
-    const marker = join(tmp.dir, 'printed');
+    const { url } = await fx.sandbox.start();
+    const marker = join(fx.tmp.dir, 'printed');
     // A minute between commits: the milestone is recorded long before any fix of T2 is committed.
     // /metrics on a free port says when the daemon holds a fix in memory. No fix of T2 kept
     // from before the load either (loads.keep_unassigned_s): the buffer has none to place it.
-    const cfg = agentConfig(tmp.dir, url, `[health]\nlisten = "127.0.0.1:0"\n[loads]\nkeep_unassigned_s = 0\n${positions('T2', HERMOSILLO, 0, marker)}`, { flushMs: 60_000 });
-    daemon = startDaemon(['--config', cfg], CHICAGO_CLI);
+    const cfg = agentConfig(fx.tmp.dir, url, `[health]\nlisten = "127.0.0.1:0"\n[loads]\nkeep_unassigned_s = 0\n${positions('T2', HERMOSILLO, 0, marker)}`, { flushMs: 60_000 });
+    fx.daemon = startDaemon(['--config', cfg], CHICAGO_CLI);
     await waitFor(() => existsSync(marker), 15_000, 'the exec source printing');
     const started = await waitFor(
       () =>
-        daemon!
-          .output()
+        fx
+          .daemon!.output()
           .split('\n')
           .find((l) => l.includes('"msg":"agent started"')),
       15_000,
@@ -140,47 +127,47 @@ describe('the place of a milestone recorded from the command line, end to end', 
     expect(m.stdout).toMatch(/ CST \(UTC-6\) = (\S+) \(place: none\);/);
     const printedUtc = Date.parse(/ = (\S+) \(place/.exec(m.stdout)![1]);
 
-    await waitFor(() => sandbox.milestones.length === 1, 10_000, 'the milestone at the sandbox');
-    const body = sandbox.milestones[0].body as Body;
+    await waitFor(() => fx.sandbox.milestones.length === 1, 10_000, 'the milestone at the sandbox');
+    const body = fx.sandbox.milestones[0].body as Body;
     expect(body).toMatchObject({ eventCode: 'X6', eventCity: 'Hermosillo', eventState: 'SO' });
     expect(body.time).toMatchObject({ timeZoneCode: 'MST', timeZoneOffset: 'UTC-7' });
     // The same instant, written in the truck's zone instead of the device's.
     expect(body.time.dateTime).toMatch(/-07:00$/);
     expect(Math.abs(Date.parse(body.time.dateTime) - printedUtc)).toBeLessThan(1000);
-    expect(daemon.output()).toContain('milestone recorded without a position: place and zone taken from the newest fix');
+    expect(fx.daemon.output()).toContain('milestone recorded without a position: place and zone taken from the newest fix');
     // Nothing of T2 committed yet: the place came from the daemon's memory.
-    expect(query<number>(tmp.dir, "SELECT count(*) FROM last_fix WHERE resource_id = 'T2'")).toBe(0);
+    expect(query<number>(fx.tmp.dir, "SELECT count(*) FROM last_fix WHERE resource_id = 'T2'")).toBe(0);
   });
 
   it('with no position anywhere: no city and state, the device zone (UTC+0 on a UTC device), a warning from the CLI and in the log', async () => {
-    const { url } = await sandbox.start();
-    const cfg = agentConfig(tmp.dir, url);
+    const { url } = await fx.sandbox.start();
+    const cfg = agentConfig(fx.tmp.dir, url);
     const utc = { TZ: 'UTC' };
-    daemon = startDaemon(['--config', cfg], utc);
+    fx.daemon = startDaemon(['--config', cfg], utc);
     expect((await runCli(['load', 'start', 'L-NOWHERE', '--resource', 'T3', '--config', cfg])).code).toBe(0);
     const m = await runCli(['milestone', '--load', 'L-NOWHERE', '--code', 'X6', '--config', cfg], { env: utc });
     expect(m.code).toBe(0);
     expect(m.stderr).toContain('warning: no position for this milestone (no fix of T3 is in the buffer yet;');
     expect(m.stderr).toContain("recorded in this device's zone (UTC) without a city and state");
     expect(m.stdout).toMatch(/ UTC \(UTC\+0\) = \S+ \(place: none\);/);
-    await waitFor(() => sandbox.milestones.length === 1, 10_000, 'the milestone at the sandbox');
-    const body = sandbox.milestones[0].body as Body;
+    await waitFor(() => fx.sandbox.milestones.length === 1, 10_000, 'the milestone at the sandbox');
+    const body = fx.sandbox.milestones[0].body as Body;
     expect(body.eventCity).toBeUndefined();
     expect(body.eventState).toBeUndefined();
     expect(body.time).toMatchObject({ timeZoneCode: 'UTC', timeZoneOffset: 'UTC+0' });
     expect(body.time.dateTime).toMatch(/\+00:00$/);
-    await waitFor(() => daemon!.output().includes('goes out without a city and state'), 5000, 'the daemon logging why');
+    await waitFor(() => fx.daemon!.output().includes('goes out without a city and state'), 5000, 'the daemon logging why');
   });
 });
 
 describe('the place rule, first match wins (CLI against a buffer file)', () => {
   let cfg: string;
-  const stopsFile = (stops: unknown) => writeFile(tmp.dir, 'stops.json', JSON.stringify(stops));
+  const stopsFile = (stops: unknown) => writeFile(fx.tmp.dir, 'stops.json', JSON.stringify(stops));
   beforeEach(() => {
-    cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9');
+    cfg = agentConfig(fx.tmp.dir, 'http://127.0.0.1:9');
   });
   const bodyOf = (id: number) => {
-    const store = Store.open(join(tmp.dir, 'buffer.db'));
+    const store = Store.open(join(fx.tmp.dir, 'buffer.db'));
     try {
       return store.listMilestones().find((m) => m.id === id)!.body as Body & { stopsequenceNumber?: number };
     } finally {
@@ -189,7 +176,7 @@ describe('the place rule, first match wins (CLI against a buffer file)', () => {
   };
   /** L1 on T1, started an hour ago: the fixes fixAt gives (minutes old) are in its window. */
   const startLoadBefore = (stops: Stop[] = []) => {
-    const store = Store.open(join(tmp.dir, 'buffer.db'));
+    const store = Store.open(join(fx.tmp.dir, 'buffer.db'));
     try {
       store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops, nowMs: Date.now() - 3_600_000 });
     } finally {
@@ -197,7 +184,7 @@ describe('the place rule, first match wins (CLI against a buffer file)', () => {
     }
   };
   const fixAt = (at: { lat: number; lon: number }, ageS: number) => {
-    const store = Store.open(join(tmp.dir, 'buffer.db'));
+    const store = Store.open(join(fx.tmp.dir, 'buffer.db'));
     try {
       store.insertReadings([{ resourceId: 'T1', timeMs: Date.now() - ageS * 1000, lat: at.lat, lon: at.lon }]);
     } finally {
@@ -250,7 +237,7 @@ describe('the place rule, first match wins (CLI against a buffer file)', () => {
   });
 
   it('a last fix older than milestones.max_fix_age_s is not used, and the warning says how old it is', async () => {
-    writeFile(tmp.dir, 'agent.toml', `${readFileSync(cfg, 'utf8')}\n[milestones]\nmax_fix_age_s = 600\n`);
+    writeFile(fx.tmp.dir, 'agent.toml', `${readFileSync(cfg, 'utf8')}\n[milestones]\nmax_fix_age_s = 600\n`);
     startLoadBefore();
     fixAt(QUERETARO, 700);
     const old = await record(['--code', 'X6']);
@@ -265,7 +252,7 @@ describe('the place rule, first match wins (CLI against a buffer file)', () => {
   });
 
   it("a milestone typed hours after the event does not take the truck's position now; an appointment does", async () => {
-    writeFile(tmp.dir, 'agent.toml', `${readFileSync(cfg, 'utf8')}\n[milestones]\nmax_fix_age_s = 600\n`);
+    writeFile(fx.tmp.dir, 'agent.toml', `${readFileSync(cfg, 'utf8')}\n[milestones]\nmax_fix_age_s = 600\n`);
     startLoadBefore();
     fixAt(QUERETARO, 30);
     const threeHoursAgo = new Date(Date.now() - 3 * 3_600_000).toISOString();

@@ -8,9 +8,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { Sandbox } from '../src/sandbox/server.js';
-import { ROOT, TEST_KEY, TEST_SCAC, agentConfig, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { ROOT, TEST_SCAC, agentConfig, startDaemon, waitFor, writeFile, daemonFixture } from './helpers.js';
 
 /** Binds ADDRESS (a path, or '@name' for the abstract namespace) and prints each datagram as a JSON line. */
 const LISTENER = `
@@ -77,19 +76,11 @@ interface Listener {
   with: (line: string, from?: number) => Datagram[];
 }
 
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
-let daemon: Daemon | undefined;
 let listener: Listener | undefined;
-
-beforeEach(() => {
-  tmp = tempDir('ta-notify-');
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
-});
-afterEach(async () => {
-  await daemon?.stop('SIGKILL');
-  daemon = undefined;
-  if (listener) {
+const fx = daemonFixture({
+  prefix: 'ta-notify-',
+  afterStop: async () => {
+    if (!listener) return;
     const { child } = listener;
     listener = undefined;
     if (child.exitCode === null && child.signalCode === null) {
@@ -97,13 +88,11 @@ afterEach(async () => {
       process.kill(child.pid!, 'SIGKILL');
       await exited;
     }
-  }
-  await sandbox.stop();
-  tmp.cleanup();
+  },
 });
 
 async function listen(address: string): Promise<Listener> {
-  const script = writeFile(tmp.dir, 'listener.py', LISTENER);
+  const script = writeFile(fx.tmp.dir, 'listener.py', LISTENER);
   const child = spawn('python3', [script, address], { stdio: ['ignore', 'pipe', 'pipe'] });
   const datagrams: Datagram[] = [];
   let bound = false;
@@ -128,12 +117,12 @@ async function listen(address: string): Promise<Listener> {
 
 /** A config against the sandbox with one module source; `options` go to the source. */
 async function moduleConfig(options: Record<string, string> = {}): Promise<string> {
-  const { url } = await sandbox.start();
-  const path = writeFile(tmp.dir, 'source.mjs', SOURCE);
+  const { url } = await fx.sandbox.start();
+  const path = writeFile(fx.tmp.dir, 'source.mjs', SOURCE);
   const opts = Object.entries(options)
     .map(([k, v]) => `${k} = ${JSON.stringify(v)}\n`)
     .join('');
-  return agentConfig(tmp.dir, url, `[[sources]]\ntype = "module"\nname = "probe"\npath = ${JSON.stringify(path)}\n[sources.options]\n${opts}`);
+  return agentConfig(fx.tmp.dir, url, `[[sources]]\ntype = "module"\nname = "probe"\npath = ${JSON.stringify(path)}\n[sources.options]\n${opts}`);
 }
 
 /** The daemon's JSON log line with this message. */
@@ -161,13 +150,13 @@ describe('systemd notifications (Type=notify) and the watchdog', () => {
   });
 
   it('READY=1 only once the buffer is open and the sources have started, from the main PID; WATCHDOG=1 every half period', async () => {
-    const gate = join(tmp.dir, 'gate');
-    const starting = join(tmp.dir, 'starting');
+    const gate = join(fx.tmp.dir, 'gate');
+    const starting = join(fx.tmp.dir, 'starting');
     const cfg = await moduleConfig({ gate, starting });
-    const socket = join(tmp.dir, 'notify.sock');
+    const socket = join(fx.tmp.dir, 'notify.sock');
     const l = await listen(socket);
-    daemon = startDaemon(['--config', cfg], { NOTIFY_SOCKET: socket, ...WATCHDOG_ENV });
-    const pid = daemon.child.pid;
+    fx.daemon = startDaemon(['--config', cfg], { NOTIFY_SOCKET: socket, ...WATCHDOG_ENV });
+    const pid = fx.daemon.child.pid;
 
     // The source's start() is waiting for the gate: the heartbeat already runs, READY waits.
     await waitFor(() => existsSync(starting), 15_000, 'the module source to begin starting');
@@ -176,11 +165,11 @@ describe('systemd notifications (Type=notify) and the watchdog', () => {
     const early = l.with('WATCHDOG=1').length;
     await waitFor(() => l.with('WATCHDOG=1').length >= early + 2, 5000, 'two more heartbeats while the sources start');
     expect(l.with('READY=1')).toEqual([]);
-    expect(daemon.output()).not.toContain('agent started');
+    expect(fx.daemon.output()).not.toContain('agent started');
 
     writeFileSync(gate, '');
     const [ready] = await waitFor(() => l.with('READY=1').length > 0 && l.with('READY=1'), 10_000, 'READY=1');
-    const started = await waitFor(() => logLine(daemon!.output(), 'agent started'), 5000, "the 'agent started' log line");
+    const started = await waitFor(() => logLine(fx.daemon!.output(), 'agent started'), 5000, "the 'agent started' log line");
     expect(ready.timeMs).toBeGreaterThanOrEqual(started.time);
     expect(ready.lines).toEqual(['READY=1', 'STATUS=running: 1 source(s)']);
     // Sent by the agent's own process, so the unit's NotifyAccess=main accepts it.
@@ -200,53 +189,53 @@ describe('systemd notifications (Type=notify) and the watchdog', () => {
     expect(gaps[Math.floor(gaps.length / 2)]).toBeGreaterThan(350);
     expect(gaps[Math.floor(gaps.length / 2)]).toBeLessThan(750);
     expect(l.with('WATCHDOG=1').every((d) => d.pid === pid && d.lines.length === 1)).toBe(true);
-    expect(daemon.output()).not.toMatch(/systemd notification/);
+    expect(fx.daemon.output()).not.toMatch(/systemd notification/);
   });
 
   it('SIGHUP: RELOADING=1 then READY=1, also when the new config is refused; SIGTERM: STOPPING=1 and a clean exit', async () => {
     const cfg = await moduleConfig();
-    const socket = join(tmp.dir, 'notify.sock');
+    const socket = join(fx.tmp.dir, 'notify.sock');
     const l = await listen(socket);
-    daemon = startDaemon(['--config', cfg], { NOTIFY_SOCKET: socket, ...WATCHDOG_ENV });
+    fx.daemon = startDaemon(['--config', cfg], { NOTIFY_SOCKET: socket, ...WATCHDOG_ENV });
     await waitFor(() => l.with('READY=1').length === 1, 15_000, 'READY=1');
 
     // Everything but the heartbeat, from index `from` on.
     const events = (from: number) => l.datagrams.slice(from).filter((d) => !d.lines.includes('WATCHDOG=1'));
 
     let from = l.datagrams.length;
-    daemon.child.kill('SIGHUP');
+    fx.daemon.child.kill('SIGHUP');
     await waitFor(() => l.with('READY=1', from).length === 1, 10_000, 'READY=1 after the reload');
     let seen = events(from);
     expect(seen.map((d) => d.lines[0])).toEqual(['RELOADING=1', 'READY=1']);
     expect(seen[0].lines).toContain('STATUS=reloading the configuration');
     expect(seen[0].lines.some((x) => /^MONOTONIC_USEC=\d+$/.test(x))).toBe(true);
-    expect(daemon.output()).toContain('configuration reloaded');
+    expect(fx.daemon.output()).toContain('configuration reloaded');
 
     // A broken config is refused and the old one kept: the unit must not stay "reloading".
     const good = readFileSync(cfg, 'utf8');
     writeFileSync(cfg, good.replace(`scac = "${TEST_SCAC}"`, 'scac = "abcd"'));
     from = l.datagrams.length;
-    daemon.child.kill('SIGHUP');
+    fx.daemon.child.kill('SIGHUP');
     await waitFor(() => l.with('READY=1', from).length === 1, 10_000, 'READY=1 after the refused reload');
     seen = events(from);
     expect(seen.map((d) => d.lines[0])).toEqual(['RELOADING=1', 'READY=1']);
-    expect(daemon.output()).toContain('new configuration refused');
+    expect(fx.daemon.output()).toContain('new configuration refused');
 
     from = l.datagrams.length;
-    const exit = await daemon.stop('SIGTERM');
+    const exit = await fx.daemon.stop('SIGTERM');
     expect(exit).toEqual({ code: 0, signal: null });
-    expect(daemon.output()).toContain('agent stopped');
+    expect(fx.daemon.output()).toContain('agent stopped');
     await waitFor(() => l.with('STOPPING=1', from).length === 1, 5000, 'STOPPING=1');
     expect(events(from).map((d) => d.lines[0])).toEqual(['STOPPING=1']);
   });
 
   it('a blocked event loop stops the heartbeat, so systemd would kill and restart the agent', async () => {
-    const trigger = join(tmp.dir, 'trigger');
-    const spinning = join(tmp.dir, 'spinning');
+    const trigger = join(fx.tmp.dir, 'trigger');
+    const spinning = join(fx.tmp.dir, 'spinning');
     const cfg = await moduleConfig({ trigger, spinning });
-    const socket = join(tmp.dir, 'notify.sock');
+    const socket = join(fx.tmp.dir, 'notify.sock');
     const l = await listen(socket);
-    daemon = startDaemon(['--config', cfg], { NOTIFY_SOCKET: socket, ...WATCHDOG_ENV });
+    fx.daemon = startDaemon(['--config', cfg], { NOTIFY_SOCKET: socket, ...WATCHDOG_ENV });
     await waitFor(() => l.with('READY=1').length === 1, 15_000, 'READY=1');
     const beforeTrigger = l.with('WATCHDOG=1').length;
     await waitFor(() => l.with('WATCHDOG=1').length >= beforeTrigger + 2, 5000, 'heartbeats before the trigger');
@@ -261,26 +250,26 @@ describe('systemd notifications (Type=notify) and the watchdog', () => {
     await sleep(2500);
     expect(l.with('WATCHDOG=1').length).toBe(atBlock);
     // Still alive, just hung: exactly the case only the watchdog catches.
-    expect(daemon.child.exitCode).toBeNull();
-    expect(daemon.child.signalCode).toBeNull();
+    expect(fx.daemon.child.exitCode).toBeNull();
+    expect(fx.daemon.child.signalCode).toBeNull();
 
-    const exit = await daemon.stop('SIGKILL');
+    const exit = await fx.daemon.stop('SIGKILL');
     expect(exit.signal).toBe('SIGKILL');
   });
 
   it('no heartbeat when WATCHDOG_PID names another process; READY=1 still goes out', async () => {
     const cfg = await moduleConfig();
-    const socket = join(tmp.dir, 'notify.sock');
+    const socket = join(fx.tmp.dir, 'notify.sock');
     const l = await listen(socket);
     appendFileSync(cfg, '[log]\nlevel = "debug"\n');
-    daemon = startDaemon(['--config', cfg], { NOTIFY_SOCKET: socket, ...WATCHDOG_ENV, WATCHDOG_PID: '1' });
+    fx.daemon = startDaemon(['--config', cfg], { NOTIFY_SOCKET: socket, ...WATCHDOG_ENV, WATCHDOG_PID: '1' });
     await waitFor(() => l.with('READY=1').length === 1, 15_000, 'READY=1');
     // The notifier says how it was set up: no heartbeat period, so no timer at all.
-    const on = logLine(daemon.output(), 'systemd notifications on');
+    const on = logLine(fx.daemon.output(), 'systemd notifications on');
     expect(on).toMatchObject({ socket });
     expect(on).not.toHaveProperty('heartbeatMs');
     const from = l.datagrams.length;
-    expect(await daemon.stop('SIGTERM')).toEqual({ code: 0, signal: null });
+    expect(await fx.daemon.stop('SIGTERM')).toEqual({ code: 0, signal: null });
     await waitFor(() => l.with('STOPPING=1', from).length === 1, 5000, 'STOPPING=1');
     expect(l.with('WATCHDOG=1')).toEqual([]);
   });
@@ -289,7 +278,7 @@ describe('systemd notifications (Type=notify) and the watchdog', () => {
     const cfg = await moduleConfig();
     const address = `@ta-notify-test-${process.pid}-${Date.now()}`;
     const l = await listen(address);
-    daemon = startDaemon(['--config', cfg], { NOTIFY_SOCKET: address, ...WATCHDOG_ENV });
+    fx.daemon = startDaemon(['--config', cfg], { NOTIFY_SOCKET: address, ...WATCHDOG_ENV });
     const [ready] = await waitFor(() => l.with('READY=1').length > 0 && l.with('READY=1'), 15_000, 'READY=1');
     expect(ready.lines).toEqual(['READY=1', 'STATUS=running: 1 source(s)']);
     // systemd-notify follows each message with a barrier; the in-process path never does.
@@ -298,36 +287,36 @@ describe('systemd notifications (Type=notify) and the watchdog', () => {
     await waitFor(() => l.with('BARRIER=1').length > 0, 5000, 'BARRIER=1');
     await waitFor(() => l.with('WATCHDOG=1').length >= 2, 5000, 'heartbeats');
     const from = l.datagrams.length;
-    expect(await daemon.stop('SIGTERM')).toEqual({ code: 0, signal: null });
+    expect(await fx.daemon.stop('SIGTERM')).toEqual({ code: 0, signal: null });
     await waitFor(() => l.with('STOPPING=1', from).length === 1, 5000, 'STOPPING=1');
-    expect(daemon.output()).not.toMatch(/systemd notification/);
+    expect(fx.daemon.output()).not.toMatch(/systemd notification/);
   });
 
   it('a notify socket nobody listens on: one warning, and the agent runs and stops as usual', async () => {
     const cfg = await moduleConfig();
-    daemon = startDaemon(['--config', cfg], { NOTIFY_SOCKET: join(tmp.dir, 'nobody.sock'), WATCHDOG_USEC: '200000' });
-    await waitFor(() => logLine(daemon!.output(), 'agent started'), 15_000, 'the agent to start');
+    fx.daemon = startDaemon(['--config', cfg], { NOTIFY_SOCKET: join(fx.tmp.dir, 'nobody.sock'), WATCHDOG_USEC: '200000' });
+    await waitFor(() => logLine(fx.daemon!.output(), 'agent started'), 15_000, 'the agent to start');
     // Time is the behaviour here: some ten failed heartbeats (one every 100 ms) give one
     // warning. A busy machine fails fewer of them, which weakens the test but cannot fail it.
     await sleep(1000);
-    const warnings = daemon
+    const warnings = fx.daemon
       .output()
       .split('\n')
       .filter((x) => x.includes('could not send a systemd notification'));
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toContain('nobody.sock: ENOENT');
-    expect(await daemon.stop('SIGTERM')).toEqual({ code: 0, signal: null });
+    expect(await fx.daemon.stop('SIGTERM')).toEqual({ code: 0, signal: null });
   });
 
   it('without NOTIFY_SOCKET: runs and stops as before, and never loads the native module', async () => {
     const cfg = await moduleConfig();
-    daemon = startDaemon(['--config', cfg], WATCHDOG_ENV);
-    await waitFor(() => logLine(daemon!.output(), 'agent started'), 15_000, 'the agent to start');
-    const maps = readFileSync(`/proc/${daemon.child.pid}/maps`, 'utf8');
+    fx.daemon = startDaemon(['--config', cfg], WATCHDOG_ENV);
+    await waitFor(() => logLine(fx.daemon!.output(), 'agent started'), 15_000, 'the agent to start');
+    const maps = readFileSync(`/proc/${fx.daemon.child.pid}/maps`, 'utf8');
     expect(maps).toContain('better_sqlite3.node'); // the check sees native modules at all
     expect(maps).not.toContain('unix_dgram.node');
-    expect(await daemon.stop('SIGTERM')).toEqual({ code: 0, signal: null });
-    expect(daemon.output()).toContain('agent stopped');
-    expect(daemon.output()).not.toContain('"component":"systemd"');
+    expect(await fx.daemon.stop('SIGTERM')).toEqual({ code: 0, signal: null });
+    expect(fx.daemon.output()).toContain('agent stopped');
+    expect(fx.daemon.output()).not.toContain('"component":"systemd"');
   });
 });

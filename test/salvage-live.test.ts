@@ -10,25 +10,11 @@
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Store } from '../src/buffer/store.js';
-import { Sandbox } from '../src/sandbox/server.js';
-import { BIN, TEST_KEY, TEST_SCAC, agentConfig, cleanEnv, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
+import { BIN, agentConfig, cleanEnv, runCli, startDaemon, waitFor, writeFile, daemonFixture } from './helpers.js';
 
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
-let daemons: Daemon[] = [];
-
-beforeEach(() => {
-  tmp = tempDir();
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
-});
-afterEach(async () => {
-  for (const d of daemons) await d.stop('SIGKILL');
-  daemons = [];
-  await sandbox.stop();
-  tmp.cleanup();
-});
+const fx = daemonFixture();
 
 const HOUR = 3_600_000;
 const DELIVERED = 5000;
@@ -67,13 +53,13 @@ const TRUCK = `export function createSource(ctx) {
 `;
 
 function config(url: string): string {
-  const source = writeFile(tmp.dir, 'truck.mjs', TRUCK);
-  return agentConfig(tmp.dir, url, `[[sources]]\ntype = "module"\nname = "truck"\npath = "${source}"\n`, { traces: '* * * * * *', sampling: 0 });
+  const source = writeFile(fx.tmp.dir, 'truck.mjs', TRUCK);
+  return agentConfig(fx.tmp.dir, url, `[[sources]]\ntype = "module"\nname = "truck"\npath = "${source}"\n`, { traces: '* * * * * *', sampling: 0 });
 }
 
 /** The points the service took for a load: which reading (by longitude) under which traceId. */
 function pointsOf(load: string): Array<{ index: number; traceId: string }> {
-  return sandbox.traces
+  return fx.sandbox.traces
     .filter((t) => t.body.loadNumber === load)
     .flatMap((t) => t.body.traces)
     .map((p) => ({ index: Math.round((p.coordinate.longitude + 87.6) / 1e-5), traceId: String(p.references?.find((r) => r.name === 'traceId')?.value) }));
@@ -98,35 +84,35 @@ function due(buffer: string, load: string): number {
 /** Every salvaged reading delivered once, each under the traceId it had in the old buffer. */
 async function expectDeliveredOnce(buffer: string, n: number): Promise<void> {
   // Until the load has nothing left to send and what it sent has arrived (or all of it has).
-  await waitFor(() => pointsOf('L1').length >= n || (due(buffer, 'L1') === 0 && sandbox.stats.tracePoints > 0), 120_000, 'the salvaged load delivered');
+  await waitFor(() => pointsOf('L1').length >= n || (due(buffer, 'L1') === 0 && fx.sandbox.stats.tracePoints > 0), 120_000, 'the salvaged load delivered');
   await new Promise((r) => setTimeout(r, 1500));
   const points = pointsOf('L1');
   const missing = n - new Set(points.map((p) => p.index)).size;
   expect({ points: points.length, missing }).toEqual({ points: n, missing: 0 });
   expect(points.filter((p) => p.traceId !== `test-device-${DELIVERED + 1 + p.index}`).slice(0, 3)).toEqual([]);
-  expect(sandbox.stats.duplicateTracePoints).toBe(0);
+  expect(fx.sandbox.stats.duplicateTracePoints).toBe(0);
 }
 
 describe('buffer salvage beside a running daemon', () => {
   it('every reading of the salvaged load is delivered once, with its old traceId, whatever the daemon commits meanwhile', async () => {
     const N = 60_000;
-    const old = join(tmp.dir, 'old.db');
+    const old = join(fx.tmp.dir, 'old.db');
     oldBuffer(old, N);
-    const { url } = await sandbox.start();
+    const { url } = await fx.sandbox.start();
     const cfg = config(url);
-    const buffer = join(tmp.dir, 'buffer.db');
+    const buffer = join(fx.tmp.dir, 'buffer.db');
     expect((await runCli(['load', 'start', 'L2', '-r', 'T2', '--config', cfg])).code).toBe(0);
     const d = startDaemon(['--config', cfg]);
-    daemons.push(d);
+    fx.daemon = d;
     await waitFor(() => pointsOf('L2').length > 0, 15_000, 'the daemon delivering its own truck');
 
-    const commitsBefore = sandbox.stats.tracePoints;
+    const commitsBefore = fx.sandbox.stats.tracePoints;
     const r = await runCli(['buffer', 'salvage', old, '--json', '--config', cfg], { timeoutMs: 60_000 });
     expect(r.code, r.stderr).toBe(0);
     expect(JSON.parse(r.stdout)).toMatchObject({ loads: 2, readings: N, skippedDelivered: DELIVERED, unreadable: {} });
     // The daemon goes on delivering its own truck beside the copy. (Within the copy itself is
     // not asserted: a copy of 2 s on a loaded machine may end before the next push's answer.)
-    await waitFor(() => sandbox.stats.tracePoints > commitsBefore, 15_000, 'the daemon delivering beside the salvage');
+    await waitFor(() => fx.sandbox.stats.tracePoints > commitsBefore, 15_000, 'the daemon delivering beside the salvage');
 
     await expectDeliveredOnce(buffer, N);
   }, 150_000);
@@ -135,11 +121,11 @@ describe('buffer salvage beside a running daemon', () => {
 describe('buffer salvage cut off mid-copy', () => {
   it('killed -9 and run again: continues, copies no reading twice; each is delivered once', async () => {
     const N = 60_000;
-    const old = join(tmp.dir, 'old.db');
+    const old = join(fx.tmp.dir, 'old.db');
     oldBuffer(old, N);
-    const { url } = await sandbox.start();
+    const { url } = await fx.sandbox.start();
     const cfg = config(url);
-    const buffer = join(tmp.dir, 'buffer.db');
+    const buffer = join(fx.tmp.dir, 'buffer.db');
     Store.open(buffer).close();
 
     const rows = () => {
@@ -170,7 +156,7 @@ describe('buffer salvage cut off mid-copy', () => {
     expect(third.stderr).toContain('was salvaged into this buffer already');
 
     const d = startDaemon(['--config', cfg]);
-    daemons.push(d);
+    fx.daemon = d;
     await expectDeliveredOnce(buffer, N);
   }, 240_000);
 });

@@ -4,33 +4,21 @@
  * synchronous = FULL a sync rewrites the WAL's last pages: as much flash as a commit).
  */
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Agent } from '../src/agent.js';
 import { configSchema } from '../src/config/schema.js';
 import { DAEMON_STATE_KEY } from '../src/daemon-state.js';
 import { createLogger } from '../src/log.js';
-import { Sandbox } from '../src/sandbox/server.js';
-import { TEST_KEY, TEST_SCAC, tempDir, waitFor, walCommits } from './helpers.js';
+import { TEST_KEY, TEST_SCAC, waitFor, walCommits, daemonFixture } from './helpers.js';
 
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
-let agent: Agent | undefined;
-beforeEach(() => {
-  tmp = tempDir();
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
-});
-afterEach(async () => {
-  await agent?.stop();
-  agent = undefined;
-  await sandbox.stop();
-  tmp.cleanup();
-});
+// The in-process agent is this fixture's daemon: stopped after each test.
+const fx = daemonFixture<Agent>();
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 
 async function startAgent(source: Record<string, unknown>): Promise<{ file: string; updatedMs: () => number }> {
-  const { url } = await sandbox.start();
-  const file = join(tmp.dir, 'b.db');
+  const { url } = await fx.sandbox.start();
+  const file = join(fx.tmp.dir, 'b.db');
   const config = configSchema.parse({
     api: { base_url: url, scac: TEST_SCAC },
     buffer: { path: file, flush_interval_ms: 300 },
@@ -38,17 +26,17 @@ async function startAgent(source: Record<string, unknown>): Promise<{ file: stri
     schedule: { traces: '0 0 1 1 *', splay_s: 0 },
     sources: [source],
   });
-  agent = new Agent({ file: '(test)', config, deviceId: 'dev', warnings: [] }, { key: TEST_KEY, origin: 'test' }, silent, { stateIntervalMs: 1000 });
-  await agent.start();
-  agent.store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: Date.now() });
-  const a = agent;
+  fx.daemon = new Agent({ file: '(test)', config, deviceId: 'dev', warnings: [] }, { key: TEST_KEY, origin: 'test' }, silent, { stateIntervalMs: 1000 });
+  await fx.daemon.start();
+  fx.daemon.store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: Date.now() });
+  const a = fx.daemon;
   return { file, updatedMs: () => a.store.getState(DAEMON_STATE_KEY)?.updatedMs ?? 0 };
 }
 
 describe('the daemon state row', () => {
   it('rides in a commit of readings while readings come in', async () => {
     const { file, updatedMs } = await startAgent({ type: 'simulator', resource_id: 'T1', time_scale: 1, interval_s: 0.1 });
-    agent!.store.db.pragma('wal_checkpoint(TRUNCATE)');
+    fx.daemon!.store.db.pragma('wal_checkpoint(TRUNCATE)');
     const from = updatedMs();
     await waitFor(() => updatedMs() >= from + 2500, 10_000, 'three more writes of the state row');
     const commits = walCommits(file);
@@ -64,6 +52,6 @@ describe('the daemon state row', () => {
     expect(from).toBeGreaterThan(0);
     // Due after 1 s, handed to the next commit, written alone 0.3 + 2 s later: well within 6 s.
     await waitFor(() => updatedMs() > from, 6000, 'the state row written without readings');
-    expect(agent!.store.counts().readings).toBe(0);
+    expect(fx.daemon!.store.counts().readings).toBe(0);
   });
 });

@@ -5,30 +5,17 @@
  */
 import { cpSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Sandbox } from '../src/sandbox/server.js';
-import { agentConfig, ROOT, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, type Daemon } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { agentConfig, ROOT, runCli, startDaemon, waitFor, daemonFixture } from './helpers.js';
 
 const VERSION = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
 
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
-let daemon: Daemon | undefined;
-beforeEach(() => {
-  tmp = tempDir();
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
-});
-afterEach(async () => {
-  await daemon?.stop('SIGKILL');
-  daemon = undefined;
-  await sandbox.stop();
-  tmp.cleanup();
-});
+const fx = daemonFixture();
 
 describe('the version', () => {
   it('is built into the bundle: --version names the code that runs, not whatever package.json sits beside it', async () => {
     // A copy of the package whose package.json says another version (a hand-edited or stale one).
-    const pkg = join(tmp.dir, 'pkg');
+    const pkg = join(fx.tmp.dir, 'pkg');
     mkdirSync(join(pkg, 'dist'), { recursive: true });
     cpSync(join(ROOT, 'bin'), join(pkg, 'bin'), { recursive: true });
     cpSync(join(ROOT, 'dist', 'pkg'), join(pkg, 'dist', 'pkg'), { recursive: true });
@@ -41,13 +28,13 @@ describe('the version', () => {
   });
 
   it('shows in the agent started line, status, status --json, /metrics and the User-Agent of every request', async () => {
-    const { url } = await sandbox.start();
-    const cfg = agentConfig(tmp.dir, url, '[health]\nlisten = "127.0.0.1:0"\n');
-    daemon = startDaemon(['--config', cfg]);
+    const { url } = await fx.sandbox.start();
+    const cfg = agentConfig(fx.tmp.dir, url, '[health]\nlisten = "127.0.0.1:0"\n');
+    fx.daemon = startDaemon(['--config', cfg]);
     const started = await waitFor(
       () =>
-        daemon!
-          .output()
+        fx
+          .daemon!.output()
           .split('\n')
           .find((l) => l.includes('"msg":"agent started"')),
       15_000,
@@ -59,8 +46,8 @@ describe('the version', () => {
     const cli = (...args: string[]) => runCli([...args, '--config', cfg]);
     expect((await cli('load', 'start', 'L1', '--resource', 'T1')).code).toBe(0);
     expect((await cli('milestone', '--load', 'L1', '--code', 'X3', '--lat', '41.88', '--lon', '-87.63')).code).toBe(0);
-    await waitFor(() => sandbox.milestones.length === 1, 15_000, 'the milestone delivered');
-    expect(sandbox.milestones[0].headers['user-agent']).toBe(`telematics-agent/${VERSION}`);
+    await waitFor(() => fx.sandbox.milestones.length === 1, 15_000, 'the milestone delivered');
+    expect(fx.sandbox.milestones[0].headers['user-agent']).toBe(`telematics-agent/${VERSION}`);
 
     // The daemon's state carries its version: status tells it from the CLI's own after an upgrade.
     const json = await waitFor(async () => {
