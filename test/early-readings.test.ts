@@ -5,61 +5,49 @@
  * buffer file, the real ingest and sender, the real sandbox; the CLI and the daemon at the end.
  */
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { Ingest } from '../src/admission/ingest.js';
 import { ingestOptionsOf } from '../src/admission/ingest-options.js';
-import { ApiClient } from '../src/api/client.js';
 import { enforceBounds } from '../src/buffer/bounds.js';
 import { Store } from '../src/buffer/store.js';
 import { type Config, configSchema } from '../src/config/schema.js';
-import { Sender } from '../src/delivery/sender.js';
 import { Commands } from '../src/fleet/commands.js';
 import { createLogger } from '../src/log.js';
 import { startLoadChecked } from '../src/milestones/assign.js';
 import type { Reading } from '../src/reading.js';
-import { Sandbox } from '../src/sandbox/server.js';
-import { agentConfig, type Daemon, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile } from './helpers.js';
+import { agentConfig, daemonFixture, runCli, startDaemon, TEST_SCAC, waitFor, writeFile } from './helpers.js';
+import { inProcessSender } from './in-process-sender.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 const MIN = 60_000;
 const T0 = Math.floor(Date.now() / 1000) * 1000 - 30 * MIN;
 
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
 let store: Store;
 let config: Config;
 let ingest: Ingest;
-let client: ApiClient | undefined;
-let sender: Sender | undefined;
-let daemon: Daemon | undefined;
+let sender: ReturnType<typeof inProcessSender>;
 let now = T0;
 
+const fx = daemonFixture({
+  afterStop: async () => {
+    await sender.stop();
+    store.close();
+  },
+});
 beforeEach(async () => {
-  tmp = tempDir();
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
-  const { url } = await sandbox.start();
+  const { url } = await fx.sandbox.start();
   // The defaults that matter: an hour of readings without a load kept (loads.keep_unassigned_s).
   config = configSchema.parse({
     api: { base_url: url, scac: TEST_SCAC, timeout_s: 2 },
-    buffer: { path: join(tmp.dir, 'buffer.db') },
+    buffer: { path: join(fx.tmp.dir, 'buffer.db') },
     delivery: { poll_interval_ms: 20, retry_initial_s: 0.05, retry_max_s: 0.2, drain_interval_ms: 0 },
     sampling: { interval_s: 0 },
     sources: [{ type: 'simulator', resource_id: 'T1' }],
   });
   store = Store.open(config.buffer.path);
+  sender = inProcessSender(store, config);
   now = T0;
   ingest = new Ingest(store, { ...ingestOptionsOf(config), batchSize: 100, flushIntervalMs: 60_000 }, silent, () => now);
-});
-afterEach(async () => {
-  await daemon?.stop('SIGKILL');
-  daemon = undefined;
-  await sender?.stop();
-  await client?.close();
-  sender = undefined;
-  client = undefined;
-  store.close();
-  await sandbox.stop();
-  tmp.cleanup();
 });
 
 const at = (timeMs: number, resourceId = 'T1'): Reading => ({ resourceId, timeMs, lat: 41.8, lon: -87.6 + (timeMs % MIN) / 1e7 });
@@ -74,18 +62,14 @@ function arrive(atMs: number, ...readings: Reading[]): { kept: number; discarded
 }
 
 /** Every point the service took, by reading time, with its load. */
-const accepted = () => sandbox.traces.flatMap((t) => t.body.traces.map((p) => ({ time: Date.parse(p.time.dateTime), load: t.body.loadNumber })));
+const accepted = () => fx.sandbox.traces.flatMap((t) => t.body.traces.map((p) => ({ time: Date.parse(p.time.dateTime), load: t.body.loadNumber })));
 
 async function push(): Promise<void> {
-  if (!sender) {
-    client = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });
-    sender = new Sender({ store, client, config, deviceId: 'dev', log: silent });
-    sender.start();
-  }
-  sender.requestTracePush();
-  await sender.kick();
+  const s = sender.get();
+  s.requestTracePush();
+  await s.kick();
   await waitFor(() => store.loadsWithReadings().length === 0, 10_000, 'the push drained the buffer');
-  await sender.idle();
+  await s.idle();
 }
 
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -114,7 +98,7 @@ describe('readings of a resource with no load', () => {
     // A second load from the same time takes nothing again: they were L1's.
     startLoadChecked(store, config, { loadNumber: 'L2', resourceId: 'T1', from: iso(T0 + 4 * MIN) }, T0 + 13 * MIN);
     expect(store.backlogs(['L2']).get('L2')).toBe(0);
-    expect(sandbox.stats.duplicateTracePoints).toBe(0);
+    expect(fx.sandbox.stats.duplicateTracePoints).toBe(0);
   });
 
   it('beside another load of the resource: the new load takes only the unassigned ones, and the other load keeps its own', async () => {
@@ -199,11 +183,11 @@ const SOURCE = `export function createSource(ctx) {
 
 describe('through the daemon and the CLI', () => {
   it('load start --from 5 minutes ago: the sandbox gets the points T1 reported before the load', async () => {
-    const source = writeFile(tmp.dir, 't1.mjs', SOURCE);
-    const cfg = agentConfig(tmp.dir, sandbox.url, `[[sources]]\ntype = "module"\nname = "t1"\npath = "${source}"\n`, { traces: '* * * * * *', sampling: 0 });
+    const source = writeFile(fx.tmp.dir, 't1.mjs', SOURCE);
+    const cfg = agentConfig(fx.tmp.dir, fx.sandbox.url, `[[sources]]\ntype = "module"\nname = "t1"\npath = "${source}"\n`, { traces: '* * * * * *', sampling: 0 });
     store.close();
-    daemon = startDaemon(['--config', cfg]);
-    await waitFor(() => daemon!.output().includes('"msg":"agent started"'), 15_000, 'the daemon');
+    fx.daemon = startDaemon(['--config', cfg]);
+    await waitFor(() => fx.daemon!.output().includes('"msg":"agent started"'), 15_000, 'the daemon');
     // Two seconds of T1 with no load.
     await new Promise((r) => setTimeout(r, 2000));
     const startMs = Date.now();
@@ -213,6 +197,6 @@ describe('through the daemon and the CLI', () => {
     // Stamped before the load started: on the old code its window opened at the start, never before.
     const early = () => accepted().filter((p) => p.load === 'L1' && p.time < startMs);
     await waitFor(() => early().length >= 5, 20_000, 'the early points at the sandbox');
-    expect(sandbox.stats.duplicateTracePoints).toBe(0);
+    expect(fx.sandbox.stats.duplicateTracePoints).toBe(0);
   });
 });

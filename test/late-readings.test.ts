@@ -7,57 +7,48 @@
  * real ingest and sender, the real sandbox, the real CLI for `status`.
  */
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { Ingest } from '../src/admission/ingest.js';
-import { ApiClient } from '../src/api/client.js';
 import { type LoadRow, type StoredReading, Store } from '../src/buffer/store.js';
 import { configSchema, type Config } from '../src/config/schema.js';
 import { buildTraceChunk } from '../src/delivery/traces.js';
-import { Sender } from '../src/delivery/sender.js';
 import { createLogger } from '../src/log.js';
 import type { Reading } from '../src/reading.js';
-import { Sandbox } from '../src/sandbox/server.js';
-import { agentConfig, runCli, TEST_KEY, TEST_SCAC, tempDir, waitFor } from './helpers.js';
+import { agentConfig, daemonFixture, runCli, TEST_SCAC, waitFor } from './helpers.js';
+import { inProcessSender } from './in-process-sender.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 const T0 = Date.UTC(2026, 5, 1, 12);
 const MIN = 60_000;
 const H = 60 * MIN;
 
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
 let store: Store;
 let config: Config;
 let ingest: Ingest;
-let client: ApiClient | undefined;
-let sender: Sender | undefined;
+let sender: ReturnType<typeof inProcessSender>;
 /** The ingest's clock: when a reading arrives. */
 let now = T0;
 
+const fx = daemonFixture({
+  afterStop: async () => {
+    await sender.stop();
+    store.close();
+  },
+});
 beforeEach(async () => {
-  tmp = tempDir();
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
-  const { url } = await sandbox.start();
+  const { url } = await fx.sandbox.start();
   // The defaults that matter here: a point a minute (sampling.interval_s) and 6 h of late
   // readings (loads.late_readings_s).
   config = configSchema.parse({
     api: { base_url: url, scac: TEST_SCAC, timeout_s: 2 },
-    buffer: { path: join(tmp.dir, 'buffer.db') },
+    buffer: { path: join(fx.tmp.dir, 'buffer.db') },
     delivery: { poll_interval_ms: 20, retry_initial_s: 0.05, retry_max_s: 0.2, drain_interval_ms: 0 },
     sources: [{ type: 'simulator', resource_id: 'TRUCK-1' }],
   });
   store = Store.open(config.buffer.path);
+  sender = inProcessSender(store, config);
   now = T0;
   ingest = new Ingest(store, { batchSize: 100, flushIntervalMs: 60_000, keepWithoutLoad: false, lateReadingsMs: config.loads.late_readings_s * 1000 }, silent, () => now);
-});
-afterEach(async () => {
-  await sender?.stop();
-  await client?.close();
-  sender = undefined;
-  client = undefined;
-  store.close();
-  await sandbox.stop();
-  tmp.cleanup();
 });
 
 const at = (timeMs: number, resourceId = 'TRUCK-1'): Reading => ({ resourceId, timeMs, lat: 41.8, lon: -87.6 + (timeMs % H) / 1e8 });
@@ -71,20 +62,12 @@ function arrive(atMs: number, ...readings: Reading[]): { kept: number; dropped: 
   return { kept: ingest.stats.committed - committed, dropped: ingest.stats.discardedNoLoad - discardedNoLoad };
 }
 
-function startSender(): Sender {
-  if (sender) return sender;
-  client = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });
-  sender = new Sender({ store, client, config, deviceId: 'dev', log: silent });
-  sender.start();
-  return sender;
-}
-
 /** Every point the service took, as the reading id of its traceId, with the load it came in. */
-const accepted = () => sandbox.traces.flatMap((t) => t.body.traces.map((p) => ({ id: Number(p.references![0].value.split('-')[1]), load: t.body.loadNumber })));
+const accepted = () => fx.sandbox.traces.flatMap((t) => t.body.traces.map((p) => ({ id: Number(p.references![0].value.split('-')[1]), load: t.body.loadNumber })));
 
 /** One push, waited for until the buffer has nothing left to send. */
 async function push(): Promise<void> {
-  const s = startSender();
+  const s = sender.get();
   s.requestTracePush();
   await s.kick();
   await waitFor(() => store.loadsWithReadings().length === 0 && store.counts().readings === 0, 10_000, 'the push drained the buffer');
@@ -126,8 +109,8 @@ describe('a reading stamped inside an ended load window, arriving late', () => {
     // point at 9 min already): once, and nothing else again.
     const got = accepted();
     expect(got.slice(10)).toEqual([{ id: late, load: 'L1' }]);
-    expect(sandbox.traces).toHaveLength(2);
-    expect(sandbox.stats.duplicateTracePoints).toBe(0);
+    expect(fx.sandbox.traces).toHaveLength(2);
+    expect(fx.sandbox.stats.duplicateTracePoints).toBe(0);
     expect(store.getLoad('L1')).toMatchObject({ ackedId: late, endId: late });
     store.purgeAcked();
     expect(store.db.prepare('SELECT count(*) FROM readings').pluck().get()).toBe(0);
@@ -140,7 +123,7 @@ describe('a reading stamped inside an ended load window, arriving late', () => {
     const ids = accepted().map((p) => p.id);
     expect(ids.slice(0, 10)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
     expect(ids.slice(10)).toEqual([11, 12]);
-    expect(sandbox.stats.duplicateTracePoints).toBe(0);
+    expect(fx.sandbox.stats.duplicateTracePoints).toBe(0);
   });
 
   it('stamped after the end, or arriving after loads.late_readings_s (or with it 0): dropped and counted', () => {
@@ -254,7 +237,7 @@ describe('status', () => {
     store.closeEndedLoads(realNow);
     store.startLoad({ loadNumber: 'L2', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: realNow - H });
     store.close();
-    const cfg = agentConfig(tmp.dir, config.api.base_url);
+    const cfg = agentConfig(fx.tmp.dir, config.api.base_url);
 
     const json = await runCli(['status', '--json', '--config', cfg]);
     expect(json.code).toBe(3);
