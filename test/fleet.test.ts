@@ -281,6 +281,22 @@ ${extra}`,
     expect(will.body).toMatchObject({ online: false, deviceId: 'truck-a', reason: 'connection lost' });
   });
 
+  it('the Last Will says offline when the agent goes silent without closing its connection (a power cut: SIGSTOP), and it is back online after', async () => {
+    await startBroker();
+    await sandbox.start();
+    await run(fleetConfig());
+    const d = await dispatch();
+    const status = await watch(d, 'fleet/truck-a/status');
+    await waitFor(() => status.find((s) => s.body.online === true), 10_000, 'online');
+    // Frozen: the socket stays open and says nothing; only the broker's keepalive (5 s x 1.5) can tell.
+    daemon!.child.kill('SIGSTOP');
+    const will = await waitFor(() => status.find((s) => s.body.online === false), 15_000, 'the Last Will');
+    expect(will.body).toMatchObject({ online: false, deviceId: 'truck-a', reason: 'connection lost' });
+    const seen = status.length;
+    daemon!.child.kill('SIGCONT');
+    await waitFor(() => status.slice(seen).find((s) => s.body.online === true), 20_000, 'online again');
+  });
+
   it('with the ACL, device A can neither read B’s commands nor publish B’s status; a command from a device is not delivered', async () => {
     await startBroker();
     const a = await client({ username: 'truck-a', password: USERS['truck-a'], clientId: 'probe-a' });
