@@ -235,7 +235,7 @@ export class Agent {
     const b = this.loaded.config.buffer;
     try {
       const keepUnassignedMs = this.loaded.config.privacy.record_without_load ? undefined : this.loaded.config.loads.keep_unassigned_s * 1000;
-      const bounds = { maxSizeBytes: b.max_size_mb * 1_048_576, maxAgeMs: b.max_age_days * 86_400_000, keepUnassignedMs };
+      const bounds = { maxSizeBytes: b.max_size_mb * 1_048_576, maxAgeMs: b.max_age_days * 86_400_000, keepUnassignedMs, historyKeepDays: this.loaded.config.history.keep_days };
       const r = enforceBounds(this.store, bounds, this.log.child({ component: 'buffer' }), this.clock);
       this.ingest.stats.discardedNoLoad += r.unassigned;
       if (r.jumpMs !== undefined) this.clockJump = { ms: r.jumpMs, atMs: Date.now() };

@@ -378,6 +378,26 @@ describe('bounds', () => {
     expect(store.counters()[COUNTER_DROPPED_SIZE]).toBe(dropped.size);
   });
 
+  it('over the size cap the position history is shortened before any reading is dropped', () => {
+    addReadings(2000);
+    // 14 days of a depot's 50 trailers, a position a minute... a part of it: 2,000 minutes each.
+    const put = store.db.prepare('INSERT INTO positions (resource_id, t_s, lat_e5, lon_e5) VALUES (?, ?, ?, ?)');
+    store.db.transaction(() => {
+      for (let r = 0; r < 50; r++) for (let m = 0; m < 2000; m++) put.run(`TRAILER-${r}`, T0 / 1000 - m * 60, 4_180_000 + m, -8_760_000 - r);
+    })();
+    const before = store.usedBytes();
+    const dropped = enforceBounds(store, { maxSizeBytes: before * 0.7, maxAgeMs: 365 * 86_400_000, historyKeepDays: 14 }, silent, T0);
+    expect(dropped.size).toBe(0);
+    expect(store.counts().readings).toBe(2000);
+    expect(store.usedBytes()).toBeLessThanOrEqual(before * 0.7);
+    // The newest positions stay, the oldest went.
+    const left = store.db.prepare("SELECT count(*) AS n, min(t_s) AS oldest, max(t_s) AS newest FROM positions WHERE resource_id = 'TRAILER-7'").get() as { n: number; oldest: number; newest: number };
+    expect(left.newest).toBe(T0 / 1000);
+    expect(left.n).toBeGreaterThan(0);
+    expect(left.n).toBeLessThan(2000);
+    expect(left.oldest).toBeGreaterThan(T0 / 1000 - 2000 * 60);
+  });
+
   it('delivered rows waiting for their purge make room before any reading is dropped', () => {
     addReadings(20_000);
     const ids = [...store.iterateReadings('L1')].map((r) => r.id);

@@ -27,6 +27,8 @@ export interface Bounds {
   maxAgeMs: number;
   /** `loads.keep_unassigned_s` in ms; undefined: unassigned readings are kept for good (`privacy.record_without_load`). */
   keepUnassignedMs?: number;
+  /** `history.keep_days`: over the size limit the position history is shortened before a reading is dropped. */
+  historyKeepDays?: number;
 }
 
 /**
@@ -60,6 +62,15 @@ export function enforceBounds(store: Store, bounds: Bounds, log: Logger, clock: 
   // needed: a whole pass at once can take seconds with a big backlog on an SD card (the
   // sender purges in slices after each push).
   if (store.usedBytes() > bounds.maxSizeBytes) store.purgeAcked();
+  // The position history places milestones typed late; undelivered readings are the data
+  // itself. Over the limit the history keeps half as many days a round (down to an hour,
+  // counted from its newest row) before a reading goes: a depot gateway's 500 trailers write
+  // some 23 MB of it a day.
+  let pruned = 0;
+  for (let days = (bounds.historyKeepDays ?? 0) / 2; days >= 1 / 24 && store.usedBytes() > bounds.maxSizeBytes; days /= 2) {
+    pruned += store.readings.history.prune(Number.POSITIVE_INFINITY, days);
+  }
+  if (pruned > 0) log.warn({ pruned, maxSizeMb: bounds.maxSizeBytes / 1_048_576 }, 'buffer over buffer.max_size_mb: the position history was shortened first');
   // Bounded: at most 200 rounds of 1000 rows per call; the next call continues.
   for (let i = 0; i < 200 && store.usedBytes() > bounds.maxSizeBytes; i++) {
     const n = dropCounted(store, COUNTER_DROPPED_SIZE, () => store.dropOldestReadings(1000));
