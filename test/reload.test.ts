@@ -340,6 +340,30 @@ describe('reload (SIGHUP)', () => {
     }
   });
 
+  it('a SIGHUP while the agent starts is kept and done once it is up, not the death it is by default', async () => {
+    const { url } = await sandbox.start();
+    // A source that takes 2 s to start, and says when it begins: the agent is half-way up.
+    const mark = join(tmp.dir, 'starting');
+    const slow = writeFile(
+      tmp.dir,
+      'slow-source.mjs',
+      `import { writeFileSync } from 'node:fs';\nexport function createSource() { return { async start() { writeFileSync(${JSON.stringify(mark)}, 'x'); await new Promise((r) => setTimeout(r, 2000)); }, stop() {}, health: () => ({ healthy: true, readings: 0, rejected: 0, detail: 'slow' }) }; }\n`,
+    );
+    const cfg = agentConfig(tmp.dir, url, `[[sources]]\ntype = "module"\nname = "slow"\npath = "${slow}"\n`);
+    const d = startDaemon(['--config', cfg]);
+    try {
+      const { existsSync } = await import('node:fs');
+      await waitFor(() => existsSync(mark), 15_000, 'the source starting');
+      d.child.kill('SIGHUP');
+      await lineWith(d, 'configuration reloaded', 'the reload once the agent is up');
+      expect(d.output()).toContain('agent started');
+      expect(d.child.exitCode).toBeNull();
+      expect(d.child.signalCode).toBeNull();
+    } finally {
+      expect(await d.stop()).toEqual({ code: 0, signal: null });
+    }
+  });
+
   it('says at a reload that a key from the systemd credential is the copy made at the start', async () => {
     const { url } = await sandbox.start();
     // The key only as systemd hands it over: no key file in the config.

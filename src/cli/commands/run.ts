@@ -71,6 +71,14 @@ export async function runDaemon(loaded: LoadedConfig, key: KeyLookup, log: Retur
   const signalled = (signal: NodeJS.Signals) => onSignal(signal);
   process.on('SIGTERM', signalled);
   process.on('SIGINT', signalled);
+  // SIGHUP's default action is death too: a reload asked for while the agent starts (a
+  // `systemctl reload` or a HUP a second too early) is kept and done once it is up.
+  let hupPending = false;
+  let onHangup = () => {
+    hupPending = true;
+  };
+  const hangup = () => onHangup();
+  process.on('SIGHUP', hangup);
   // Type=notify: systemd counts the agent as started at READY=1, and restarts it when the
   // event loop stops beating the watchdog. Off systemd this does nothing.
   const notifier = new SystemdNotifier(log.child({ component: 'systemd' }));
@@ -101,7 +109,8 @@ export async function runDaemon(loaded: LoadedConfig, key: KeyLookup, log: Retur
       void notifier.ready(running());
     }
   };
-  process.on('SIGHUP', onHup);
+  onHangup = onHup;
+  if (hupPending) onHup();
   const exitCode = await new Promise<number>((resolve) => {
     let stopping = false;
     const exitNow = (why: Record<string, unknown>, msg: string) => {
@@ -127,7 +136,7 @@ export async function runDaemon(loaded: LoadedConfig, key: KeyLookup, log: Retur
     onSignal = (signal) => (stopping ? exitNow({ signal }, `${signal} again while stopping`) : stop(signal));
     if (pendingStop) stop(pendingStop.signal, pendingStop.exitCode);
   });
-  process.off('SIGHUP', onHup);
+  process.off('SIGHUP', hangup);
   await notifier.stop();
   if (exitCode !== EXIT.OK) process.exitCode = exitCode;
 }
