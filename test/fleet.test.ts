@@ -267,13 +267,19 @@ ${extra}`,
     expect(daemon!.output()).toContain('fleet command refused');
   });
 
-  it('the Last Will says offline within keepalive x 1.5 after kill -9', async () => {
+  /** A linked daemon that said it is online, and dispatch watching its status. */
+  async function online() {
     await startBroker();
     await sandbox.start();
     await run(fleetConfig());
     const d = await dispatch();
     const status = await watch(d, 'fleet/truck-a/status');
     await waitFor(() => status.find((s) => s.body.online === true), 10_000, 'online');
+    return status;
+  }
+
+  it('the Last Will says offline within keepalive x 1.5 after kill -9', async () => {
+    const status = await online();
     const killedAt = Date.now();
     daemon!.child.kill('SIGKILL');
     const will = await waitFor(() => status.find((s) => s.body.online === false), 15_000, 'the Last Will');
@@ -282,12 +288,7 @@ ${extra}`,
   });
 
   it('the Last Will says offline when the agent goes silent without closing its connection (a power cut: SIGSTOP), and it is back online after', async () => {
-    await startBroker();
-    await sandbox.start();
-    await run(fleetConfig());
-    const d = await dispatch();
-    const status = await watch(d, 'fleet/truck-a/status');
-    await waitFor(() => status.find((s) => s.body.online === true), 10_000, 'online');
+    const status = await online();
     // Frozen: the socket stays open and says nothing; only the broker's keepalive (5 s x 1.5) can tell.
     daemon!.child.kill('SIGSTOP');
     const will = await waitFor(() => status.find((s) => s.body.online === false), 15_000, 'the Last Will');

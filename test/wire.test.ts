@@ -44,15 +44,7 @@ const trace = (i: number) => ({
 async function start(opts: Partial<ConstructorParameters<typeof Sandbox>[0]> = {}): Promise<{ sandbox: Sandbox; client: ApiClient }> {
   sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC, tls: { cert: pki.cert, key: pki.key }, idleTimeoutMs: 60_000, ...opts });
   const { url } = await sandbox.start();
-  client = new ApiClient({
-    baseUrl: url,
-    milestonePath: '/rcsc/events/v1/loads/milestone-requests',
-    tracePath: '/rcsc/events/v1/loads/trace-requests',
-    scac: TEST_SCAC,
-    subscriptionKey: TEST_KEY,
-    timeoutMs: 5000,
-    ca: readFileSync(pki.caFile, 'utf8'),
-  });
+  client = new ApiClient(clientOptions(url));
   return { sandbox, client };
 }
 
@@ -184,6 +176,7 @@ describe('api.compress = "gzip"', () => {
   });
 });
 
+/** The client of these tests: the sandbox at `url`, trusting the test PKI's CA. */
 function clientOptions(url: string) {
   return {
     baseUrl: url,

@@ -18,7 +18,7 @@ import type { FleetConfig } from '../config/fleet.js';
 import { mqttClientId } from '../config/load.js';
 import type { Config } from '../config/schema.js';
 import { addSecret } from '../log.js';
-import { AttemptLog, endMqtt, timer } from '../sources/common.js';
+import { AttemptLog, dropMqtt, endMqtt, timer } from '../sources/common.js';
 import { Commands } from './commands.js';
 import type { Reply } from './messages.js';
 import { fleetStatus, offlineStatus, stateKey } from './status.js';
@@ -242,13 +242,8 @@ export class FleetLink {
     this.attempts.failed(this.lastError ?? 'connection closed', this.backoff.failures, wait, this.backoff.atMax);
     clearTimeout(this.retryTimer);
     this.retryTimer = timer(() => {
-      const old = this.client;
+      dropMqtt(this.client);
       this.client = undefined;
-      if (old) {
-        old.removeAllListeners();
-        old.on('error', () => undefined);
-        old.end(true);
-      }
       this.open();
     }, wait);
   }

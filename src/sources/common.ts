@@ -169,3 +169,11 @@ export function endMqtt(client: MqttClient, connected: boolean, waitMs: number, 
     else disconnect();
   });
 }
+
+/** A client given up for a new one: what it may still emit is of no interest (and an 'error' with no listener would throw). */
+export function dropMqtt(old: MqttClient | undefined): void {
+  if (!old) return;
+  old.removeAllListeners();
+  old.on('error', () => undefined);
+  old.end(true);
+}

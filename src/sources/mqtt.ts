@@ -23,7 +23,7 @@ import { MQTT_RECEIVE_MAXIMUM, type MqttSourceConfig } from '../config/schema.js
 import { defaultDeviceId, mqttClientId } from '../config/load.js';
 import { addSecret } from '../log.js';
 import { ACK_LATER, AckQueue, CAN_ACK_LATER, sendPuback } from './acks.js';
-import { AttemptLog, endMqtt, sourceHealth, timer } from './common.js';
+import { AttemptLog, dropMqtt, endMqtt, sourceHealth, timer } from './common.js';
 import { MqttDecoder } from './mqtt-decode.js';
 import type { Source, SourceContext, SourceHealth } from './types.js';
 
@@ -276,15 +276,8 @@ export class MqttSource implements Source {
     clearTimeout(this.retryTimer);
     this.retryTimer = timer(() => {
       this.retryTimer = undefined;
-      const old = this.client;
+      dropMqtt(this.client);
       this.client = undefined;
-      if (old) {
-        // What a client being torn down may still emit is of no interest (and an 'error' with
-        // no listener would throw).
-        old.removeAllListeners();
-        old.on('error', () => undefined);
-        old.end(true);
-      }
       this.open();
     }, wait);
   }
