@@ -398,6 +398,13 @@ describe('bounds', () => {
     expect(left.oldest).toBeGreaterThan(T0 / 1000 - 2000 * 60);
   });
 
+  it('the position history is pruned to history.keep_days by the limits too, without a push', () => {
+    const put = store.db.prepare('INSERT INTO positions (resource_id, t_s, lat_e5, lon_e5) VALUES (?, ?, ?, ?)');
+    for (let day = 0; day < 20; day++) put.run('T1', T0 / 1000 - day * 86_400, 4_180_000, -8_760_000);
+    enforceBounds(store, { maxSizeBytes: 1e12, maxAgeMs: 365 * 86_400_000, historyKeepDays: 14 }, silent, T0);
+    expect(store.db.prepare("SELECT count(*) FROM positions WHERE resource_id = 'T1'").pluck().get()).toBe(15);
+  });
+
   it('delivered rows waiting for their purge make room before any reading is dropped', () => {
     addReadings(20_000);
     const ids = [...store.iterateReadings('L1')].map((r) => r.id);

@@ -55,6 +55,9 @@ export function enforceBounds(store: Store, bounds: Bounds, log: Logger, clock: 
     // Not a loss: readings of no load, held in case a load started late took them; counted
     // with those discarded at commit for having no load.
     if (bounds.keepUnassignedMs !== undefined) unassigned = store.expireUnassigned(now - bounds.keepUnassignedMs);
+    // The history's age limit, here too: the purge after a push prunes it, and a truck may go
+    // weeks without one.
+    if (bounds.historyKeepDays !== undefined) store.readings.history.prune(now, bounds.historyKeepDays);
     if (unassigned > 0) log.debug({ discarded: unassigned, keepUnassignedS: bounds.keepUnassignedMs! / 1000 }, 'readings of no load older than loads.keep_unassigned_s discarded');
   }
   let size = 0;
