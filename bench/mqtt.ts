@@ -6,7 +6,7 @@
  * (schedstat) and memory of the daemon over the publishing window.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { accessSync, constants as fsConstants, mkdirSync, writeFileSync } from 'node:fs';
+import { accessSync, constants as fsConstants, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { connect as tcpConnect } from 'node:net';
 import { delimiter, join } from 'node:path';
 import { connect as mqttConnect } from 'mqtt';
@@ -57,10 +57,20 @@ const listening = (port: number) =>
     s.once('error', () => resolve(false));
   });
 
-/** A port nobody listens on now, from the dynamic range, checked. */
+/**
+ * A port nobody listens on now, below the kernel's ephemeral range: the bench's own drains
+ * take ports from that range for their outgoing connections, and a broker put on one of them
+ * fails to bind.
+ */
 async function freePort(): Promise<number> {
+  let low = 32_768;
+  try {
+    low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || low;
+  } catch {
+    // Not Linux: the usual start of the range.
+  }
   for (;;) {
-    const port = 20_000 + Math.floor(Math.random() * 30_000);
+    const port = 10_000 + Math.floor(Math.random() * Math.max(1000, low - 10_000));
     if (!(await listening(port))) return port;
   }
 }
@@ -68,20 +78,30 @@ async function freePort(): Promise<number> {
 export async function startBroker(dir: string): Promise<{ proc: ChildProcess; url: string }> {
   const bin = mosquittoPath();
   if (!bin) throw Object.assign(new Error('mosquitto is not installed (apt-get install mosquitto)'), { skip: true });
-  const port = await freePort();
   mkdirSync(dir, { recursive: true });
-  const conf = join(dir, 'mosquitto.conf');
-  // The agent's session queue unbounded here: what is measured is the agent, not a broker
-  // dropping messages past its default 1,000 queued per client.
-  writeFileSync(conf, `listener ${port} 127.0.0.1\nallow_anonymous true\nmax_queued_messages 0\nlog_dest stderr\nlog_type error\n${process.getuid?.() === 0 ? 'user root\n' : ''}`);
-  const proc = spawn(bin, ['-c', conf], { stdio: 'ignore' });
-  children.add(proc);
-  const deadline = performance.now() + 10_000;
-  while (!(await listening(port))) {
-    if (proc.exitCode !== null || performance.now() > deadline) throw new Error(`mosquitto did not start on port ${port}`);
-    await sleep(20);
+  // A port can still be taken between the check and mosquitto's bind: a few ports are tried.
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort();
+    const conf = join(dir, 'mosquitto.conf');
+    // The agent's session queue unbounded here: what is measured is the agent, not a broker
+    // dropping messages past its default 1,000 queued per client.
+    writeFileSync(conf, `listener ${port} 127.0.0.1\nallow_anonymous true\nmax_queued_messages 0\nlog_dest stderr\nlog_type error\n${process.getuid?.() === 0 ? 'user root\n' : ''}`);
+    const proc = spawn(bin, ['-c', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
+    children.add(proc);
+    let stderr = '';
+    proc.stderr?.on('data', (d: Buffer) => {
+      if (stderr.length < 4096) stderr += d.toString();
+    });
+    const deadline = performance.now() + 10_000;
+    let up = false;
+    while (!up && proc.exitCode === null && performance.now() <= deadline) {
+      up = await listening(port);
+      if (!up) await sleep(20);
+    }
+    if (up) return { proc, url: `mqtt://127.0.0.1:${port}` };
+    if (proc.exitCode === null) proc.kill('SIGKILL');
+    if (attempt >= 5) throw new Error(`mosquitto did not start on port ${port} (attempt ${attempt}): ${stderr.trim() || 'no error printed'}`);
   }
-  return { proc, url: `mqtt://127.0.0.1:${port}` };
 }
 
 /** Whether a warm-up message is in the buffer. */

@@ -59,13 +59,36 @@ export function recorder(): Recorder {
   return { ctx, readings, rejects, logs };
 }
 
-/** A TCP port nobody listens on right now (another gpsd may hold 2947). */
+/**
+ * A TCP port nobody listens on right now (another gpsd may hold 2947), below the kernel's
+ * ephemeral range: a port from that range can be taken at any moment as the local port of an
+ * outgoing connection (the tests make thousands), and a server started on it then fails to bind.
+ */
 export async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const port = (srv.address() as { port: number }).port;
-  await new Promise((r) => srv.close(r));
-  return port;
+  const low = ephemeralLow();
+  for (let tries = 0; ; tries++) {
+    const port = 10_000 + Math.floor(Math.random() * (low - 10_000));
+    const srv = createServer();
+    const ok = await new Promise<boolean>((r) => {
+      srv.once('error', () => r(false));
+      srv.listen(port, '127.0.0.1', () => r(true));
+    });
+    if (ok) {
+      await new Promise((r) => srv.close(r));
+      return port;
+    }
+    if (tries > 100) throw new Error(`no free port between 10000 and ${low}`);
+  }
+}
+
+/** The first port of the kernel's ephemeral range (32768 where it cannot be read). */
+export function ephemeralLow(): number {
+  try {
+    const low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+    return Number.isInteger(low) && low > 11_000 ? low : 32_768;
+  } catch {
+    return 32_768;
+  }
 }
 
 /** Stop a process we started: SIGTERM by PID, SIGKILL after a second, wait for the exit. */
