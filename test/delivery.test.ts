@@ -147,10 +147,14 @@ describe('sender against the sandbox', () => {
     sandbox.setFaults({ failNext: 3 });
     sender.start();
     sender.requestTracePush();
+    // The service's last answer is there for status and the fleet: the 503, then the success.
+    await waitFor(() => sender.status.lastAnswer === 'HTTP 503', 5000, 'a 503 as the last answer');
     await waitFor(() => sandbox.stats.faults.failed === 3, 5000, 'three 503s');
     await waitFor(() => sandbox.milestones.length === 1 && store.counts().readings === 0, 5000, 'delivery after the 503s');
     expect(sender.status.failures.retry).toBe(3);
     expect(sender.status.lastError).toContain('HTTP 503');
+    expect(sender.status.lastAnswer).toMatch(/^HTTP 20\d$/);
+    expect(sender.status.lastAnswerMs).toBeGreaterThanOrEqual(sender.status.lastErrorMs!);
     expect(sandbox.traces.flatMap((t) => t.body.traces)).toHaveLength(10);
   });
 
@@ -162,6 +166,7 @@ describe('sender against the sandbox', () => {
     sender.requestTracePush();
     await waitFor(() => sender.status.consecutiveFailures >= 2, 5000, 'two failed attempts');
     expect(sender.status.lastError).toMatch(/network error: ECONNREFUSED/);
+    expect(sender.status.lastAnswer).toBe('no answer (ECONNREFUSED)');
     expect(store.counts()).toMatchObject({ readings: 5, pendingMilestones: 1 });
     expect(store.pendingMilestones()[0].attempts).toBeGreaterThanOrEqual(2);
   });

@@ -158,6 +158,9 @@ ${extra}`,
     const m = await send(d, 'truck-a', 'milestone', { commandId: 'c-2', loadNumber: 'L-100', eventCode: 'AF', stopsequenceNumber: 1 });
     expect(m).toMatchObject({ commandId: 'c-2', ok: true, status: 0 });
     await waitFor(() => sandbox.milestones.some((x) => x.body.eventCode === 'AF'), 15_000, 'the AF milestone');
+    // The last push and the service's answer to it.
+    const answered = await waitFor(() => status.find((x) => (x.body.lastPush as { answer?: string } | undefined)?.answer && (x.body.lastPush as { at?: string }).at), 15_000, 'a status with the last answer');
+    expect(answered.body.lastPush).toMatchObject({ at: expect.any(String), lastSuccessAt: expect.any(String), answer: expect.stringMatching(/^HTTP 20\d$/), answerAt: expect.any(String), error: null });
     // A late subscriber (the desk's dashboard starting) gets the retained status at once.
     const late = await dispatch();
     const retained = await watch(late, 'fleet/truck-a/status');

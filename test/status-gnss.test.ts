@@ -24,7 +24,13 @@ afterEach(() => {
 
 /** The state row of a daemon running in this process, its clock as given, last push 5 min ago on the system clock. */
 function daemonState(systemNowMs: number, clock: Record<string, unknown>): void {
-  const sender = { lastSuccessMs: systemNowMs - 300_000, lastTracePushMs: systemNowMs - 300_000, sent: { milestones: 0, traceRequests: 1, tracePoints: 1 } };
+  const sender = {
+    lastSuccessMs: systemNowMs - 300_000,
+    lastTracePushMs: systemNowMs - 300_000,
+    lastAnswer: 'HTTP 202',
+    lastAnswerMs: systemNowMs - 300_000,
+    sent: { milestones: 0, traceRequests: 1, tracePoints: 1 },
+  };
   store.setState(
     DAEMON_STATE_KEY,
     {
@@ -58,6 +64,7 @@ describe('status on GNSS time', () => {
     expect(text).toMatch(/^last fix: +T1 41\.80000, -87\.60000 at 2026-11-26 11:59:30Z \(30 s ago\)$/m);
     expect(text).toMatch(/^queue: +1 readings \(oldest 2026-11-26 11:59:30Z \(30 s ago\)\)/m);
     expect(text).toMatch(/^last push: +2026-11-25 23:55:00Z \(5 min 0 s ago\)$/m);
+    expect(text).toMatch(/^last answer: +HTTP 202 2026-11-25 23:55:00Z \(5 min 0 s ago\)$/m);
   });
 
   it('with the clock synchronised, or an offset within GNSS latency, ages are on the system clock as before', () => {

@@ -188,6 +188,7 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
   }
   row('last success', ago(d?.lastSuccessMs, nowMs));
   row('last push', ago(d?.lastTracePushMs, nowMs));
+  if (d?.lastAnswer) row('last answer', `${d.lastAnswer} ${ago(d.lastAnswerMs, nowMs)}`);
   if (r.nextTracePushMs) row('next push', ago(r.nextTracePushMs, nowMs));
   if (d?.lastError && (d.lastErrorMs ?? 0) >= (d.lastSuccessMs ?? 0)) {
     row('last error', `${d.lastError} [${d.lastErrorClass}] at ${ago(d.lastErrorMs, nowMs)}`);

@@ -21,6 +21,9 @@ export interface SenderStatus {
   /** Set while the service refuses our credentials or address; delivery waits for a fix. */
   paused: string | null;
   lastTracePushMs: number | null;
+  /** The service's answer to the last request, a push or a milestone: "HTTP 202", or "no answer (ECONNREFUSED)". */
+  lastAnswer: string | null;
+  lastAnswerMs: number | null;
   /** Current trace chunk size (halved on 413). */
   chunkLimit: number;
   sent: { milestones: number; traceRequests: number; tracePoints: number };

@@ -57,6 +57,8 @@ export class Sender implements DeliveryContext {
       nextAttemptMs: null,
       paused: null,
       lastTracePushMs: null,
+      lastAnswer: null,
+      lastAnswerMs: null,
       chunkLimit: currentDeps.config.delivery.max_traces_per_request,
       sent: { milestones: 0, traceRequests: 0, tracePoints: 0 },
       duplicates: 0,
@@ -108,6 +110,8 @@ export class Sender implements DeliveryContext {
     // What the request carries, and the acknowledgement of the one before, are on the disk first.
     await this.currentDeps.store.syncCommits();
     const outcome = await send();
+    this.status.lastAnswer = outcome.kind === 'response' ? `HTTP ${outcome.status}` : `no answer (${outcome.code ?? outcome.error})`;
+    this.status.lastAnswerMs = this.now();
     if (isDelivered(this.classify(outcome, sentBefore))) this.retry.succeeded();
     return outcome;
   }

@@ -80,6 +80,9 @@ export const statusSchema = z.strictObject({
     .strictObject({
       at: time.nullable(),
       lastSuccessAt: time.nullable(),
+      /** The service's answer to the last request (a push or a milestone): "HTTP 202", "no answer (ETIMEDOUT)". */
+      answer: z.string().nullable(),
+      answerAt: time.nullable(),
       /** The last failure, if none succeeded since. */
       error: z.string().nullable(),
       errorClass: z.string().nullable(),

@@ -49,7 +49,14 @@ export function fleetStatus(agent: Agent, deviceId: string, nowMs = Date.now()):
     oldestUndeliveredAgeS: counts.oldestReadingMs === null ? null : Math.round((nowMs - counts.oldestReadingMs) / 1000),
     pendingMilestones: counts.pendingMilestones,
     deadLetters: counts.deadLetters,
-    lastPush: { at: iso(s.lastTracePushMs), lastSuccessAt: iso(s.lastSuccessMs), error: failing ? s.lastError : null, errorClass: failing ? s.lastErrorClass : null },
+    lastPush: {
+      at: iso(s.lastTracePushMs),
+      lastSuccessAt: iso(s.lastSuccessMs),
+      answer: s.lastAnswer,
+      answerAt: iso(s.lastAnswerMs),
+      error: failing ? s.lastError : null,
+      errorClass: failing ? s.lastErrorClass : null,
+    },
     lastFixes: store.lastFixes().map((f) => {
       const place = placeAt(f.lat, f.lon);
       return {
