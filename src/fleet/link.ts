@@ -19,6 +19,7 @@ import { mqttClientId } from '../config/load.js';
 import type { Config } from '../config/schema.js';
 import { addSecret } from '../log.js';
 import { AttemptLog, dropMqtt, endMqtt, timer } from '../sources/common.js';
+import { loadMqtt } from '../sources/mqtt-lib.js';
 import { Commands } from './commands.js';
 import type { Reply } from './messages.js';
 import { fleetStatus, offlineStatus, stateKey } from './status.js';
@@ -28,18 +29,11 @@ const SESSION_EXPIRY_S = 7 * 24 * 3600;
 /** How often a change of state is looked for (from memory: cheap). */
 const STATE_LOOK_MS = 2000;
 
-/**
- * MQTT.js, loaded when a link first connects: some 10 MB of memory that a daemon without a
- * [fleet] table (and without an mqtt source) need not carry.
- */
-let mqttConnect: typeof import('mqtt').connect | undefined;
-
 export class FleetLink {
   private cfg: FleetConfig | undefined;
   private client: MqttClient | undefined;
   private active = false;
   private connected = false;
-  private loading = false;
   private retryTimer: NodeJS.Timeout | undefined;
   private statusTimer: NodeJS.Timeout | undefined;
   private lookTimer: NodeJS.Timeout | undefined;
@@ -141,25 +135,15 @@ export class FleetLink {
       this.retry();
       return;
     }
-    if (!mqttConnect) {
-      // One load at a time: a stop and a start while it loads open one connection, not two.
-      if (this.loading) return;
-      this.loading = true;
-      import('mqtt').then(
-        (m) => {
-          this.loading = false;
-          mqttConnect = m.connect;
-          this.open();
-        },
-        (err: Error) => {
-          this.loading = false;
-          this.lastError = `cannot load MQTT.js (${err.message})`;
-          this.retry();
-        },
-      );
+    let connect: ReturnType<typeof loadMqtt>['connect'];
+    try {
+      connect = loadMqtt().connect;
+    } catch (err) {
+      this.lastError = `cannot load MQTT.js (${(err as Error).message})`;
+      this.retry();
       return;
     }
-    const client = mqttConnect(cfg.url, options);
+    const client = connect(cfg.url, options);
     this.client = client;
     const current = () => client === this.client && this.active;
     // Called for each QoS 1 message; its callback sends the PUBACK. The command is applied and

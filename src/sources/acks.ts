@@ -19,8 +19,9 @@
  * timed reading already here is not taken twice, see mqtt.ts and buffer/seen.ts; an untimed
  * one may be committed twice: at least once, never lost).
  */
-import { MqttClient } from 'mqtt';
+import type { MqttClient } from 'mqtt';
 import { timer } from './common.js';
+import { loadMqtt } from './mqtt-lib.js';
 import type { Commits } from './types.js';
 
 export interface AckOptions {
@@ -39,7 +40,7 @@ export interface AckOptions {
 type PacketWriter = { _sendPacket(packet: { cmd: 'puback'; messageId: number; reasonCode: number }): void };
 
 /** Whether this MQTT.js can send a PUBACK of ours (its writer is internal: a new version may move it). */
-export const CAN_ACK_LATER = typeof (MqttClient.prototype as unknown as Partial<PacketWriter>)._sendPacket === 'function';
+export const CAN_ACK_LATER = typeof (loadMqtt().MqttClient.prototype as unknown as Partial<PacketWriter>)._sendPacket === 'function';
 
 /** Handed to handleMessage's callback so that MQTT.js sends no PUBACK of its own; it reads it as nothing more. */
 export const ACK_LATER = new Error('acknowledged once committed');

@@ -17,7 +17,7 @@
 import type { Reading } from '../reading.js';
 import { readFileSync } from 'node:fs';
 import { rootCertificates } from 'node:tls';
-import { connect, type IClientOptions, type MqttClient } from 'mqtt';
+import type { IClientOptions, MqttClient } from 'mqtt';
 import { Backoff } from '../backoff.js';
 import { MQTT_RECEIVE_MAXIMUM, type MqttSourceConfig } from '../config/schema.js';
 import { defaultDeviceId, mqttClientId } from '../config/load.js';
@@ -25,6 +25,7 @@ import { addSecret } from '../log.js';
 import { ACK_LATER, AckQueue, CAN_ACK_LATER, sendPuback } from './acks.js';
 import { AttemptLog, dropMqtt, endMqtt, sourceHealth, timer } from './common.js';
 import { MqttDecoder } from './mqtt-decode.js';
+import { loadMqtt } from './mqtt-lib.js';
 import type { Source, SourceContext, SourceHealth } from './types.js';
 
 export { type DecodedMessage, MqttDecoder, type MqttMapping, type MqttRejectReason } from './mqtt-decode.js';
@@ -170,7 +171,7 @@ export class MqttSource implements Source {
       this.retry();
       return;
     }
-    const client = connect(this.cfg.url, options);
+    const client = loadMqtt().connect(this.cfg.url, options);
     this.client = client;
     const current = () => client === this.client && this.active;
     // MQTT.js acknowledges a QoS 1 message once this calls back without an error: not for a

@@ -11,6 +11,7 @@ import { isLoopback } from '../../config/fleet.js';
 import { CliError } from '../../errors.js';
 import { EXIT } from '../../exit.js';
 import { COMMANDS, jsonSchemas, type Reply } from '../../fleet/messages.js';
+import { loadMqtt } from '../../sources/mqtt-lib.js';
 import { out } from '../common.js';
 
 interface SendOptions {
@@ -76,7 +77,7 @@ export function addFleetCommand(program: Command): void {
       if (opts.certFile) options.cert = read(opts.certFile, '--cert-file');
       if (opts.keyFile) options.key = read(opts.keyFile, '--key-file');
       // Loaded here, not with the CLI: every other command (and `run`) goes without MQTT.js.
-      const { connect } = await import('mqtt');
+      const { connect } = loadMqtt();
       const client = connect(opts.url, options);
       try {
         const reply = await new Promise<Reply>((resolve, reject) => {
