@@ -19,7 +19,7 @@ import { mqttClientId } from '../config/load.js';
 import type { Config } from '../config/schema.js';
 import { addSecret } from '../log.js';
 import { AttemptLog, dropMqtt, endMqtt, timer } from '../sources/common.js';
-import { loadMqtt } from '../sources/mqtt-lib.js';
+import { connectMqtt } from '../sources/mqtt-lib.js';
 import { Commands } from './commands.js';
 import type { Reply } from './messages.js';
 import { fleetStatus, offlineStatus, stateKey } from './status.js';
@@ -135,15 +135,14 @@ export class FleetLink {
       this.retry();
       return;
     }
-    let connect: ReturnType<typeof loadMqtt>['connect'];
+    let client: MqttClient;
     try {
-      connect = loadMqtt().connect;
+      client = connectMqtt(cfg.url, options);
     } catch (err) {
-      this.lastError = `cannot load MQTT.js (${(err as Error).message})`;
+      this.lastError = `MQTT client not started (${(err as Error).message})`;
       this.retry();
       return;
     }
-    const client = connect(cfg.url, options);
     this.client = client;
     const current = () => client === this.client && this.active;
     // Called for each QoS 1 message; its callback sends the PUBACK. The command is applied and

@@ -25,7 +25,7 @@ import { addSecret } from '../log.js';
 import { ACK_LATER, AckQueue, CAN_ACK_LATER, sendPuback } from './acks.js';
 import { AttemptLog, dropMqtt, endMqtt, sourceHealth, timer } from './common.js';
 import { MqttDecoder } from './mqtt-decode.js';
-import { loadMqtt } from './mqtt-lib.js';
+import { connectMqtt } from './mqtt-lib.js';
 import type { Source, SourceContext, SourceHealth } from './types.js';
 
 export { type DecodedMessage, MqttDecoder, type MqttMapping, type MqttRejectReason } from './mqtt-decode.js';
@@ -171,7 +171,7 @@ export class MqttSource implements Source {
       this.retry();
       return;
     }
-    const client = loadMqtt().connect(this.cfg.url, options);
+    const client = connectMqtt(this.cfg.url, options);
     this.client = client;
     const current = () => client === this.client && this.active;
     // MQTT.js acknowledges a QoS 1 message once this calls back without an error: not for a

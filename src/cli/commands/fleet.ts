@@ -11,7 +11,7 @@ import { isLoopback } from '../../config/fleet.js';
 import { CliError } from '../../errors.js';
 import { EXIT } from '../../exit.js';
 import { COMMANDS, jsonSchemas, type Reply } from '../../fleet/messages.js';
-import { loadMqtt } from '../../sources/mqtt-lib.js';
+import { connectMqtt } from '../../sources/mqtt-lib.js';
 import { out } from '../common.js';
 
 interface SendOptions {
@@ -77,8 +77,7 @@ export function addFleetCommand(program: Command): void {
       if (opts.certFile) options.cert = read(opts.certFile, '--cert-file');
       if (opts.keyFile) options.key = read(opts.keyFile, '--key-file');
       // Loaded here, not with the CLI: every other command (and `run`) goes without MQTT.js.
-      const { connect } = loadMqtt();
-      const client = connect(opts.url, options);
+      const client = connectMqtt(opts.url, options);
       try {
         const reply = await new Promise<Reply>((resolve, reject) => {
           const timer = setTimeout(() => reject(new Error(`no answer from ${prefix} within ${opts.timeout} s (the command stays queued at the broker for the device)`)), Number(opts.timeout) * 1000);
