@@ -179,6 +179,7 @@ export class Agent {
       sender: this.sender,
       log: this.log,
       state: (running) => this.state(running),
+      health: () => this.sources.map((s) => (s.health().healthy ? '1' : '0')).join(''),
       intervalMs: this.opts.stateIntervalMs ?? STATE_INTERVAL_MS,
     });
     this.stateRow.start();

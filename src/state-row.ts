@@ -1,7 +1,10 @@
 /**
  * When the daemon writes its state row (src/daemon-state.ts), which `status` reads: at once
- * when delivery's state changed (a push shows at once), else every `intervalMs`, riding in the
- * next commit of readings so that it costs no sync of its own (every write wears the flash).
+ * when delivery's state changed (a push shows at once) or a source became healthy or
+ * unhealthy (`status` exits 6 for an unhealthy source: a monitoring script must not wait a
+ * minute to see it; at most one such write every HEALTH_WRITE_MS), else every `intervalMs`,
+ * riding in the next commit of readings so that it costs no sync of its own (every write
+ * wears the flash).
  */
 import type { Logger } from 'pino';
 import type { Ingest } from './admission/ingest.js';
@@ -18,10 +21,16 @@ export interface StateRowParts {
   state: (running: boolean) => DaemonState;
   /** How often the row is written when nothing changed, ms. */
   intervalMs: number;
+  /** Which sources are healthy now, as a key that changes when one of them changes. */
+  health?: () => string;
 }
+
+/** At most one write a this often for a change of the sources' health (a flapping source). */
+export const HEALTH_WRITE_MS = 5000;
 
 export class StateRow {
   private lastSenderState = '';
+  private lastHealth = '';
   /** Monotonic ms of the last write. */
   private lastWriteMs = Number.NEGATIVE_INFINITY;
   /** When (monotonic ms) the row was handed to the next commit of readings (undefined: it was not). */
@@ -33,6 +42,7 @@ export class StateRow {
   /** The first write, at start. */
   start(): void {
     this.lastSenderState = this.deliveryState();
+    this.lastHealth = this.parts.health?.() ?? '';
     this.write(true);
   }
 
@@ -40,8 +50,13 @@ export class StateRow {
   tick(now = performance.now()): void {
     const { ingest, intervalMs } = this.parts;
     const sender = this.deliveryState();
+    const health = this.parts.health?.() ?? '';
     if (sender !== this.lastSenderState) {
       this.lastSenderState = sender;
+      this.lastHealth = health;
+      this.write(true);
+    } else if (health !== this.lastHealth && now - this.lastWriteMs >= HEALTH_WRITE_MS) {
+      this.lastHealth = health;
       this.write(true);
     } else if (now - this.lastWriteMs >= intervalMs) {
       // Due: in the next commit of readings (one sync instead of two), or by itself when

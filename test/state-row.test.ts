@@ -16,7 +16,7 @@ const fx = daemonFixture<Agent>();
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 
-async function startAgent(source: Record<string, unknown>): Promise<{ file: string; updatedMs: () => number }> {
+async function startAgent(source: Record<string, unknown>, stateIntervalMs = 1000): Promise<{ file: string; updatedMs: () => number }> {
   const { url } = await fx.sandbox.start();
   const file = join(fx.tmp.dir, 'b.db');
   const config = configSchema.parse({
@@ -26,7 +26,7 @@ async function startAgent(source: Record<string, unknown>): Promise<{ file: stri
     schedule: { traces: '0 0 1 1 *', splay_s: 0 },
     sources: [source],
   });
-  fx.daemon = new Agent({ file: '(test)', config, deviceId: 'dev', warnings: [] }, { key: TEST_KEY, origin: 'test' }, silent, { stateIntervalMs: 1000 });
+  fx.daemon = new Agent({ file: '(test)', config, deviceId: 'dev', warnings: [] }, { key: TEST_KEY, origin: 'test' }, silent, { stateIntervalMs });
   await fx.daemon.start();
   fx.daemon.store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: Date.now() });
   const a = fx.daemon;
@@ -43,6 +43,16 @@ describe('the daemon state row', () => {
     const withState = commits.filter((c) => c.has('state'));
     expect(withState.length).toBeGreaterThanOrEqual(2);
     expect(withState.filter((c) => !c.has('readings')).map((c) => [...c])).toEqual([]);
+  });
+
+  it('is written within seconds when a source becomes unhealthy, not a minute later (status exits 6 on it)', async () => {
+    // The row's own interval at its default, a minute: only the change of health can write it.
+    const { updatedMs } = await startAgent({ type: 'exec', name: 'quiet', command: [process.execPath, '-e', 'setTimeout(() => {}, 60_000)'], no_data_timeout_s: 1 }, 60_000);
+    const healthOf = () => (fx.daemon!.store.getState(DAEMON_STATE_KEY)?.value as { sources?: Array<{ name: string; healthy: boolean }> } | undefined)?.sources?.find((s) => s.name === 'quiet')?.healthy;
+    await waitFor(() => healthOf() === true, 5000, 'the first row, the source healthy');
+    const from = updatedMs();
+    await waitFor(() => healthOf() === false, 12_000, 'the row saying the source is unhealthy');
+    expect(updatedMs()).toBeGreaterThan(from);
   });
 
   it('is written by itself, within a commit interval of being due, when no reading comes', async () => {

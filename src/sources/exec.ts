@@ -61,6 +61,9 @@ export function parseExecLine(text: string, nowMs: number): ExecLineResult {
   };
 }
 
+/** A command that failed this many times within this window is unhealthy (a crash loop). */
+export const CRASH_LOOP = { failures: 3, windowMs: 60_000 };
+
 export class ExecSource implements Source {
   readonly type = 'exec';
   readonly name: string;
@@ -70,6 +73,8 @@ export class ExecSource implements Source {
   private run: { pid: number | undefined; startedMs: number; readingsAtStart: number } = { pid: undefined, startedMs: 0, readingsAtStart: 0 };
   private lastExit: string | undefined;
   private readonly counters = { starts: 0, exits: 0 };
+  /** When (monotonic ms) the command last failed (exit code not 0, a signal, not started), newest last. */
+  private failedAt: number[] = [];
 
   constructor(
     private readonly cfg: ExecSourceConfig,
@@ -99,11 +104,15 @@ export class ExecSource implements Source {
       silent: ({ link }) => ctx.log.warn({ pid: link.child.pid, timeoutS: cfg.no_data_timeout_s }, 'no output from the command'),
       closed: ({ link }) => {
         this.lastExit = link.exit ? (link.exit.signal ? `killed by ${link.exit.signal}` : `exited with code ${link.exit.code}`) : link.error ? `could not start: ${link.error}` : this.lastExit;
+        if (!link.exit || link.exit.code !== 0) this.noteFailure();
         // A run that delivered, or lasted, earns a fresh start; a command failing at once backs off.
         if (ctx.counts.readings > this.run.readingsAtStart || performance.now() - this.run.startedMs >= cfg.restart_max_s * 1000) this.link.backoff.reset();
         return 'reopen';
       },
-      failed: () => (this.lastExit = `could not start: ${this.link.lastError}`),
+      failed: () => {
+        this.lastExit = `could not start: ${this.link.lastError}`;
+        this.noteFailure();
+      },
       retrying: (wait) => this.restarting(wait),
     });
   }
@@ -131,12 +140,22 @@ export class ExecSource implements Source {
     else detail = `not running: ${this.lastExit ?? 'starting'}; restart pending`;
     const { starts, exits } = this.counters;
     if (exits) detail += `; ${exits} exits`;
+    // A command that fails again and again is unhealthy even in the second it runs between.
+    const since = performance.now() - CRASH_LOOP.windowMs;
+    this.failedAt = this.failedAt.filter((t) => t >= since);
+    const looping = this.failedAt.length >= CRASH_LOOP.failures;
+    if (looping) detail += `; failing: ${this.failedAt.length} failures in the last ${CRASH_LOOP.windowMs / 1000} s (last: ${this.lastExit})`;
     // Every input this source refused is a bad line or an overlong one (admission counted them).
     const { overlongLines } = link.counters;
     const badLines = this.ctx.counts.rejected - overlongLines;
     if (badLines || overlongLines) detail += `; ${badLines} bad lines, ${overlongLines} too long`;
-    const healthy = link.active && running && !link.silent;
+    const healthy = link.active && running && !link.silent && !looping;
     return sourceHealth(this.ctx, { healthy, detail }, { starts, exits, badLines, overlongLines, stderrLines: this.stderr.lines });
+  }
+
+  private noteFailure(): void {
+    this.failedAt.push(performance.now());
+    if (this.failedAt.length > 100) this.failedAt.shift();
   }
 
   /** The command ended (or could not start): it is started again after `wait`. */

@@ -77,6 +77,26 @@ describe('exec source', () => {
     expect(src.health().counters.exits).toBeGreaterThanOrEqual(5);
   });
 
+  it('calls a command that keeps failing unhealthy, also in the moments it runs between failures', async () => {
+    const rec = recorder();
+    // Each run delivers a reading (so its backoff starts over) and then fails: a crash loop at full speed.
+    const line = JSON.stringify({ resourceId: 'T1', temperature: 4 });
+    const src = new ExecSource(cfg({ command: node(`console.log('${line}'); setTimeout(() => process.exit(3), 150)`), restart_initial_s: 0.05 }), rec.ctx);
+    cleanup.push(() => src.stop());
+    await src.start();
+    await waitFor(() => src.health().counters.exits >= 3, 10_000, 'three failures');
+    // Sampled while it restarts and runs again: never healthy, and the detail says why.
+    const samples: Array<{ healthy: boolean; detail?: string }> = [];
+    for (let i = 0; i < 40; i++) {
+      samples.push(src.health());
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(samples.some((h) => h.detail?.startsWith('running'))).toBe(true);
+    expect(samples.filter((h) => h.healthy)).toEqual([]);
+    expect(samples.at(-1)!.detail).toMatch(/failing: \d+ failures in the last 60 s \(last: exited with code 3\)/);
+    expect(rec.readings.length).toBeGreaterThanOrEqual(3);
+  });
+
   it('a command that cannot start is retried, not fatal', async () => {
     const rec = recorder();
     const src = new ExecSource(cfg({ command: ['/nonexistent/reefer-reader', '--port', '/dev/ttyS0'] }), rec.ctx);
