@@ -164,6 +164,25 @@ describe('ApiClient', () => {
     await connectionClosed;
   });
 
+  it('says when a request went twice: a kept-alive connection closed after the server read it, the copy answered 409', async () => {
+    const keys = new Set<string>();
+    const url = await serve((req, res, nth) => {
+      void readBody(req).then(() => {
+        const key = String(req.headers['idempotency-key']);
+        if (keys.has(key)) return res.writeHead(409).end('{"error":"duplicate Idempotency-Key"}');
+        keys.add(key);
+        // The second request, on the connection the first left open: read, then the connection dies unanswered.
+        if (nth === 2) return req.socket.destroy();
+        res.writeHead(200).end('{}');
+      });
+    });
+    const c = makeClient(url);
+    const first = await c.postTraces({ n: 1 }, 'a');
+    expect(first).toMatchObject({ kind: 'response', status: 200 });
+    expect(first).not.toHaveProperty('resent', true);
+    expect(await c.postTraces({ n: 2 }, 'b')).toMatchObject({ kind: 'response', status: 409, resent: true });
+  });
+
   it('sends again at once on a new connection when a kept-alive one was closed under the request', async () => {
     const url = await serve((req, res, nth) => {
       // The second request arrives on the connection the first left open: drop it without an

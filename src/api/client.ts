@@ -47,8 +47,10 @@ export type PostOutcome =
       /** The answer's headers, lower-case names (a dead letter keeps them). */
       headers?: Record<string, string>;
       durationMs: number;
+      /** Sent twice (see postNow): the service may have read the first copy, so this was a repeat. */
+      resent?: boolean;
     }
-  | { kind: 'network'; error: string; code?: string; durationMs: number };
+  | { kind: 'network'; error: string; code?: string; durationMs: number; resent?: boolean };
 
 /**
  * Whether each request went out on a connection that had carried one before: undici tells
@@ -174,6 +176,7 @@ export class ApiClient {
       const url = this.urlFor(path);
       if (url.protocol !== 'http:' && url.protocol !== 'https:') throw Object.assign(new Error(`api.base_url: unsupported protocol ${url.protocol}`), { code: 'EPROTO' });
       let outcome: Omit<Extract<PostOutcome, { kind: 'response' }>, 'durationMs'>;
+      let resent = false;
       const watch = idempotencyKey !== undefined && !reusedWatch.has(idempotencyKey) ? idempotencyKey : undefined;
       if (watch !== undefined) reusedWatch.set(watch, false);
       try {
@@ -182,17 +185,23 @@ export class ApiClient {
         // A kept-alive connection the server closed as we reused it: usually its idle timeout
         // fired just then and the request never arrived, so it goes once more at once, on a
         // new connection, not after a backoff. If the server did read it, the same
-        // Idempotency-Key makes the copy harmless. A fresh connection that fails is not
-        // sent on again (the backoff decides).
+        // Idempotency-Key makes the copy harmless, and the outcome says it was `resent`: the
+        // answer is then to a repeat (a 409 means the service has it, a 429 does not say the
+        // first copy was not taken). A fresh connection that fails is not sent on again (the
+        // backoff decides).
         const reused = watch !== undefined && reusedWatch.get(watch) === true;
         if (this.closing || !reused || !(err instanceof errors.SocketError)) throw err;
-        outcome = await this.send(url, payload, idempotencyKey, signal);
+        resent = true;
+        outcome = await this.send(url, payload, idempotencyKey, signal).catch((e: unknown) => {
+          throw Object.assign(e as Error, { resent: true });
+        });
       } finally {
         if (watch !== undefined) reusedWatch.delete(watch);
       }
-      return { ...outcome, durationMs: performance.now() - started };
+      return { ...outcome, durationMs: performance.now() - started, ...(resent ? { resent } : {}) };
     } catch (err) {
-      return { kind: 'network', ...this.networkError(err as Error & { code?: string }), durationMs: performance.now() - started };
+      const e = err as Error & { code?: string; resent?: boolean };
+      return { kind: 'network', ...this.networkError(e), durationMs: performance.now() - started, ...(e.resent ? { resent: true } : {}) };
     }
   }
 
