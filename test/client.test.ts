@@ -102,12 +102,18 @@ describe('ApiClient', () => {
     expect(performance.now() - t0).toBeGreaterThanOrEqual(290);
   });
 
-  it('keeps only the start of a huge answer, and reads it to the end', async () => {
-    const url = await serve((_req, res) => {
-      res.writeHead(400, { 'Content-Type': 'text/plain' });
-      res.end('x'.repeat(10 * 1024 * 1024));
+  it('keeps only the start of a huge answer, and stops reading there: that connection is not used again', async () => {
+    let connections = 0;
+    const url = await serve((req, res, nth) => {
+      void readBody(req).then(() => {
+        if (nth > 1) return res.writeHead(200).end('{}');
+        res.writeHead(400, { 'Content-Type': 'text/plain' });
+        res.end('x'.repeat(10 * 1024 * 1024));
+      });
     });
-    const out = await makeClient(url).postTraces({}, 'k');
+    server!.on('connection', () => (connections += 1));
+    const c = makeClient(url);
+    const out = await c.postTraces({}, 'k');
     expect(out.kind).toBe('response');
     if (out.kind === 'response') {
       expect(out.status).toBe(400);
@@ -116,6 +122,65 @@ describe('ApiClient', () => {
       expect(out.body.length).toBeGreaterThanOrEqual(65_536);
       expect(out.body.endsWith('...')).toBe(true);
     }
+    // The rest of the 10 MB was never read: the next request goes on a new connection.
+    expect(await c.postTraces({}, 'k2')).toMatchObject({ kind: 'response', status: 200 });
+    expect(connections).toBe(2);
+  });
+
+  it('gives up on an answer whose body never ends (trickled a byte at a time) within timeoutMs of its headers', async () => {
+    let closed!: () => void;
+    const connectionClosed = new Promise<void>((r) => (closed = r));
+    let headersAt = 0;
+    const url = await serve((req, res) => {
+      req.socket.on('close', () => closed());
+      void readBody(req).then(() => {
+        // Never silent for as long as the timeout, never done: undici's silence timeout never fires.
+        res.writeHead(200, { 'Content-Length': '100000000', 'Content-Type': 'application/json' });
+        res.write('{');
+        headersAt = performance.now();
+        const timer = setInterval(() => (res.destroyed ? clearInterval(timer) : res.write(' ')), 50);
+      });
+    });
+    const out = await makeClient(url, 500).postTraces({}, 'k');
+    // A 2xx not read to its end is no acknowledgement: a network error, retried under the same key.
+    expect(out).toMatchObject({ kind: 'network', code: 'ETIMEDOUT' });
+    expect(performance.now() - headersAt).toBeGreaterThanOrEqual(490);
+    await connectionClosed; // abandoned: the client closed the connection
+  });
+
+  it('stops reading an endless answer past 64 KB and closes its connection; a 2xx not read whole is not an acknowledgement', async () => {
+    let closed!: () => void;
+    const connectionClosed = new Promise<void>((r) => (closed = r));
+    const url = await serve((req, res) => {
+      req.socket.on('close', () => closed());
+      void readBody(req).then(() => {
+        res.writeHead(200, { 'Content-Type': 'application/json' }); // chunked, no end
+        const timer = setInterval(() => (res.destroyed ? clearInterval(timer) : res.write('x'.repeat(4096))), 5);
+      });
+    });
+    const out = await makeClient(url, 5000).postTraces({}, 'k');
+    expect(out).toMatchObject({ kind: 'network' });
+    if (out.kind === 'network') expect(out.error).toMatch(/64 KB/);
+    await connectionClosed;
+  });
+
+  it('says when a request went twice: a kept-alive connection closed after the server read it, the copy answered 409', async () => {
+    const keys = new Set<string>();
+    const url = await serve((req, res, nth) => {
+      void readBody(req).then(() => {
+        const key = String(req.headers['idempotency-key']);
+        if (keys.has(key)) return res.writeHead(409).end('{"error":"duplicate Idempotency-Key"}');
+        keys.add(key);
+        // The second request, on the connection the first left open: read, then the connection dies unanswered.
+        if (nth === 2) return req.socket.destroy();
+        res.writeHead(200).end('{}');
+      });
+    });
+    const c = makeClient(url);
+    const first = await c.postTraces({ n: 1 }, 'a');
+    expect(first).toMatchObject({ kind: 'response', status: 200 });
+    expect(first).not.toHaveProperty('resent', true);
+    expect(await c.postTraces({ n: 2 }, 'b')).toMatchObject({ kind: 'response', status: 409, resent: true });
   });
 
   it('sends again at once on a new connection when a kept-alive one was closed under the request', async () => {

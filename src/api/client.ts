@@ -22,7 +22,10 @@ export interface ApiClientOptions extends Omit<TransportOptions, 'timeoutMs' | '
   subscriptionKey: string;
   /** Giving up on a connection (name lookup, TCP and TLS handshakes) after this long, ms (10 s when not said). */
   connectTimeoutMs?: number;
-  /** The answer's headers not there this long after the request began, or its body silent this long: give up. */
+  /**
+   * The answer's headers not there this long after the request began, its body silent this
+   * long, or not ended this long after its headers: give up.
+   */
   timeoutMs: number;
   extraFields?: Record<string, string | number | boolean>;
   /** api.compress and api.compress_min_bytes: bodies from this size sent gzip-encoded (default: none). */
@@ -44,8 +47,10 @@ export type PostOutcome =
       /** The answer's headers, lower-case names (a dead letter keeps them). */
       headers?: Record<string, string>;
       durationMs: number;
+      /** Sent twice (see postNow): the service may have read the first copy, so this was a repeat. */
+      resent?: boolean;
     }
-  | { kind: 'network'; error: string; code?: string; durationMs: number };
+  | { kind: 'network'; error: string; code?: string; durationMs: number; resent?: boolean };
 
 /**
  * Whether each request went out on a connection that had carried one before: undici tells
@@ -171,6 +176,7 @@ export class ApiClient {
       const url = this.urlFor(path);
       if (url.protocol !== 'http:' && url.protocol !== 'https:') throw Object.assign(new Error(`api.base_url: unsupported protocol ${url.protocol}`), { code: 'EPROTO' });
       let outcome: Omit<Extract<PostOutcome, { kind: 'response' }>, 'durationMs'>;
+      let resent = false;
       const watch = idempotencyKey !== undefined && !reusedWatch.has(idempotencyKey) ? idempotencyKey : undefined;
       if (watch !== undefined) reusedWatch.set(watch, false);
       try {
@@ -179,17 +185,23 @@ export class ApiClient {
         // A kept-alive connection the server closed as we reused it: usually its idle timeout
         // fired just then and the request never arrived, so it goes once more at once, on a
         // new connection, not after a backoff. If the server did read it, the same
-        // Idempotency-Key makes the copy harmless. A fresh connection that fails is not
-        // sent on again (the backoff decides).
+        // Idempotency-Key makes the copy harmless, and the outcome says it was `resent`: the
+        // answer is then to a repeat (a 409 means the service has it, a 429 does not say the
+        // first copy was not taken). A fresh connection that fails is not sent on again (the
+        // backoff decides).
         const reused = watch !== undefined && reusedWatch.get(watch) === true;
         if (this.closing || !reused || !(err instanceof errors.SocketError)) throw err;
-        outcome = await this.send(url, payload, idempotencyKey, signal);
+        resent = true;
+        outcome = await this.send(url, payload, idempotencyKey, signal).catch((e: unknown) => {
+          throw Object.assign(e as Error, { resent: true });
+        });
       } finally {
         if (watch !== undefined) reusedWatch.delete(watch);
       }
-      return { ...outcome, durationMs: performance.now() - started };
+      return { ...outcome, durationMs: performance.now() - started, ...(resent ? { resent } : {}) };
     } catch (err) {
-      return { kind: 'network', ...this.networkError(err as Error & { code?: string }), durationMs: performance.now() - started };
+      const e = err as Error & { code?: string; resent?: boolean };
+      return { kind: 'network', ...this.networkError(e), durationMs: performance.now() - started, ...(e.resent ? { resent: true } : {}) };
     }
   }
 
@@ -206,6 +218,7 @@ export class ApiClient {
       case 'UND_ERR_SOCKET':
         return { error: `connection closed before the answer (${e.message})`, code: 'ECONNRESET' };
     }
+    if (e instanceof AnswerCut) return { error: e.message, code: e.code };
     // A proxy that refused the tunnel, or could not reach the service.
     if (e.name === 'RequestAbortedError' && cause) return this.networkError(cause);
     if (/^Proxy response|proxy/i.test(e.message) && !e.code?.startsWith('E')) return { error: `proxy: ${e.message.replace(/\/\/[^@/]*@/g, '//')}`, code: 'EPROXY' };
@@ -247,10 +260,8 @@ export class ApiClient {
       headers: { ...this.#headers(idempotencyKey), ...extra, 'Content-Length': String(typeof payload === 'string' ? Buffer.byteLength(payload) : payload.length) },
       body: payload,
     });
-    let text = '';
-    res.body.setEncoding('utf8');
-    // Read to the end (so the connection can be reused) but keep only the start.
-    for await (const chunk of res.body as AsyncIterable<string>) if (text.length <= MAX_BODY_CHARS) text += chunk;
+    const { text, cut } = await readAnswer(res.body, this.opts.timeoutMs, res.statusCode);
+    if (cut) throw cut;
     const headers: Record<string, string> = {};
     for (const [name, v] of Object.entries(res.headers)) if (v !== undefined) headers[name] = Array.isArray(v) ? v.join(', ') : v;
     const first = (name: string) => {
@@ -260,7 +271,7 @@ export class ApiClient {
     return {
       kind: 'response',
       status: res.statusCode,
-      body: text.length > MAX_BODY_CHARS ? `${text.slice(0, MAX_BODY_CHARS)}...` : text,
+      body: text,
       retryAfter: first('retry-after'),
       location: first('location'),
       headers,
@@ -275,6 +286,51 @@ export class ApiClient {
     this.dispatcher = undefined;
     await d?.close().catch(() => undefined);
   }
+}
+
+/** An answer's body given up on: not ended within the time allowed, or an answer that may settle records run past what is kept. */
+class AnswerCut extends Error {
+  constructor(
+    message: string,
+    readonly code: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * An answer's body, its start kept (MAX_BODY_CHARS). Read to its end when it ends in time, so
+ * the connection is reused; given up on, and its connection closed (undici closes it when a
+ * body is destroyed before its end), when it has not ended within `timeoutMs` of the headers
+ * (a proxy trickling a byte a second: undici's body timeout only catches silence) or runs on
+ * past what is kept (an endless body). Past what is kept, the status of a refusal still
+ * stands with the start of its body; a 2xx or a 409, which let records leave the buffer, are
+ * trusted only read to their end, like one whose connection closed mid-body: `cut` says so,
+ * and the request goes again under its key.
+ */
+async function readAnswer(body: Dispatcher.ResponseData['body'], timeoutMs: number, status: number): Promise<{ text: string; cut?: AnswerCut }> {
+  let text = '';
+  let late = false;
+  const timer = setTimeout(() => {
+    late = true;
+    body.destroy();
+  }, timeoutMs);
+  body.setEncoding('utf8');
+  try {
+    for await (const chunk of body as AsyncIterable<string>) {
+      text += chunk;
+      if (text.length > MAX_BODY_CHARS) break; // destroys the body, and its connection
+    }
+  } catch (err) {
+    if (!late) throw err;
+  } finally {
+    clearTimeout(timer);
+  }
+  if (late) return { text, cut: new AnswerCut(`the answer (HTTP ${status}) did not end within ${timeoutMs} ms of its headers`, 'ETIMEDOUT') };
+  if (text.length <= MAX_BODY_CHARS) return { text };
+  const settles = (status >= 200 && status < 300) || status === 409;
+  if (settles) return { text, cut: new AnswerCut(`the answer (HTTP ${status}) went on past 64 KB: not read to its end, so not taken as an answer`, 'EMSGSIZE') };
+  return { text: `${text.slice(0, MAX_BODY_CHARS)}...` };
 }
 
 /** Node's codes for a certificate that does not verify. */

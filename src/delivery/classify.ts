@@ -26,16 +26,22 @@ export interface ClassifyOptions {
   /**
    * Whether the request may have gone out before under the same key (a retry after a lost
    * answer, a timeout or a restart). A 409 to a first send is no repeat: the service objects
-   * to something in it, and it is refused like a 400.
+   * to something in it, and it is refused like a 400. An outcome `resent` by the client (a
+   * kept-alive connection died under it) is a repeat whatever this says.
    */
   sentBefore?: boolean;
+}
+
+/** Whether the request may have reached the service before this answer: told by the caller, or sent twice by the client. */
+function wasSentBefore(outcome: PostOutcome, sentBefore: boolean): boolean {
+  return sentBefore || outcome.resent === true;
 }
 
 export function classify(outcome: PostOutcome, opts: ClassifyOptions = {}): OutcomeClass {
   if (outcome.kind === 'network') return 'retry';
   const s = outcome.status;
   if (s >= 200 && s < 300) return 'delivered';
-  if (s === 409 && (opts.conflictIsDelivered ?? true) && (opts.sentBefore ?? true)) return 'duplicate';
+  if (s === 409 && (opts.conflictIsDelivered ?? true) && wasSentBefore(outcome, opts.sentBefore ?? true)) return 'duplicate';
   if (s >= 300 && s < 400) return 'redirect';
   if (s === 401 || s === 403 || s === 404) return 'auth';
   if (s === 413) return 'too-large';

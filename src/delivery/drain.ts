@@ -304,7 +304,7 @@ export class Drain {
    * A first send answered with a status that says the service did not take it (429, 503,
    * 401...): it is no longer fixed, and the next try is built anew (the newest position may
    * be newer by then). Without an answer, with one that does not say (500, 502, 504), or after
-   * an earlier try that may have reached the service, it goes again as it was.
+   * a try that may have reached the service (an earlier one, or one the client resent), it goes again as it was.
    */
   private releaseIfAnswered(p: Prepared, delivered: number[]): void {
     if (!p.fix || p.sentBefore || !this.poster.lastFailureNotTaken || delivered.length > 0) return;

@@ -1,6 +1,6 @@
 /**
  * Sending milestones, in the order they were recorded, before any trace: a 2xx (or a 409 to
- * one that went out before: the service has it) marks one sent with the answer's correlation id; a refusal parks it
+ * one that went out before, or that the client sent twice: the service has it) marks one sent with the answer's correlation id; a refusal parks it
  * with the whole answer so the ones after it do not wait; anything else pauses delivery.
  */
 import type { MilestoneRow } from '../buffer/store.js';

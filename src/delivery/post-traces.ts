@@ -61,8 +61,9 @@ export class TracePoster {
   /**
    * Whether the last failure was an answer that says the service did not take the request
    * (429, 503, 408, 425, 3xx, 401, 403, 404), which may then be built anew. Without an answer
-   * (a lost one, a timeout), or with one that does not say (500, 502, 504: a gateway whose
-   * service may have taken it), it may be at the service.
+   * (a lost one, a timeout), with one that does not say (500, 502, 504: a gateway whose
+   * service may have taken it), or with one to a copy the client sent again after the
+   * connection died under the first (`resent`), it may be at the service.
    */
   lastFailureNotTaken = false;
   /** Keys of every request this run posted, halves of split ones included (a 409 to one of them is a repeat). */
@@ -146,7 +147,8 @@ export class TracePoster {
       return 'delivered';
     }
     if (cls === 'refused' || cls === 'too-large') return refused(cls, outcome);
-    this.lastFailureNotTaken = outcome.kind === 'response' && NOT_TAKEN.has(cls === 'redirect' ? 300 : outcome.status);
+    // A copy the client sent again (outcome.resent) says nothing of the first, which the service may have taken.
+    this.lastFailureNotTaken = outcome.kind === 'response' && !outcome.resent && NOT_TAKEN.has(cls === 'redirect' ? 300 : outcome.status);
     ctx.fail(cls, describeOutcome(outcome), outcome, { load: load.loadNumber, points: readingIds.length });
     return 'failed';
   }
