@@ -299,14 +299,14 @@ class AnswerCut extends Error {
 }
 
 /**
- * An answer's body, its start kept (MAX_BODY_CHARS). Read to its end when it ends in time, so
- * the connection is reused; given up on, and its connection closed (undici closes it when a
- * body is destroyed before its end), when it has not ended within `timeoutMs` of the headers
- * (a proxy trickling a byte a second: undici's body timeout only catches silence) or runs on
- * past what is kept (an endless body). Past what is kept, the status of a refusal still
- * stands with the start of its body; a 2xx or a 409, which let records leave the buffer, are
- * trusted only read to their end, like one whose connection closed mid-body: `cut` says so,
- * and the request goes again under its key.
+ * An answer's body, its start kept (MAX_BODY_CHARS). Given up on, and its connection closed
+ * (undici closes it when a body is destroyed before its end), when it has not ended within
+ * `timeoutMs` of the headers: a proxy trickling a byte a second (undici's body timeout only
+ * catches silence), an endless body. A 2xx or a 409, which let records leave the buffer, are
+ * trusted only read to their end (a service may echo a large request back: read on, the start
+ * kept); one given up on is like one whose connection closed mid-body: `cut` says so, and the
+ * request goes again under its key. A refusal's status stands with the start of its body:
+ * reading stops there.
  */
 async function readAnswer(body: Dispatcher.ResponseData['body'], timeoutMs: number, status: number): Promise<{ text: string; cut?: AnswerCut }> {
   let text = '';
@@ -315,11 +315,12 @@ async function readAnswer(body: Dispatcher.ResponseData['body'], timeoutMs: numb
     late = true;
     body.destroy();
   }, timeoutMs);
+  const settles = (status >= 200 && status < 300) || status === 409;
   body.setEncoding('utf8');
   try {
     for await (const chunk of body as AsyncIterable<string>) {
-      text += chunk;
-      if (text.length > MAX_BODY_CHARS) break; // destroys the body, and its connection
+      if (text.length <= MAX_BODY_CHARS) text += chunk;
+      else if (!settles) break; // destroys the body, and its connection
     }
   } catch (err) {
     if (!late) throw err;
@@ -327,10 +328,7 @@ async function readAnswer(body: Dispatcher.ResponseData['body'], timeoutMs: numb
     clearTimeout(timer);
   }
   if (late) return { text, cut: new AnswerCut(`the answer (HTTP ${status}) did not end within ${timeoutMs} ms of its headers`, 'ETIMEDOUT') };
-  if (text.length <= MAX_BODY_CHARS) return { text };
-  const settles = (status >= 200 && status < 300) || status === 409;
-  if (settles) return { text, cut: new AnswerCut(`the answer (HTTP ${status}) went on past 64 KB: not read to its end, so not taken as an answer`, 'EMSGSIZE') };
-  return { text: `${text.slice(0, MAX_BODY_CHARS)}...` };
+  return { text: text.length > MAX_BODY_CHARS ? `${text.slice(0, MAX_BODY_CHARS)}...` : text };
 }
 
 /** Node's codes for a certificate that does not verify. */
