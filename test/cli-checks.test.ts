@@ -1,0 +1,55 @@
+/**
+ * What the commands refuse before they act: each wrong argument is a usage error (64) or bad
+ * input (65) naming the option, nothing is written, connected to or left behind, and nothing
+ * secret is echoed back.
+ */
+import { existsSync, mkdirSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Store } from '../src/buffer/store.js';
+import { agentConfig, runCli, tempDir, writeFile } from './helpers.js';
+
+let tmp: ReturnType<typeof tempDir>;
+let cfg: string;
+beforeEach(() => {
+  tmp = tempDir();
+  cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9');
+});
+afterEach(() => tmp.cleanup());
+
+describe('fleet send', () => {
+  // A host that does not resolve: a command that got as far as connecting fails with 1.
+  const send = (url: string, ...more: string[]) => {
+    const pw = writeFile(tmp.dir, 'bpw', 'broker-password-7f3a\n', 0o600);
+    return runCli(['fleet', 'send', '--url', url, '--device', 'd1', 'status', '--username', 'ops', '--password-file', pw, ...more]);
+  };
+
+  it.each([
+    ['tcp://vm.invalid:18830', 'tcp:'],
+    ['http://vm.invalid', 'http:'],
+    ['ssl://vm.invalid:8883', 'ssl:'],
+  ])('refuses %s as the daemon refuses it in [fleet] url: exit 64 naming --url', async (url, scheme) => {
+    const r = await send(url);
+    expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 64, stderr: `error: --url: expected mqtt://, mqtts://, ws:// or wss://, not ${scheme}//\n` });
+  });
+
+  it('refuses a plain connection to another host with the config rule, and a password in the URL', async () => {
+    const plain = await send('mqtt://vm.invalid:18830');
+    expect({ code: plain.code, stderr: plain.stderr }).toEqual({
+      code: 64,
+      stderr: 'error: --url: a plain mqtt:// connection to vm.invalid would carry the password and every load in clear: use mqtts:// or wss://, or add --allow-plaintext\n',
+    });
+    const inUrl = await runCli(['fleet', 'send', '--url', 'mqtts://ops:s3cret-in-url@vm.invalid', '--device', 'd1', 'status']);
+    expect(inUrl.code).toBe(64);
+    expect(inUrl.stderr).toBe('error: --url: a password in the URL: give it with --password-file, and the user name with --username\n');
+    expect(await runCli(['fleet', 'send', '--url', 'not a url', '--device', 'd1', 'status'])).toMatchObject({
+      code: 64,
+      stderr: 'error: --url: expected a URL such as mqtts://broker.example.com:8883\n',
+    });
+  });
+
+  it.each(['abc', '-1', '0', '1e9', ''])('refuses --timeout %j with exit 64 naming --timeout', async (timeout) => {
+    const r = await send('mqtts://vm.invalid:8883', '--timeout', timeout);
+    expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 64, stderr: `error: --timeout: expected seconds from 1 to 86400, got ${JSON.stringify(timeout)}\n` });
+  });
+});
