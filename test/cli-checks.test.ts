@@ -53,3 +53,21 @@ describe('fleet send', () => {
     expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 64, stderr: `error: --timeout: expected seconds from 1 to 86400, got ${JSON.stringify(timeout)}\n` });
   });
 });
+
+describe('load start', () => {
+  it.each([
+    ['', '--resource: expected 1 to 64 characters, got ""'],
+    ['T'.repeat(65), '--resource: expected 1 to 64 characters, got 65 characters'],
+  ])('refuses the resource id %j with exit 65 before the buffer is made', async (resource, message) => {
+    const r = await runCli(['load', 'start', 'L1', '--resource', resource, '--config', cfg]);
+    expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 65, stderr: `error: ${message}\n` });
+    expect(existsSync(join(tmp.dir, 'buffer.db'))).toBe(false);
+  });
+
+  it('refuses an empty load number even when api.load_number_pattern would take it', async () => {
+    const loose = agentConfig(tmp.dir, 'http://127.0.0.1:9', '', { api: 'load_number_pattern = ".*"' });
+    const r = await runCli(['load', 'start', '', '--resource', 'T1', '--config', loose]);
+    expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 65, stderr: 'error: <loadNumber>: expected 1 to 64 characters, got ""\n' });
+    expect(existsSync(join(tmp.dir, 'buffer.db'))).toBe(false);
+  });
+});
