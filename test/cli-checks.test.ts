@@ -71,3 +71,17 @@ describe('load start', () => {
     expect(existsSync(join(tmp.dir, 'buffer.db'))).toBe(false);
   });
 });
+
+describe('demo', () => {
+  it.each(['abc', '0', '-5', '1000000', ''])('refuses --time-scale %j with exit 64 and leaves no directory behind', async (scale) => {
+    const own = join(tmp.dir, 'tmp');
+    mkdirSync(own);
+    const r = await runCli(['demo', '--time-scale', scale], { env: { TMPDIR: own } });
+    expect({ code: r.code, stderr: r.stderr, stdout: r.stdout }).toEqual({
+      code: 64,
+      stderr: `error: --time-scale: expected a number > 0 and <= 100000 (simulated seconds per real second), got ${JSON.stringify(scale)}\n`,
+      stdout: '',
+    });
+    expect(readdirSync(own)).toEqual([]);
+  });
+});
