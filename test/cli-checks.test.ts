@@ -85,3 +85,39 @@ describe('demo', () => {
     expect(readdirSync(own)).toEqual([]);
   });
 });
+
+describe('dead-letter retry', () => {
+  function park(n: number): void {
+    const store = Store.open(join(tmp.dir, 'buffer.db'));
+    store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: 1 });
+    store.insertReadings(Array.from({ length: n }, (_, i) => ({ resourceId: 'T1', timeMs: Date.now() - 60_000 + i, lat: 41.8, lon: -87.6 })));
+    for (const r of [...store.iterateReadings('L1')]) store.parkReading(r.id, 'L1', 400, 'refused', {}, 1);
+    store.close();
+  }
+  const deadLetters = () => {
+    const store = Store.open(join(tmp.dir, 'buffer.db'));
+    try {
+      return store.listDeadLetters().map((d) => d.id);
+    } finally {
+      store.close();
+    }
+  };
+
+  it('counts an id given twice once', async () => {
+    park(2);
+    const r = await runCli(['dead-letter', 'retry', '--id', '1', '1', '--config', cfg]);
+    expect({ code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({ code: 0, stdout: '1 dead letter(s) put back in the queue\n', stderr: '' });
+    expect(deadLetters()).toEqual([2]);
+  });
+
+  it('puts nothing back when one of the ids is not a dead letter: exit 65 naming it', async () => {
+    park(2);
+    const r = await runCli(['dead-letter', 'retry', '--id', '2', '999', '7', '--config', cfg]);
+    expect({ code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({
+      code: 65,
+      stdout: '',
+      stderr: 'error: no dead letter has the id 7, 999 (see "dead-letter list"); nothing put back\n',
+    });
+    expect(deadLetters()).toEqual([1, 2]);
+  });
+});
