@@ -121,3 +121,12 @@ describe('dead-letter retry', () => {
     expect(deadLetters()).toEqual([1, 2]);
   });
 });
+
+describe('config problems', () => {
+  it('name the file and line of a TOML syntax error, as every other problem does', async () => {
+    const bad = writeFile(tmp.dir, 'c.toml', '[api]\nscac = "ABCD"\ntimeout_s = = 5\n');
+    const r = await runCli(['validate-config', '--config', bad]);
+    expect(r.code).toBe(78);
+    expect(r.stderr).toMatch(new RegExp(`^${bad}: invalid configuration\n  ${bad}:3:13: TOML syntax error: `));
+  });
+});

@@ -109,12 +109,13 @@ export function parseConfigParts(parts: ConfigPart[], baseDir: string): { config
       mergeToml(merged, structuredClone(raw));
     } catch (err) {
       if (!(err instanceof TomlError)) throw err;
-      syntax.push(`line ${err.line}, column ${err.column}: TOML syntax error: ${err.message.split('\n')[0]}`);
-      syntaxAt.push(part.file);
+      syntax.push(`TOML syntax error: ${err.message.split('\n')[0]}`);
+      // file:line:column, where every other problem says file:line.
+      syntaxAt.push(`${part.file}:${err.line}:${err.column}`);
     }
   }
   // Each file's syntax errors at once; the settings of a file that does not parse are unknown.
-  if (syntax.length) throw new ConfigError(main, syntax, parts.length > 1 ? syntaxAt : []);
+  if (syntax.length) throw new ConfigError(main, syntax, syntaxAt);
   const result = check(configSchema, merged, 'toml');
   const placeholders = placeholderProblems(merged);
   if (!result.success || placeholders.length) {
