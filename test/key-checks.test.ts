@@ -6,6 +6,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { Store } from '../src/buffer/store.js';
 import { agentConfig, daemonFixture, runCli, startDaemon, waitFor, type Daemon } from './helpers.js';
 
 const fx = daemonFixture({ prefix: 'ta-key-' });
@@ -87,5 +88,29 @@ describe('a problem with the key', () => {
     expect(d.output()).toContain('api.subscription_key: expected string, got a number');
     expect(d.output()).not.toContain('987654321');
     expect(d.output()).not.toContain('SECRET');
+  }, 30_000);
+});
+
+describe('a key the service refuses', () => {
+  it('is blamed on where the key came from: an inline key is not api.subscription_key_file', async () => {
+    const { url } = await fx.sandbox.start();
+    // Something to send, at once.
+    const store = Store.open(join(fx.tmp.dir, 'buffer.db'));
+    store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: Date.now() - 60_000 });
+    store.insertReadings([{ resourceId: 'T1', timeMs: Date.now() - 30_000, lat: 41.8, lon: -87.6 }]);
+    store.close();
+    const cfg = inlineKey(url, 'subscription_key = "revoked-key-0000"', { traces: '* * * * * *', sampling: 0 });
+    daemon(cfg);
+    const status = await waitFor(
+      async () => {
+        const r = await runCli(['status', '--config', cfg]);
+        return r.stdout.includes('PAUSED') ? r.stdout : undefined;
+      },
+      15_000,
+      'status showing the pause',
+    );
+    expect(status).toMatch(/PAUSED:\s+service refuses our credentials or address \(HTTP 401\); data is kept\. Fix the key \(from api\.subscription_key \(inline\)\)/);
+    expect(status).not.toContain('subscription_key_file');
+    expect(status).not.toContain('revoked-key-0000');
   }, 30_000);
 });
