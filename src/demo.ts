@@ -40,7 +40,6 @@ const MIDWAY = 10;
 
 export async function runDemo(opts: DemoOptions): Promise<boolean> {
   const write = opts.write ?? ((s: string) => process.stdout.write(`${s}\n`));
-  const dir = mkdtempSync(join(tmpdir(), 'telematics-demo-'));
   const key = `demo-${randomBytes(12).toString('hex')}`;
   const scac = 'DEMO';
   const route = BUILTIN_ROUTES['chicago-indianapolis'];
@@ -62,6 +61,8 @@ export async function runDemo(opts: DemoOptions): Promise<boolean> {
       temperature: { set_point_c: 2, door_open_at_s: 0, door_open_duration_s: 0 },
     },
   ])[0] as SimulatorSourceConfig;
+  // Made once the options passed the simulator's schema: a refused one left an empty directory.
+  const dir = mkdtempSync(join(tmpdir(), 'telematics-demo-'));
   const durationS = SimulatorModel.durationS(simCfg, route);
   // Open the reefer door during unloading, so the temperature excursion shows in the traces.
   simCfg.temperature.door_open_at_s = durationS - 1500;

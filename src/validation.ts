@@ -34,14 +34,33 @@ export function formatPath(path: readonly PropertyKey[]): string {
   return out || '(top level)';
 }
 
+/**
+ * Keys whose value is a secret wherever they stand (api.subscription_key, a password): a
+ * problem with one names only its type. Problems are printed, and logged on a reload, where
+ * the key must never appear (src/log.ts scrubs only the secrets the agent already holds).
+ */
+export const SECRET_KEYS: ReadonlySet<string> = new Set(['subscription_key', 'password']);
+
+/** A URL's password (scheme://user:password@host) masked, wherever a problem shows one. */
+const maskUrlPassword = (s: string) => s.replace(/^([a-z][\w+.-]*:\/\/[^/?#@:]*:)[^/?#@]*@/i, '$1***@');
+
 /** A value as a problem names it: strings quoted and cut at 40 characters, containers by kind. */
 export function describeValue(value: unknown, format: InputFormat = 'json'): string {
   if (value === undefined) return 'nothing';
-  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}...` : value);
+  if (typeof value === 'string') {
+    const shown = maskUrlPassword(value);
+    return JSON.stringify(shown.length > 40 ? `${shown.slice(0, 40)}...` : shown);
+  }
   if (Array.isArray(value)) return 'an array';
   if (value === null) return 'null';
   if (typeof value === 'object') return format === 'toml' ? 'a table' : 'an object';
   return String(value);
+}
+
+/** What a secret's value is, never the value: `a string`, `a number`, `a table`. */
+function describeType(value: unknown, format: InputFormat): string {
+  if (value === undefined || value === null || Array.isArray(value) || typeof value === 'object') return describeValue(value, format);
+  return typeof value === 'string' ? 'a string' : `a ${typeof value}`;
 }
 
 /**
@@ -57,7 +76,9 @@ export function check<S extends z.ZodType>(schema: S, input: unknown, format: In
 
 function issueProblems(issue: z.core.$ZodIssue, format: InputFormat): Problem[] {
   const path = formatPath(issue.path);
-  const got = (value: unknown) => describeValue(value, format);
+  const key = issue.path[issue.path.length - 1];
+  const secret = typeof key === 'string' && SECRET_KEYS.has(key);
+  const got = (value: unknown) => (secret ? describeType(value, format) : describeValue(value, format));
   const at = (message: string): Problem[] => [{ path, message }];
   switch (issue.code) {
     case 'unrecognized_keys':

@@ -84,7 +84,14 @@ speed_kmh = "fast"
 
   it('names a missing table and a TOML syntax error by line and column', () => {
     expect(problems(`device_id = "x"\n${SRC}`)).toEqual(['api: required table [api] is missing']);
-    expect(problems('[api\nscac = "ABCD"\n')).toEqual(['line 1, column 5: TOML syntax error: Invalid TOML document: illegal character in key']);
+    let refused: unknown;
+    try {
+      parseConfigText('[api\nscac = "ABCD"\n', 'agent.toml', '/etc/telematics-agent');
+    } catch (e) {
+      refused = e;
+    }
+    expect(refused).toBeInstanceOf(ConfigError);
+    expect((refused as ConfigError).located()).toEqual(['agent.toml:1:5: TOML syntax error: Invalid TOML document: illegal character in key']);
   });
 
   it('refuses a config without a source, and one whose detector codes are not on the lists', () => {
@@ -436,7 +443,7 @@ describe('drop-ins (agent.d/*.toml beside agent.toml)', () => {
     writeFile(tmp.dir, 'agent.toml', MAIN);
     const syntax = await runCli(['validate-config', '--config', cfg], { env: { TELEMATICS_AGENT_SUBSCRIPTION_KEY: 'k' } });
     expect(syntax.code).toBe(78);
-    expect(syntax.stderr).toMatch(new RegExp(`^  ${d('10-fleet.toml').replace(/[.]/g, '\\.')}: line 2, column \\d+: TOML syntax error`, 'm'));
+    expect(syntax.stderr).toMatch(new RegExp(`^  ${d('10-fleet.toml').replace(/[.]/g, '\\.')}:2:\\d+: TOML syntax error`, 'm'));
   });
 
   it('validate-config names the drop-ins it merged', async () => {

@@ -2,6 +2,7 @@
  * Dead letters: what the service refused (400, 422...), parked with its whole answer so the
  * rest goes on, until the operator puts it back (`dead-letter retry`).
  */
+import { DataError } from '../errors.js';
 import type { DB } from './db.js';
 import type { BufferContext } from './store.js';
 import { HOLD_READING, MARK_PARKED } from './ledger.js';
@@ -28,6 +29,11 @@ export interface RefusedRequest {
   response: string;
   readingIds: number[];
   createdMs: number;
+}
+
+/** An id the operator named is not a dead letter: nothing was put back (exit 65). */
+export class DeadLetterError extends DataError {
+  readonly code = 'EDEADLETTER';
 }
 
 /** The readings a dead letter parks: its list, or its one record. */
@@ -153,15 +159,27 @@ export class DeadLetters {
    * the load whose request was refused.
    * Returns how many were put back.
    */
-  retryDeadLetters(ids: number[] | 'all'): number {
+  /**
+   * Put dead letters back in the queue; how many. An id given twice counts once. `allKnown`
+   * (the operator's `dead-letter retry`): when an id is not a dead letter, put none back and
+   * throw a DeadLetterError naming it; what was asked is done whole or not at all. Without
+   * it (the daemon), an id gone meanwhile is skipped.
+   */
+  retryDeadLetters(ids: number[] | 'all', opts: { allKnown?: boolean } = {}): number {
     // IMMEDIATE: the CLI reads, then writes, beside a daemon that commits all the time; a
     // deferred transaction whose snapshot the daemon moved on failed at once with
     // SQLITE_BUSY instead of waiting for the lock.
     return this.db
       .transaction(() => {
-        const rows = (
-          ids === 'all' ? this.db.prepare('SELECT * FROM dead_letters').all() : ids.map((id) => this.db.prepare('SELECT * FROM dead_letters WHERE id = ?').get(id)).filter(Boolean)
-        ) as RawDeadLetter[];
+        let rows: RawDeadLetter[];
+        if (ids === 'all') rows = this.db.prepare('SELECT * FROM dead_letters').all() as RawDeadLetter[];
+        else {
+          const unique = [...new Set(ids)].sort((a, b) => a - b);
+          const found = unique.map((id) => this.db.prepare('SELECT * FROM dead_letters WHERE id = ?').get(id) as RawDeadLetter | undefined);
+          const unknown = unique.filter((_, i) => !found[i]);
+          if (opts.allKnown && unknown.length) throw new DeadLetterError(`no dead letter has the id ${unknown.join(', ')} (see "dead-letter list"); nothing put back`);
+          rows = found.filter((r) => r !== undefined);
+        }
         for (const r of rows) {
           if (r.kind === 'milestone') this.db.prepare('UPDATE milestones SET parked_ms = NULL, last_error = NULL WHERE id = ?').run(r.record_id);
           else {

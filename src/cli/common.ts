@@ -98,3 +98,10 @@ export function parseIntArg(value: string, what: string): number {
   if (!/^\d+$/.test(value)) throw new CliError(`${what}: expected a whole number, got ${JSON.stringify(value)}`, EXIT.USAGE);
   return Number(value);
 }
+
+/** A number typed as an option, within what `ok` allows; else exit 64 saying what was expected. */
+export function parseNumberArg(value: string, what: string, expected: string, ok: (n: number) => boolean): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n) || !ok(n)) throw new CliError(`${what}: expected ${expected}, got ${JSON.stringify(value)}`, EXIT.USAGE);
+  return n;
+}

@@ -25,6 +25,8 @@ export interface StatusReport {
     startedMs: number | null;
     stateUpdatedMs: number | null;
     note: string;
+    /** Where the running daemon's key came from (never the key): what a refused key's hint names. */
+    keyOrigin: string | null;
   };
   queue: ReturnType<Store['counts']>;
   /** Readings dropped by the buffer's limits, since the buffer was created. */
@@ -78,7 +80,7 @@ export function buildStatus(store: Store, info: { deviceId: string; configFile: 
     deviceId: state?.deviceId ?? info.deviceId,
     configFile: info.configFile,
     buffer: info.buffer,
-    daemon: { running, pid: state?.pid ?? null, version: state?.version ?? null, startedMs: state?.startedMs ?? null, stateUpdatedMs: state?.updatedMs ?? null, note },
+    daemon: { running, pid: state?.pid ?? null, version: state?.version ?? null, startedMs: state?.startedMs ?? null, stateUpdatedMs: state?.updatedMs ?? null, note, keyOrigin: state?.keyOrigin ?? null },
     queue: store.counts(),
     dropped: dropCounters(store.counters(), running ? (state?.ingest.droppedUncounted ?? 0) : 0),
     delivery: state?.sender ?? null,
@@ -182,7 +184,8 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
   const dropped = Object.entries(r.dropped).filter(([k, v]) => k.startsWith('readings_dropped') && v > 0);
   if (dropped.length) row('dropped', dropped.map(([k, v]) => `${v} readings (${k.replace('readings_dropped_', '').replace('_', ' ')})`).join(', '));
   const d = r.delivery;
-  if (d?.paused) row('PAUSED', `${d.paused}; data is kept. Fix the config or key, then: systemctl reload telematics-agent`);
+  const key = r.daemon.keyOrigin ? `the key (from ${r.daemon.keyOrigin})` : 'the key';
+  if (d?.paused) row('PAUSED', `${d.paused}; data is kept. Fix ${key} or the config, then: systemctl reload telematics-agent`);
   for (const [load, w] of Object.entries(d?.refusedLoads ?? {})) {
     row('REFUSED', `load ${load}: ${w.reason}; its traces wait (${w.points} points parked as dead letter ${w.deadLetter}), tried again ${ago(w.nextTryMs, nowMs)}`);
   }

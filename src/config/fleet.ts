@@ -12,19 +12,48 @@ export function isLoopback(host: string): boolean {
   return h === 'localhost' || h === '::1' || /^127\.\d+\.\d+\.\d+$/.test(h);
 }
 
+/** What a broker URL's problems tell the operator to do: in the config's words, or `fleet send`'s. */
+export interface BrokerUrlFixes {
+  password: string;
+  plaintext: string;
+}
+
+const CONFIG_FIXES: BrokerUrlFixes = { password: 'put it in password_file, and the user name in username', plaintext: 'set fleet.allow_plaintext = true' };
+
+/**
+ * The problems of a broker URL by itself: not a URL, not MQTT, a password in it. One rule for
+ * [fleet] url and `fleet send --url`: dispatch's side is held to what the agent's is.
+ */
+export function brokerUrlProblems(u: string, fixes: BrokerUrlFixes = CONFIG_FIXES): string[] {
+  let url: URL;
+  try {
+    url = new URL(u);
+  } catch {
+    return ['expected a URL such as mqtts://broker.example.com:8883'];
+  }
+  if (!MQTT_PROTOCOLS.includes(url.protocol)) return [`expected mqtt://, mqtts://, ws:// or wss://, not ${url.protocol}//`];
+  return url.password ? [`a password in the URL: ${fixes.password}`] : [];
+}
+
+/** A plain connection to another host, unless allowed: the password and every load would cross the network in clear. */
+export function plaintextProblem(u: string, allowPlaintext: boolean, fixes: BrokerUrlFixes = CONFIG_FIXES): string | undefined {
+  let url: URL;
+  try {
+    url = new URL(u);
+  } catch {
+    return undefined;
+  }
+  if ((url.protocol === 'mqtt:' || url.protocol === 'ws:') && !isLoopback(url.hostname) && !allowPlaintext) {
+    return `a plain ${url.protocol}// connection to ${url.hostname} would carry the password and every load in clear: use mqtts:// or wss://, or ${fixes.plaintext}`;
+  }
+  return undefined;
+}
+
 export const fleetSchema = z
   .strictObject({
     /** The broker: mqtts://host:8883 (TLS), wss://; mqtt:// and ws:// only to loopback unless allow_plaintext. */
     url: z.string().superRefine((u, ctx) => {
-      let url: URL;
-      try {
-        url = new URL(u);
-      } catch {
-        ctx.addIssue({ code: 'custom', message: 'expected a URL such as mqtts://broker.example.com:8883' });
-        return;
-      }
-      if (!MQTT_PROTOCOLS.includes(url.protocol)) ctx.addIssue({ code: 'custom', message: `expected mqtt://, mqtts://, ws:// or wss://, not ${url.protocol}//` });
-      if (url.password) ctx.addIssue({ code: 'custom', message: 'a password in the URL: put it in password_file, and the user name in username' });
+      for (const message of brokerUrlProblems(u)) ctx.addIssue({ code: 'custom', message });
     }),
     /** The session's name at the broker; default telematics-agent-<device_id>. Keep it stable: the broker holds commands under it. */
     client_id: z.string().min(1).max(128).optional(),
@@ -56,19 +85,8 @@ export const fleetSchema = z
     protocol_version: z.union([z.literal(4), z.literal(5)]).default(5),
   })
   .superRefine((f, ctx) => {
-    let url: URL;
-    try {
-      url = new URL(f.url);
-    } catch {
-      return;
-    }
-    if ((url.protocol === 'mqtt:' || url.protocol === 'ws:') && !isLoopback(url.hostname) && !f.allow_plaintext) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['url'],
-        message: `a plain ${url.protocol}// connection to ${url.hostname} would carry the password and every load in clear: use mqtts:// or wss://, or set fleet.allow_plaintext = true`,
-      });
-    }
+    const plaintext = plaintextProblem(f.url, f.allow_plaintext);
+    if (plaintext) ctx.addIssue({ code: 'custom', path: ['url'], message: plaintext });
     if (f.password_file !== undefined && f.username === undefined) ctx.addIssue({ code: 'custom', path: ['username'], message: 'expected a user name with password_file' });
     if ((f.cert_file === undefined) !== (f.key_file === undefined)) ctx.addIssue({ code: 'custom', path: [f.cert_file ? 'key_file' : 'cert_file'], message: 'cert_file and key_file go together' });
   });

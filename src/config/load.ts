@@ -109,12 +109,13 @@ export function parseConfigParts(parts: ConfigPart[], baseDir: string): { config
       mergeToml(merged, structuredClone(raw));
     } catch (err) {
       if (!(err instanceof TomlError)) throw err;
-      syntax.push(`line ${err.line}, column ${err.column}: TOML syntax error: ${err.message.split('\n')[0]}`);
-      syntaxAt.push(part.file);
+      syntax.push(`TOML syntax error: ${err.message.split('\n')[0]}`);
+      // file:line:column, where every other problem says file:line.
+      syntaxAt.push(`${part.file}:${err.line}:${err.column}`);
     }
   }
   // Each file's syntax errors at once; the settings of a file that does not parse are unknown.
-  if (syntax.length) throw new ConfigError(main, syntax, parts.length > 1 ? syntaxAt : []);
+  if (syntax.length) throw new ConfigError(main, syntax, syntaxAt);
   const result = check(configSchema, merged, 'toml');
   const placeholders = placeholderProblems(merged);
   if (!result.success || placeholders.length) {
@@ -342,12 +343,23 @@ export function resolveSubscriptionKey(loaded: LoadedConfig, env: NodeJS.Process
     }
     const key = text.trim();
     if (!key) throw new ConfigError(file, [`${origin}: ${path} is empty`]);
-    if (/\s/.test(key)) throw new ConfigError(file, [`${origin}: ${path} holds more than one word; expected only the key`]);
-    return { key, origin: `${origin} (${path})`, file: path };
+    return checked({ key, origin: `${origin} (${path})`, file: path }, `${origin}: ${path}`);
+  };
+  /**
+   * A key that cannot go in the Ocp-Apim-Subscription-Key header (a line break, a control
+   * character, a byte of another encoding) failed every request for ever while the agent
+   * looked healthy: refused here, like any invalid setting, without showing it.
+   */
+  const checked = (found: KeyLookup, what: string): KeyLookup => {
+    if (/\s/.test(found.key)) throw new ConfigError(file, [`${what} holds more than one word; expected only the key`]);
+    if (/[^\x21-\x7e]/.test(found.key)) {
+      throw new ConfigError(file, [`${what} holds a character an HTTP header cannot carry (a control character or non-ASCII); expected only the key's printable ASCII characters`]);
+    }
+    return found;
   };
   if (config.api.subscription_key_file) return fromFile(config.api.subscription_key_file, 'api.subscription_key_file');
   const envKey = env[KEY_ENV]?.trim();
-  if (envKey) return { key: envKey, origin: `$${KEY_ENV}` };
+  if (envKey) return checked({ key: envKey, origin: `$${KEY_ENV}` }, `$${KEY_ENV}:`);
   if (env.CREDENTIALS_DIRECTORY) {
     const cred = join(env.CREDENTIALS_DIRECTORY, CREDENTIAL_NAME);
     let exists = false;
@@ -358,6 +370,6 @@ export function resolveSubscriptionKey(loaded: LoadedConfig, env: NodeJS.Process
     }
     if (exists) return { ...fromFile(cred, 'systemd credential'), credential: true };
   }
-  if (config.api.subscription_key) return { key: config.api.subscription_key, origin: 'api.subscription_key (inline)' };
+  if (config.api.subscription_key) return checked({ key: config.api.subscription_key, origin: 'api.subscription_key (inline)' }, 'api.subscription_key:');
   throw new ConfigError(file, [`api.subscription_key_file: no subscription key found (set api.subscription_key_file, $${KEY_ENV}, or the systemd credential "${CREDENTIAL_NAME}")`]);
 }

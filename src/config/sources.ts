@@ -20,6 +20,9 @@ export const resourceTypeSchema = z.string().transform((s, ctx) => {
 const resourceType = resourceTypeSchema;
 export const resourceId = z.string().min(1).max(64);
 
+/** A simulator's fastest time_scale (and `demo --time-scale`'s): simulated seconds per real second. */
+export const MAX_TIME_SCALE = 100_000;
+
 const temperatureModel = z.strictObject({
   set_point_c: z.number().finite().default(-18),
   ambient_c: z.number().finite().default(22),
@@ -46,7 +49,7 @@ export const simulatorSourceSchema = z.strictObject({
   route: z.string().min(1).default('builtin:chicago-indianapolis'),
   speed_kmh: z.number().positive().max(200).default(88),
   /** Simulated seconds per wall-clock second. */
-  time_scale: z.number().positive().max(100_000).default(1),
+  time_scale: z.number().positive().max(MAX_TIME_SCALE).default(1),
   /** Simulated seconds between readings. */
   interval_s: z.number().positive().default(1),
   /** Where the simulated clock starts: `now`, or an ISO 8601 time. */

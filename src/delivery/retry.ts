@@ -85,7 +85,7 @@ export class RetryPolicy {
     this.status.failures[cls] = (this.status.failures[cls] ?? 0) + 1;
     const hint =
       cls === 'auth'
-        ? ' (the service refuses the key, SCAC or address: check api.subscription_key_file, api.scac, api.base_url and the paths, then reload with SIGHUP; data is kept)'
+        ? ' (the service refuses the key, SCAC or address: check the subscription key where it comes from (the start-up log and status say), api.scac, api.base_url and the paths, then reload with SIGHUP; data is kept)'
         : cls === 'redirect'
           ? ' (api.base_url probably points at the wrong address; redirects are never followed so the key stays here)'
           : '';

@@ -21,10 +21,20 @@ export interface LoadStart {
   from?: string;
 }
 
+/**
+ * A resourceId or loadNumber as the service's schemas take it (1 to 64 characters): an empty
+ * resource made a load no source could feed.
+ */
+export function checkId(value: string, name: string): void {
+  if (value.length < 1 || value.length > 64) throw new CliError(`${name}: expected 1 to 64 characters, got ${value ? `${value.length} characters` : '""'}`, EXIT.DATA);
+}
+
 /** Check and commit a new load; `warnings` are what the operator should hear about it. */
 export function startLoadChecked(store: Store, config: Config, input: LoadStart, nowMs = Date.now()): { row: LoadRow; warnings: string[] } {
   const resourceType = resourceTypeOf(input.resourceType ?? 'Truck');
   if (!resourceType) throw new CliError(`resourceType: expected one of ${RESOURCE_TYPES.join(', ')}, got ${JSON.stringify(input.resourceType)}`, EXIT.DATA);
+  checkId(input.loadNumber, 'loadNumber');
+  checkId(input.resourceId, 'resourceId');
   checkLoadNumber(input.loadNumber, config);
   const fromMs = input.from === undefined ? undefined : fromTime(input.from, config, nowMs);
   const row = store.startLoad({ loadNumber: input.loadNumber, resourceId: input.resourceId, resourceType, stops: input.stops ?? [], nowMs, fromMs });

@@ -39,9 +39,8 @@ export function addDeadLetterCommand(program: Command): void {
       if (!opts.all && !opts.id?.length) throw new CliError('give --id N (one or more) or --all', EXIT.USAGE);
       const ids = opts.all ? 'all' : opts.id!.map((v) => parseIntArg(v, '--id'));
       const loaded = load(opts.config);
-      const n = withStore(loaded, (store) => store.retryDeadLetters(ids));
-      if (ids !== 'all' && n === 0) throw new CliError(`no dead letter has the id ${ids.join(', ')} (see "dead-letter list"); nothing put back`, EXIT.DATA);
-      if (ids !== 'all' && n < ids.length) throw new CliError(`${n} of the ${ids.length} ids were dead letters and were put back; the others are not (see "dead-letter list")`, EXIT.DATA);
+      // All or nothing: exit 65 says nothing was written (README), so no id is put back when one is unknown.
+      const n = withStore(loaded, (store) => store.retryDeadLetters(ids, { allKnown: true }));
       out(`${n} dead letter(s) put back in the queue`);
     });
 }

@@ -7,12 +7,12 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import type { IClientOptions } from 'mqtt';
-import { isLoopback } from '../../config/fleet.js';
+import { brokerUrlProblems, plaintextProblem } from '../../config/fleet.js';
 import { CliError } from '../../errors.js';
 import { EXIT } from '../../exit.js';
 import { COMMANDS, jsonSchemas, type Reply } from '../../fleet/messages.js';
 import { connectMqtt } from '../../sources/mqtt-lib.js';
-import { out } from '../common.js';
+import { out, parseNumberArg } from '../common.js';
 
 interface SendOptions {
   url: string;
@@ -28,6 +28,11 @@ interface SendOptions {
   timeout: string;
   allowPlaintext?: boolean;
 }
+
+/** The config's URL rule in the command line's words. */
+const URL_FIXES = { password: 'give it with --password-file, and the user name with --username', plaintext: 'add --allow-plaintext' };
+/** A day: a device out of coverage answers when it is back; longer overflows the timer, which then fires at once. */
+const MAX_TIMEOUT_S = 86_400;
 
 const read = (path: string, what: string) => {
   try {
@@ -59,9 +64,11 @@ export function addFleetCommand(program: Command): void {
       if (!Object.hasOwn(COMMANDS, name)) throw new CliError(`<command>: expected one of ${Object.keys(COMMANDS).join(', ')}, got ${JSON.stringify(name)}`, EXIT.USAGE);
       if (!opts.device && !opts.prefix) throw new CliError('give --device (or --prefix)', EXIT.USAGE);
       const prefix = opts.prefix ?? `fleet/${opts.device}`;
+      // The daemon's rule for [fleet] url: a tcp:// or http:// URL went out, password and all.
+      const urlProblem = brokerUrlProblems(opts.url, URL_FIXES)[0] ?? plaintextProblem(opts.url, opts.allowPlaintext ?? false, URL_FIXES);
+      if (urlProblem) throw new CliError(`--url: ${urlProblem}`, EXIT.USAGE);
       const url = new URL(opts.url);
-      if ((url.protocol === 'mqtt:' || url.protocol === 'ws:') && !isLoopback(url.hostname) && !opts.allowPlaintext)
-        throw new CliError(`--url: a plain ${url.protocol}// connection to ${url.hostname} would carry the password in clear: use mqtts:// or wss://, or add --allow-plaintext`, EXIT.USAGE);
+      const timeoutS = parseNumberArg(opts.timeout, '--timeout', `seconds from 1 to ${MAX_TIMEOUT_S}`, (s) => s >= 1 && s <= MAX_TIMEOUT_S);
       const text = opts.file ? read(opts.file, '--file') : (opts.json ?? '{}');
       let body: Record<string, unknown>;
       try {
@@ -80,7 +87,7 @@ export function addFleetCommand(program: Command): void {
       const client = connectMqtt(opts.url, options);
       try {
         const reply = await new Promise<Reply>((resolve, reject) => {
-          const timer = setTimeout(() => reject(new Error(`no answer from ${prefix} within ${opts.timeout} s (the command stays queued at the broker for the device)`)), Number(opts.timeout) * 1000);
+          const timer = setTimeout(() => reject(new Error(`no answer from ${prefix} within ${timeoutS} s (the command stays queued at the broker for the device)`)), timeoutS * 1000);
           client.once('error', (err) => reject(new Error(`broker ${url.host}: ${err.message}`)));
           client.on('message', (_topic, payload) => {
             clearTimeout(timer);

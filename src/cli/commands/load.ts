@@ -6,7 +6,7 @@ import type { Command } from 'commander';
 import { CliError } from '../../errors.js';
 import { EXIT } from '../../exit.js';
 import { resourceTypeOf, RESOURCE_TYPES } from '../../milestones/codes.js';
-import { describeStart, startLoadChecked } from '../../milestones/assign.js';
+import { checkId, describeStart, startLoadChecked } from '../../milestones/assign.js';
 import { checkLoadNumber } from '../../milestones/record.js';
 import { readStopsFile } from '../../milestones/stops.js';
 import { configOption, err, load, out, withReader, withStore } from '../common.js';
@@ -25,6 +25,8 @@ export function addLoadCommand(program: Command): void {
     .action((loadNumber: string, opts: { resource: string; resourceType: string; stops?: string; from?: string; config?: string }) => {
       const resourceType = resourceTypeOf(opts.resourceType);
       if (!resourceType) throw new CliError(`--resource-type: expected one of ${RESOURCE_TYPES.join(', ')}, got ${JSON.stringify(opts.resourceType)}`, EXIT.DATA);
+      checkId(loadNumber, '<loadNumber>');
+      checkId(opts.resource, '--resource');
       const stops = opts.stops ? readStopsFile(opts.stops) : [];
       const loaded = load(opts.config);
       // Before the buffer is opened (or created) for it.
