@@ -5,6 +5,7 @@
  * reading it in one zone to decide where the truck was, then again in another, sent a
  * Chicago time six hours early from a device in UTC.
  */
+import { readDateTime } from '../geo/localtime.js';
 import { hasExplicitOffset, localTimeToInstant, zoneOffsetMinutes } from '../geo/timezone.js';
 
 export type TypedTime =
@@ -22,11 +23,10 @@ export function typedTime(input: { timeMs?: number; timeText?: string }): TypedT
   if (input.timeText === undefined) return { kind: 'now' };
   const text = input.timeText.trim();
   if (hasExplicitOffset(text)) {
-    const ms = Date.parse(text);
-    if (Number.isNaN(ms)) throw new RangeError(EXPECTED(text));
-    const m = /(?:Z|([+-])(\d{2}):?(\d{2})?)$/i.exec(text)!;
-    const offsetMin = m[1] === undefined ? 0 : (m[1] === '-' ? -1 : 1) * (Number(m[2]) * 60 + Number(m[3] ?? 0));
-    return { kind: 'instant', ms, offsetMin };
+    // ISO 8601 only: Date.parse also takes RFC 2822 and whatever V8 makes of the rest.
+    const read = readDateTime(text);
+    if (read?.kind !== 'instant') throw new RangeError(EXPECTED(text));
+    return { kind: 'instant', ms: read.ms, offsetMin: read.offsetMin };
   }
   // Not a date at all ("yesterday"): the forms it may take, not the local form's details.
   if (!/^\d{4}-\d{2}-\d{2}/.test(text)) throw new RangeError(EXPECTED(text));
