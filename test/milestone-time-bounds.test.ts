@@ -1,8 +1,10 @@
 /**
- * How old a typed milestone time may be: the real CLI bin, the fleet link's command handler
- * and the driver page's action against a real buffer file. The failure these guard against:
- * `--time 1970-01-01T00:00Z`, a year typo (2016 for 2026), 1900 and an appointment in 9999
- * were all recorded and delivered.
+ * How old a typed milestone time may be, and what the daemon says of a milestone it sends
+ * without a place: the real CLI bin, the fleet link's command handler and the driver page's
+ * action against a real buffer file, and the real daemon with the real sandbox. The failures
+ * these guard against: `--time 1970-01-01T00:00Z`, a year typo (2016 for 2026), 1900 and an
+ * appointment in 9999 were all recorded and delivered; a milestone typed with `-05:00` and no
+ * fix went out in UTC-5 while the log said "in the device's zone".
  */
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -12,7 +14,7 @@ import { Commands } from '../src/fleet/commands.js';
 import { formatTime } from '../src/geo/timezone.js';
 import { createLogger } from '../src/log.js';
 import { perform } from '../src/ui/actions.js';
-import { agentConfig, runCli, tempDir } from './helpers.js';
+import { agentConfig, daemonFixture, runCli, startDaemon, tempDir, waitFor } from './helpers.js';
 
 const CHICAGO = { lat: 41.8781, lon: -87.6298 };
 const UTC_DEVICE = { TZ: 'UTC' };
@@ -104,5 +106,35 @@ describe('a typed milestone time older than a load can be', () => {
     );
     expect(page).toMatchObject({ ok: false, message: expect.stringContaining('more than sources_time.max_past_days (30)') });
     expect(recorded()).toEqual([]);
+  });
+});
+
+describe('the daemon sends a milestone without a place in the zone it was recorded in, and says so', () => {
+  // SIGTERM, not SIGKILL: the daemon stops its sources on the way out.
+  const fx = daemonFixture({ stop: 'SIGTERM' });
+
+  it('typed with -05:00, no fix anywhere: the log names UTC-5, not the device zone', async () => {
+    const { url } = await fx.sandbox.start();
+    const cfg = agentConfig(fx.tmp.dir, url);
+    fx.daemon = startDaemon(['--config', cfg], UTC_DEVICE);
+    expect((await runCli(['load', 'start', 'L-1001', '--resource', 'T9', '--config', cfg])).code).toBe(0);
+    const at = formatTime(new Date(Math.floor((Date.now() - 600_000) / 1000) * 1000), 'Etc/GMT+5', 'local')
+      .dateTime.replace(/\.000/, '')
+      .replace(/:(\d\d)$/, '$1');
+    const m = await runCli(['milestone', '--load', 'L-1001', '--code', 'X6', '--time', at, '--config', cfg], { env: UTC_DEVICE });
+    expect(m.code, m.stderr).toBe(0);
+    await waitFor(() => fx.sandbox.milestones.length === 1, 10_000, 'the milestone at the sandbox');
+    expect((fx.sandbox.milestones[0].body as { time: unknown }).time).toMatchObject({ timeZoneCode: 'UTC-5', timeZoneOffset: 'UTC-5' });
+    const line = await waitFor(
+      () =>
+        fx
+          .daemon!.output()
+          .split('\n')
+          .find((l) => l.includes('goes out without a city and state')),
+      5000,
+      'the daemon logging why',
+    );
+    expect(line).not.toContain("device's zone");
+    expect(line).toContain('in the zone it was recorded in (UTC-5)');
   });
 });
