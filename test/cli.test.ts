@@ -110,7 +110,8 @@ describe('loads and milestones from the command line', () => {
     // No fix yet: the time zone comes from the stop's position (Joliet, IL).
     const stops = writeFile(tmp.dir, 'stops.json', JSON.stringify([{ sequence: 1, type: 'pickup', latitude: 41.52, longitude: -88.08 }]));
     await runCli(['load', 'start', 'L1', '--resource', 'T1', '--stops', stops, '--config', cfg]);
-    const ok = await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--stop', '1', '--time', '2026-07-01T09:30:00-05:00', '--city', 'Joliet', '--state', 'il', '--config', cfg]);
+    // A fixed summer date (CDT), older than sources_time.max_past_days by now: --force sends it.
+    const ok = await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--stop', '1', '--time', '2026-07-01T09:30:00-05:00', '--city', 'Joliet', '--state', 'il', '--force', '--config', cfg]);
     expect(ok.code).toBe(0);
     expect(ok.stdout).toBe(
       'milestone 1 (X3 for load L1, stop 1) committed: 2026-07-01 09:30:00-05:00 CDT (UTC-5) = 2026-07-01T14:30:00Z at Joliet, IL (place: command line); zone America/Chicago (of Joliet, IL); the running agent sends it within seconds\n',

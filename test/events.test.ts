@@ -25,7 +25,9 @@ let cfg: string;
 let buffer: string;
 beforeEach(() => {
   tmp = tempDir();
-  cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9');
+  // Milestones typed with fixed dates of 2026 (a winter time in Chicago), recorded long after:
+  // the bound on how old a typed time may be (sources_time.max_past_days) is raised for them.
+  cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9', '[sources_time]\nmax_past_days = 3650\n');
   buffer = join(tmp.dir, 'buffer.db');
 });
 afterEach(() => tmp.cleanup());
@@ -118,11 +120,13 @@ describe('--time without an offset is read in the zone of the place (item 3)', (
     );
     expect(snapshot()).toEqual(before);
 
-    const appointment = await cli(['milestone', '--load', 'L1', '--code', 'AA', '--stop', '1', '--time', '2099-01-02T08:00:00']);
+    // The next 2 January (Chicago on CST), within the year an appointment may lie ahead.
+    const year = new Date(now).getUTCFullYear() + (now < Date.UTC(new Date(now).getUTCFullYear(), 0, 2) ? 0 : 1);
+    const appointment = await cli(['milestone', '--load', 'L1', '--code', 'AA', '--stop', '1', '--time', `${year}-01-02T08:00:00`]);
     expect(appointment.code, appointment.stderr).toBe(0);
     expect(milestones().map((m) => [m.code, m.body.time])).toEqual([
       ['X3', expect.anything()],
-      ['AA', { dateTime: '2099-01-02T08:00:00.000-06:00', timeZoneCode: 'CST', timeZoneOffset: 'UTC-6' }],
+      ['AA', { dateTime: `${year}-01-02T08:00:00.000-06:00`, timeZoneCode: 'CST', timeZoneOffset: 'UTC-6' }],
     ]);
   });
 });

@@ -180,7 +180,7 @@ ${extra}`,
     const cfg = fleetConfig();
     await run(cfg);
     const d = await dispatch();
-    const cmd = { commandId: 'sd-1', loadNumber: 'L-7', eventCode: 'SD', reasonCode: 'AO', time: '2026-01-10T10:00:00-06:00' };
+    const cmd = { commandId: 'sd-1', loadNumber: 'L-7', eventCode: 'SD', reasonCode: 'AO', time: new Date(Math.floor(Date.now() / 1000) * 1000 - 3_600_000).toISOString() };
     // The operator's CLI, as dispatch would: its exit status is the answer's.
     const file = writeFile(tmp.dir, 'load.json', JSON.stringify({ commandId: 'ls-1', loadNumber: 'L-7', resourceId: 'T7' }));
     const pw = writeFile(tmp.dir, 'dispatch-pw', `${USERS.dispatch}\n`);

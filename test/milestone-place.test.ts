@@ -164,7 +164,9 @@ describe('the place rule, first match wins (CLI against a buffer file)', () => {
   let cfg: string;
   const stopsFile = (stops: unknown) => writeFile(fx.tmp.dir, 'stops.json', JSON.stringify(stops));
   beforeEach(() => {
-    cfg = agentConfig(fx.tmp.dir, 'http://127.0.0.1:9');
+    // Fixed dates of January 2026 (winter in London and Seattle), recorded long after: the
+    // bound on how old a typed time may be (sources_time.max_past_days) is raised for them.
+    cfg = agentConfig(fx.tmp.dir, 'http://127.0.0.1:9', '[sources_time]\nmax_past_days = 3650\n');
   });
   const bodyOf = (id: number) => {
     const store = Store.open(join(fx.tmp.dir, 'buffer.db'));

@@ -165,7 +165,7 @@ describe('delay', () => {
     startLoad(stops(tight).map((s) => ({ ...s, appointment: { end: tight } })));
     const slow = (fromKm: number, stop: { lat: number; lon: number }, t0: number): Reading[] =>
       Array.from({ length: 30 }, (_, min) => ({ resourceId: 'T1', timeMs: t0 + min * 60_000, lat: stop.lat + (fromKm - min * 0.5) / 111.32, lon: stop.lon }));
-    recordMilestone(store, config, { loadNumber: 'L1', code: 'X3', stop: 1, timeMs: T0 - 60_000 });
+    recordMilestone(store, config, { loadNumber: 'L1', code: 'X3', stop: 1, timeMs: T0 - 60_000 }, T0);
     feed(detector().d, slow(200, DELIVERY, T0), 10);
     const sds = store.listMilestones().filter((m) => m.body.eventCode === 'SD');
     expect(sds.map((m) => m.body.stopsequenceNumber)).toEqual([2]);

@@ -24,7 +24,9 @@ let tmp: ReturnType<typeof tempDir>;
 let cfg: string;
 beforeEach(() => {
   tmp = tempDir();
-  cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9');
+  // Fixed dates of November 2026, typed long after once time passes: the bound on how old a
+  // typed time may be (sources_time.max_past_days) is raised for them.
+  cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9', '[sources_time]\nmax_past_days = 3650\n');
 });
 afterEach(() => tmp.cleanup());
 

@@ -75,7 +75,7 @@ export class MilestoneSender {
       store.setMilestoneBody(m.id, m.body);
       log.warn(
         { load: m.loadNumber, milestone: m.id, resource: load?.resourceId },
-        `milestone ${m.id} goes out without a city and state, in the device's zone: no fix of its resource within milestones.max_fix_age_s (${config.milestones.max_fix_age_s} s) of when it was recorded`,
+        `milestone ${m.id} goes out without a city and state, in the zone it was recorded in (${String((m.body.time as { timeZoneOffset?: unknown } | undefined)?.timeZoneOffset)}): no fix of its resource within milestones.max_fix_age_s (${config.milestones.max_fix_age_s} s) of its time (of when it was recorded, for an appointment)`,
       );
     } catch (err) {
       log.warn({ milestone: m.id, err: (err as Error).message }, 'could not fill in the place of a milestone; sending it as recorded');

@@ -9,6 +9,9 @@ const DAY_MS = 86_400_000;
 /** `YYYY-MM-DDTHH:MM[:SS[.fff]]`, `T` or a space between date and time, nothing after. */
 const LOCAL_DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,3}))?)?$/;
 
+/** `LOCAL_DATE_TIME`, fractions to nine digits, then `Z` or an offset (`+02:00`, `-0600`, `+05`), maybe after a space. */
+const INSTANT = /^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?\s?([Zz]|([+-])(\d{2})(?::?(\d{2}))?)$/;
+
 /** A time of day followed by `Z` or a numeric offset (`+02:00`, `-0600`, `+05`), maybe after a space. */
 const EXPLICIT_OFFSET = /\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?\s?(?:Z|[+-]\d{2}(?::?\d{2})?)$/i;
 
@@ -45,6 +48,55 @@ export function hasExplicitOffset(text: string): boolean {
  * (the closest two changes are four days apart, Africa/Freetown in 1939).
  */
 export function localTimeToInstant(text: string, zone: string): number {
+  const readings = localTimeReadings(text, zone);
+  if (readings.length > 0) return readings[0];
+  // In no reading is this wall-clock time shown: a spring-forward gap.
+  const local = wallClockOf(text);
+  return local - zoneOffsetMinutes(zone, local - DAY_MS) * 60_000;
+}
+
+/**
+ * Every instant at which the clocks of `zone` show this local date and time, earlier first:
+ * one; two in the hour a fall back repeats; none in a spring-forward gap. RangeErrors as
+ * `localTimeToInstant`'s. For saying which reading a time got, where it had a choice.
+ */
+export function localTimeReadings(text: string, zone: string): number[] {
+  const local = wallClockOf(text);
+  const before = zoneOffsetMinutes(zone, local - DAY_MS);
+  const after = zoneOffsetMinutes(zone, local + DAY_MS);
+  const out: number[] = [];
+  // The larger offset gives the earlier instant: tried first, it comes first.
+  for (const offset of before >= after ? [before, after] : [after, before]) {
+    const t = local - offset * 60_000;
+    if (zoneOffsetMinutes(zone, t) === offset && !out.includes(t)) out.push(t);
+  }
+  return out;
+}
+
+/**
+ * A date and time as an agent reads one typed or written in a file (`milestone --time`, a
+ * stop's appointment): ISO 8601 and nothing else, one grammar for every place a time is
+ * typed. With `Z` or an offset it is an instant (the offset kept, it names a zone's clock);
+ * without, a local time that only a zone turns into an instant (`localTimeToInstant`). Else
+ * undefined: `"1"`, `"12/31/2026"`, a date alone, RFC 2822, a date not on the calendar.
+ * Programs may write fractions of a second to nine digits with an offset (`.123456Z`); a time
+ * typed without one keeps `localTimeToInstant`'s form.
+ */
+export function readDateTime(text: string): { kind: 'instant'; ms: number; offsetMin: number } | { kind: 'local'; text: string } | undefined {
+  const m = INSTANT.exec(text);
+  if (m) {
+    const wall = wallClockParts(m.slice(1, 7), m[7]);
+    const [sign, oh, om] = [m[9], Number(m[10] ?? 0), Number(m[11] ?? 0)];
+    if (wall === undefined || oh > 23 || om > 59) return undefined;
+    const offsetMin = sign === undefined ? 0 : (sign === '-' ? -1 : 1) * (oh * 60 + om);
+    return { kind: 'instant', ms: wall - offsetMin * 60_000, offsetMin };
+  }
+  const l = LOCAL_DATE_TIME.exec(text);
+  return l && wallClockParts(l.slice(1, 7), l[7]) !== undefined ? { kind: 'local', text } : undefined;
+}
+
+/** The wall-clock reading of a local date and time, as if it were UTC (RangeErrors quoting the text). */
+function wallClockOf(text: string): number {
   const m = LOCAL_DATE_TIME.exec(text);
   if (!m) {
     throw new RangeError(
@@ -53,23 +105,19 @@ export function localTimeToInstant(text: string, zone: string): number {
         : `expected a local date and time YYYY-MM-DDTHH:MM[:SS[.fff]] without offset, got ${JSON.stringify(text)}`,
     );
   }
-  const [y, mo, d, h, mi, s] = m.slice(1, 7).map((v) => Number(v ?? 0));
-  const ms = Number((m[7] ?? '').padEnd(3, '0'));
+  const wall = wallClockParts(m.slice(1, 7), m[7]);
+  if (wall === undefined) throw new RangeError(`${JSON.stringify(text)} is not a date and time that exists on a calendar`);
+  return wall;
+}
+
+/** Year to second (strings, seconds maybe absent) and a fraction's digits, as ms since the epoch read as UTC; undefined off the calendar. */
+function wallClockParts(parts: Array<string | undefined>, fraction: string | undefined): number | undefined {
+  const [y, mo, d, h, mi, s] = parts.map((v) => Number(v ?? 0));
+  const ms = Number((fraction ?? '').slice(0, 3).padEnd(3, '0'));
   // setUTCFullYear, not Date.UTC: Date.UTC reads years 0-99 as 1900-1999.
   const date = new Date(0);
   date.setUTCFullYear(y, mo - 1, d);
   date.setUTCHours(h, mi, s, ms);
-  if (mo < 1 || mo > 12 || date.getUTCMonth() !== mo - 1 || date.getUTCDate() !== d || h > 23 || mi > 59 || s > 59) {
-    throw new RangeError(`${JSON.stringify(text)} is not a date and time that exists on a calendar`);
-  }
-  const local = date.getTime(); // the wall-clock reading, as if it were UTC
-  const before = zoneOffsetMinutes(zone, local - DAY_MS);
-  const after = zoneOffsetMinutes(zone, local + DAY_MS);
-  // The larger offset gives the earlier instant: tried first, it picks the first occurrence.
-  for (const offset of before >= after ? [before, after] : [after, before]) {
-    const t = local - offset * 60_000;
-    if (zoneOffsetMinutes(zone, t) === offset) return t;
-  }
-  // In no reading is this wall-clock time shown: a spring-forward gap.
-  return local - before * 60_000;
+  if (mo < 1 || mo > 12 || date.getUTCMonth() !== mo - 1 || date.getUTCDate() !== d || h > 23 || mi > 59 || s > 59) return undefined;
+  return date.getTime();
 }

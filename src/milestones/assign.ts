@@ -7,6 +7,7 @@ import type { LoadRow, Store } from '../buffer/store.js';
 import type { Config } from '../config/schema.js';
 import { CliError } from '../errors.js';
 import { EXIT } from '../exit.js';
+import { appointmentMs, resolveAppointments } from './appointments.js';
 import { RESOURCE_TYPES, resourceTypeOf } from './codes.js';
 import { checkLoadNumber } from './record.js';
 import type { Stop } from './stops.js';
@@ -37,8 +38,10 @@ export function startLoadChecked(store: Store, config: Config, input: LoadStart,
   checkId(input.resourceId, 'resourceId');
   checkLoadNumber(input.loadNumber, config);
   const fromMs = input.from === undefined ? undefined : fromTime(input.from, config, nowMs);
-  const row = store.startLoad({ loadNumber: input.loadNumber, resourceId: input.resourceId, resourceType, stops: input.stops ?? [], nowMs, fromMs });
-  return { row, warnings: staleAppointments(row, config, nowMs) };
+  // Appointments read once, here, for the CLI and dispatch alike: instants from now on.
+  const { stops, warnings } = resolveAppointments(input.stops ?? []);
+  const row = store.startLoad({ loadNumber: input.loadNumber, resourceId: input.resourceId, resourceType, stops, nowMs, fromMs });
+  return { row, warnings: [...warnings, ...staleAppointments(row, config, nowMs)] };
 }
 
 /**
@@ -66,7 +69,7 @@ function staleAppointments(row: LoadRow, config: Config, nowMs: number): string[
   const out: string[] = [];
   for (const s of row.stops) {
     const end = s.appointment?.end;
-    const endMs = end ? Date.parse(end) : Number.NaN;
+    const endMs = appointmentMs(s, 'end');
     if (delays && endMs < nowMs - 3_600_000) {
       out.push(
         `stop ${s.sequence}'s appointment ended ${Math.round((nowMs - endMs) / 3_600_000)} h ago (${end}): a delay (${config.milestones.delay.code}) will be reported for it until the truck arrives; check the stops file's dates`,

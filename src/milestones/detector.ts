@@ -38,6 +38,7 @@ import type { LoadRow, NewMilestone, StopState, Store } from '../buffer/store.js
 import type { Config } from '../config/schema.js';
 import type { Reading } from '../reading.js';
 import { distanceM } from '../geo/distance.js';
+import { appointmentMs } from './appointments.js';
 import { nextStopAfter, prepareMilestone, type MilestoneInput } from './record.js';
 import type { Stop } from './stops.js';
 
@@ -311,7 +312,7 @@ export class MilestoneDetector {
     if (!candidates.some((s) => s.appointment?.end)) return;
     const reported = this.store.stopsWithCodes(load.loadNumber, Object.values(config.milestones.codes));
     const next = candidates.find((s) => !reported.has(s.sequence));
-    const end = next?.appointment?.end ? Date.parse(next.appointment.end) : NaN;
+    const end = next ? appointmentMs(next, 'end') : Number.NaN;
     if (!next || next.latitude === undefined || next.longitude === undefined || Number.isNaN(end)) return;
     const measured = recentSpeed(window);
     if (measured === undefined) return;

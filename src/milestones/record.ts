@@ -23,7 +23,8 @@
  *   the offset typed (`UTC-5`), else, for a milestone of now, the device's, with a warning;
  * - a `--time` without an offset is read once, in the zone of that place, else of the last
  *   fix whatever its age; with neither it is refused (never read in the device's zone);
- *   a time more than `sources_time.max_future_s` ahead is refused (appointments excepted).
+ *   a time more than `sources_time.max_future_s` ahead is refused (appointments excepted), and
+ *   so is one too old to be a load's (`checkTimeAge` in typed-time.ts).
  */
 import { randomUUID } from 'node:crypto';
 import pino, { type Logger } from 'pino';
@@ -37,7 +38,7 @@ import { placeAt, placeNamed } from '../geo/places.js';
 import { stateZones } from '../geo/state-zones.js';
 import { fixedOffsetZone, formatTime, systemZone, zoneAt } from '../geo/timezone.js';
 import { check, problemLine } from '../validation.js';
-import { instantIn, type TypedTime, typedTime, withOffsetOf, zoneWithOffset } from './typed-time.js';
+import { checkTimeAge, instantIn, type TypedTime, typedTime, withOffsetOf, zoneWithOffset } from './typed-time.js';
 
 export interface MilestoneInput {
   loadNumber: string;
@@ -290,12 +291,19 @@ export function prepareMilestone(store: Store, config: Config, input: MilestoneI
     throw new MilestoneError((err as Error).message);
   }
   const { placement, timeMs } = place(store, config, load, input, typed, nowMs, warnings);
-  if (origin === 'manual' && !config.codes.appointments.includes(code)) {
-    const aheadS = Math.round((timeMs - nowMs) / 1000);
-    if (aheadS > config.sources_time.max_future_s) {
-      throw new MilestoneError(
-        `--time ${new Date(timeMs).toISOString()} is ${aheadS} s ahead of this device's clock (sources_time.max_future_s = ${config.sources_time.max_future_s}): a milestone records what happened. Only appointment codes (codes.appointments: ${config.codes.appointments.join(', ')}) may lie in the future`,
-      );
+  // What is typed by hand (a program's instant too); the detector's times are its fixes'.
+  if (origin === 'manual' && typed.kind !== 'now') {
+    const limits = {
+      maxPastDays: config.sources_time.max_past_days,
+      maxFutureS: config.sources_time.max_future_s,
+      appointment: config.codes.appointments.includes(code),
+      appointmentCodes: config.codes.appointments,
+      force,
+    };
+    try {
+      checkTimeAge(timeMs, nowMs, limits, warnings);
+    } catch (err) {
+      throw new MilestoneError((err as Error).message);
     }
   }
   const ref = randomUUID();

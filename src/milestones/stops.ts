@@ -5,9 +5,20 @@
 import { readFileSync } from 'node:fs';
 import * as z from 'zod';
 import { DataError } from '../errors.js';
+import { readDateTime } from '../geo/localtime.js';
 import { check, problemLine } from '../validation.js';
 
-const isoTime = z.string().refine((s) => !Number.isNaN(Date.parse(s)), 'expected an ISO 8601 time');
+/**
+ * ISO 8601 and nothing else (Date.parse took "1" for 2001 and "12/31/2026"). Without an offset
+ * it is the stop's wall clock: `load start` reads it in the zone of the stop's position
+ * (src/milestones/appointments.ts).
+ */
+const isoTime = z
+  .string()
+  .refine(
+    (s) => readDateTime(s) !== undefined,
+    "expected an ISO 8601 date and time such as 2026-11-23T08:00:00-06:00 or 2026-11-23T14:00:00Z (without an offset, the stop's local time: read in the zone of its latitude/longitude)",
+  );
 
 export const stopSchema = z.strictObject({
   sequence: z.number().int().min(1),

@@ -5,6 +5,8 @@
  * reading it in one zone to decide where the truck was, then again in another, sent a
  * Chicago time six hours early from a device in UTC.
  */
+import { CLOCK_FLOOR_MS } from '../admission/time-guard.js';
+import { readDateTime } from '../geo/localtime.js';
 import { hasExplicitOffset, localTimeToInstant, zoneOffsetMinutes } from '../geo/timezone.js';
 
 export type TypedTime =
@@ -22,11 +24,10 @@ export function typedTime(input: { timeMs?: number; timeText?: string }): TypedT
   if (input.timeText === undefined) return { kind: 'now' };
   const text = input.timeText.trim();
   if (hasExplicitOffset(text)) {
-    const ms = Date.parse(text);
-    if (Number.isNaN(ms)) throw new RangeError(EXPECTED(text));
-    const m = /(?:Z|([+-])(\d{2}):?(\d{2})?)$/i.exec(text)!;
-    const offsetMin = m[1] === undefined ? 0 : (m[1] === '-' ? -1 : 1) * (Number(m[2]) * 60 + Number(m[3] ?? 0));
-    return { kind: 'instant', ms, offsetMin };
+    // ISO 8601 only: Date.parse also takes RFC 2822 and whatever V8 makes of the rest.
+    const read = readDateTime(text);
+    if (read?.kind !== 'instant') throw new RangeError(EXPECTED(text));
+    return { kind: 'instant', ms: read.ms, offsetMin: read.offsetMin };
   }
   // Not a date at all ("yesterday"): the forms it may take, not the local form's details.
   if (!/^\d{4}-\d{2}-\d{2}/.test(text)) throw new RangeError(EXPECTED(text));
@@ -59,4 +60,47 @@ export function withOffsetOf(text: string, zone: string): string {
   }
   const abs = Math.abs(offsetMin);
   return `${text}${offsetMin < 0 ? '-' : '+'}${String(Math.floor(abs / 60)).padStart(2, '0')}:${String(abs % 60).padStart(2, '0')}`;
+}
+
+const DAY_MS = 86_400_000;
+/** How far ahead an appointment may be: a tender is for weeks ahead, not years. */
+const APPOINTMENT_AHEAD_DAYS = 366;
+
+/**
+ * Whether a milestone's time, typed or given by a program, could be what happened: a
+ * RangeError with the message to show, or a warning pushed when `force` lets it through.
+ * - before 2025-01-01 (the floor readings get, `CLOCK_FLOOR_MS`), or an appointment more than
+ *   a year ahead: no load this agent carried; a typo or an unset clock. Refused, `force` or not;
+ * - more than `sources_time.max_past_days` behind the device's clock (the readings' bound):
+ *   refused unless `force` (a correction to an old load);
+ * - more than `sources_time.max_future_s` ahead, except an appointment: it has not happened.
+ */
+export function checkTimeAge(
+  timeMs: number,
+  nowMs: number,
+  limits: { maxPastDays: number; maxFutureS: number; appointment: boolean; appointmentCodes: readonly string[]; force: boolean },
+  warnings: string[],
+): void {
+  const at = new Date(timeMs).toISOString().replace('.000Z', 'Z');
+  if (timeMs < CLOCK_FLOOR_MS) {
+    throw new RangeError(`--time ${at} is before 2025-01-01, older than any load this agent carried: check the year (--force does not send it)`);
+  }
+  if (limits.appointment && timeMs - nowMs > APPOINTMENT_AHEAD_DAYS * DAY_MS) {
+    throw new RangeError(`--time ${at} is more than a year ahead of this device's clock: no appointment is that far off; check the year (--force does not send it)`);
+  }
+  const behindDays = Math.floor((nowMs - timeMs) / DAY_MS);
+  if (nowMs - timeMs > limits.maxPastDays * DAY_MS) {
+    if (!limits.force) {
+      throw new RangeError(
+        `--time ${at} is ${behindDays} days before this device's clock, more than sources_time.max_past_days (${limits.maxPastDays}): check the date; to record it anyway (a correction to an old load), add --force`,
+      );
+    }
+    warnings.push(`--time ${at} is ${behindDays} days before this device's clock (sources_time.max_past_days = ${limits.maxPastDays}); recorded anyway (--force)`);
+  }
+  const aheadS = Math.round((timeMs - nowMs) / 1000);
+  if (!limits.appointment && aheadS > limits.maxFutureS) {
+    throw new RangeError(
+      `--time ${new Date(timeMs).toISOString()} is ${aheadS} s ahead of this device's clock (sources_time.max_future_s = ${limits.maxFutureS}): a milestone records what happened. Only appointment codes (codes.appointments: ${limits.appointmentCodes.join(', ')}) may lie in the future`,
+    );
+  }
 }

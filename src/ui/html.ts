@@ -5,6 +5,7 @@
  */
 import type { Config } from '../config/schema.js';
 import { systemZone, zoneAt, formatTime } from '../geo/timezone.js';
+import { appointmentMs } from '../milestones/appointments.js';
 import { type Action, codeOf, delayReasons, eventName, reasonName } from './actions.js';
 import type { Lang, translator } from './i18n.js';
 import type { DriverView, LinkView, LoadView, MilestoneView, StopView } from './view.js';
@@ -94,14 +95,15 @@ export function stateText(t: T, m: MilestoneView): string {
 function stopLine(t: T, stop: StopView): string {
   const kind = stop.type === 'pickup' ? t('pickup') : stop.type === 'delivery' ? t('delivery') : t('other');
   const where = [stop.name, [stop.city, stop.state].filter(Boolean).join(', ')].filter(Boolean).join(', ');
-  const a = stop.appointment;
+  // Instants (a load an older version started may hold a local time: read in the stop's zone).
+  const startMs = appointmentMs(stop, 'start', stop.zone);
+  const endMs = appointmentMs(stop, 'end', stop.zone);
   let window = '';
-  if (a?.start || a?.end) {
+  if (!Number.isNaN(startMs) || !Number.isNaN(endMs)) {
     const zone = stop.zone ?? 'UTC';
-    const ms = Date.parse(a.start ?? a.end!);
-    const from = a.start ? hhmm(Date.parse(a.start), zone) : '';
-    const to = a.end ? hhmm(Date.parse(a.end), zone) : '';
-    window = `<p>${esc(t('appointment'))}: ${esc([from, to].filter(Boolean).join('–'))} ${esc(zoneCode(ms, zone))}</p>`;
+    const from = Number.isNaN(startMs) ? '' : hhmm(startMs, zone);
+    const to = Number.isNaN(endMs) ? '' : hhmm(endMs, zone);
+    window = `<p>${esc(t('appointment'))}: ${esc([from, to].filter(Boolean).join('–'))} ${esc(zoneCode(Number.isNaN(startMs) ? endMs : startMs, zone))}</p>`;
   }
   return `<h3>${esc(t('nextStop'))}: ${esc(t('stop', { n: stop.sequence }))} · ${esc(kind)}</h3>
 ${where ? `<p>${esc(where)}</p>` : ''}${window}`;

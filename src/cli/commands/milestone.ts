@@ -23,7 +23,7 @@ export function addMilestoneCommand(program: Command): void {
     .option('--lon <degrees>', 'where it happened (with --lat)')
     .option('--city <name>', 'eventCity (default: from the position)')
     .option('--state <code>', 'eventState, two letters (default: from the position)')
-    .option('--force', 'record it even with a code outside codes.events/codes.reasons, or a second time for the same load, code and stop')
+    .option('--force', 'record it even with a code outside codes.events/codes.reasons, a second time for the same load, code and stop, or a --time more than sources_time.max_past_days old')
     .option('--json', 'print the committed milestone as JSON')
     .addOption(configOption())
     .addHelpText(
@@ -36,7 +36,9 @@ of --time. Without any, it goes without a city and state (a warning says so).
 A --time without an offset is read in the zone of that place, else of the resource's last
 fix whatever its age; with neither it is refused (exit 65): give the offset, such as
 2026-11-25T22:53-06:00. It is never read in this device's zone. What was recorded is printed
-in UTC and in the zone used, with where that zone came from.`,
+in UTC and in the zone used, with where that zone came from. A --time before 2025-01-01, or
+an appointment more than a year ahead, is refused even with --force; one more than
+sources_time.max_past_days (30) old is refused unless --force.`,
     )
     .action(
       (opts: { load?: string; code?: string; reason?: string; stop?: string; time?: string; lat?: string; lon?: string; city?: string; state?: string; force?: boolean; json?: boolean; config?: string }) => {
