@@ -179,7 +179,7 @@ export class Agent {
       sender: this.sender,
       log: this.log,
       state: (running) => this.state(running),
-      health: () => this.sources.map((s) => (s.health().healthy ? '1' : '0')).join(''),
+      health: () => this.sources.map((s) => (s.health().healthy ? '1' : '0')).join('') + (this.pageView()?.error ? 'p' : ''),
       intervalMs: this.opts.stateIntervalMs ?? STATE_INTERVAL_MS,
     });
     this.stateRow.start();
@@ -364,7 +364,13 @@ export class Agent {
       clockJump: this.clockJump,
       clock: this.clockState(),
       corrupt: this.corruptFound,
+      page: this.pageView(),
     };
+  }
+
+  /** The driver's page when it is configured: where, or why it is not running (status, /healthz). */
+  pageView(): DaemonState['page'] {
+    return this.page?.view();
   }
 
   /**

@@ -6,6 +6,7 @@
 import type { Ingest } from './admission/ingest.js';
 import type { SenderStatus } from './delivery/context.js';
 import type { SourceHealth } from './sources/types.js';
+import type { PageView } from './ui/page.js';
 import type { ClockView } from './gnss-clock.js';
 
 export const DAEMON_STATE_KEY = 'daemon';
@@ -39,6 +40,8 @@ export interface DaemonState {
   clockJump?: { ms: number; atMs: number };
   /** The system clock's state (src/gnss-clock.ts) and the readings held for a GNSS time. */
   clock?: ClockView & { held: number; heldExpired: number };
+  /** The driver's page when `ui.listen` is set: where, or why it is not running. */
+  page?: PageView;
   /** The daemon stopped because it found the buffer corrupt (SQLite's words): the next start checks it whole. */
   corrupt?: string;
 }

@@ -41,6 +41,8 @@ export function healthProblems(agent: Agent, nowMs = Date.now()): string[] {
   if (clock.state !== 'synchronised' && clock.heldExpired > 0) {
     problems.push(`system clock not synchronised (${clock.from}) and no GNSS time came: ${clock.heldExpired} readings kept with the system clock's time`);
   }
+  const page = agent.pageView();
+  if (page?.error) problems.push(`driver page not running on ${page.listen}: ${page.error} (tried again, at least once a minute)`);
   const silentMs = agent.config.health.source_silent_s * 1000;
   for (const src of agent.sources) {
     const h = src.health();

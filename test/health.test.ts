@@ -152,6 +152,7 @@ describe('source silence', () => {
       ingest: { stats: { trouble: null } },
       config: { health: { source_silent_s: 300 } },
       clockState: () => ({ state: 'synchronised', from: 'test', offsetMs: 0, held: 0, heldExpired: 0 }),
+      pageView: () => undefined,
       // The detail no longer decides: a file whose name holds "finished" is still watched.
       sources: [source('replay', { finished: true, detail: 'end of file after 315 lines' }), source('gps', { detail: 'reading /tmp/finished.nmea (fifo)' })],
     } as unknown as Agent;
@@ -186,6 +187,7 @@ describe('the system clock', () => {
       config: { health: { source_silent_s: 300 } },
       sources: [],
       clockState: () => ({ state: 'unsynchronised', from: 'the kernel (timedatectl)', offsetMs: null, held: 2, heldExpired: 0 }),
+      pageView: () => undefined,
     } as unknown as Agent;
     // Waiting for the first fix is not yet a problem...
     expect(healthProblems(agent, 1000)).toEqual([]);
