@@ -89,6 +89,7 @@ function healthLater(config: Config, lastSuccessMs: number | null): string[] {
     config,
     sources: [],
     clockState: () => ({ state: 'synchronised', from: 'test', offsetMs: null, held: 0, heldExpired: 0 }),
+    pageView: () => undefined,
   } as unknown as Agent;
   return healthProblems(agent, Date.now() + 60 * MIN);
 }
