@@ -25,12 +25,13 @@ export function addLoadCommand(program: Command): void {
     .action((loadNumber: string, opts: { resource: string; resourceType: string; stops?: string; from?: string; config?: string }) => {
       const resourceType = resourceTypeOf(opts.resourceType);
       if (!resourceType) throw new CliError(`--resource-type: expected one of ${RESOURCE_TYPES.join(', ')}, got ${JSON.stringify(opts.resourceType)}`, EXIT.DATA);
-      checkId(loadNumber, '<loadNumber>');
       checkId(opts.resource, '--resource');
       const stops = opts.stops ? readStopsFile(opts.stops) : [];
       const loaded = load(opts.config);
-      // Before the buffer is opened (or created) for it.
+      // Before the buffer is opened (or created) for it: the service's pattern first (it says
+      // more), then the length any pattern must keep to.
       checkLoadNumber(loadNumber, loaded.config);
+      checkId(loadNumber, '<loadNumber>');
       const { row, warnings } = withStore(loaded, (store) => startLoadChecked(store, loaded.config, { loadNumber, resourceId: opts.resource, resourceType, stops, from: opts.from }));
       out(describeStart(row));
       for (const w of warnings) err(`warning: ${w}`);
