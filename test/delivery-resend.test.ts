@@ -1,4 +1,13 @@
 /**
+ * Answers the sender must not take at face value, the real sender and a real SQLite file
+ * against a service on port 0 that deduplicates by key (test/dedup-service.ts).
+ *
+ * An answer whose body never ends: the service, or a proxy or captive portal in front of it,
+ * answers 200 with `content-length: 100000000` and trickles a byte every 100 ms. undici's body
+ * timeout only catches silence, and the client read bodies to their end: the sender, one
+ * cycle at a time, waited on that body forever, and nothing else went, milestones included,
+ * until a restart.
+ *
  * A request the client sent twice: the service read it on a kept-alive connection, which then
  * died unanswered, and the client sent it again at once under the same key (ApiClient.postNow).
  * The answer is then to a repeat. Before, it was taken as the answer to a first send: a 409
@@ -41,13 +50,13 @@ afterEach(async () => {
   tmp.cleanup();
 });
 
-async function setup(plan: (g: Got) => Act | undefined, onRequest?: (g: Got) => void): Promise<DedupService> {
+async function setup(plan: (g: Got) => Act | undefined, onRequest?: (g: Got) => void, opts = { timeoutS: 2, maxTraces: 5 }): Promise<DedupService> {
   service = await dedupService(plan, onRequest);
   config = configSchema.parse({
-    api: { base_url: service.url, scac: TEST_SCAC, timeout_s: 2 },
+    api: { base_url: service.url, scac: TEST_SCAC, timeout_s: opts.timeoutS },
     buffer: { path: join(tmp.dir, 'b.db') },
     sampling: { interval_s: 0 },
-    delivery: { poll_interval_ms: 20, retry_initial_s: 0.05, retry_max_s: 0.2, max_traces_per_request: 5, drain_interval_ms: 0 },
+    delivery: { poll_interval_ms: 20, retry_initial_s: 0.05, retry_max_s: 0.2, max_traces_per_request: opts.maxTraces, drain_interval_ms: 0 },
     sources: [{ type: 'simulator', resource_id: 'T1' }],
   });
   store = Store.open(config.buffer.path);
@@ -56,7 +65,14 @@ async function setup(plan: (g: Got) => Act | undefined, onRequest?: (g: Got) => 
 }
 
 function start(): Sender {
-  client = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });
+  client = new ApiClient({
+    baseUrl: config.api.base_url,
+    milestonePath: config.api.milestone_path,
+    tracePath: config.api.trace_path,
+    scac: TEST_SCAC,
+    subscriptionKey: TEST_KEY,
+    timeoutMs: config.api.timeout_s * 1000,
+  });
   sender = new Sender({ store, client, config, deviceId: 'dev', log: silent });
   sender.start();
   return sender;
@@ -139,5 +155,42 @@ describe('a request sent again at once after a kept-alive connection died under 
     ]);
     expect(store.counts()).toMatchObject({ readings: 0, deadLetters: 0 });
     expect(new Set(s.got.flatMap((g) => g.points))).toEqual(new Set([1, 2, 3, 4, 5, 6]));
+  });
+});
+
+describe('an answer whose body never ends', () => {
+  it('is given up on within api.timeout_s of its headers: a milestone recorded meanwhile goes next, the trace request again under its key', async () => {
+    const TIMEOUT_MS = 1000;
+    let trickled = false;
+    const svc = await setup(
+      (g) => (g.kind === 'trace' && !trickled ? ((trickled = true), 'trickle') : undefined),
+      (g) => {
+        // The milestone is recorded while the trace request's answer trickles.
+        if (g.answer === 'trickled') recordMilestone(store, config, { loadNumber: 'L1', code: 'X3' });
+      },
+      { timeoutS: TIMEOUT_MS / 1000, maxTraces: 100 },
+    );
+    addReadings(3);
+    const s = start();
+    s.requestTracePush();
+
+    await waitFor(drained, 10_000, 'the milestone and the readings delivered');
+    const [first, ...rest] = svc.got;
+    expect(first).toMatchObject({ kind: 'trace', answer: 'trickled', points: [1, 2, 3] });
+    // Abandoned (its connection closed by the client) after the timeout, not long after: the
+    // upper bound is loose, a busy machine's; the old code never gave up.
+    const abandonedAfter = first.closedAt! - first.at;
+    expect(abandonedAfter).toBeGreaterThanOrEqual(TIMEOUT_MS - 10);
+    expect(abandonedAfter).toBeLessThan(TIMEOUT_MS + 4000);
+    // Then the milestone, then the same request under the same key (the service has it: 409, a duplicate).
+    expect(rest.map((g) => [g.kind, g.code ?? g.points, g.answer])).toEqual([
+      ['milestone', 'X3', 200],
+      ['trace', [1, 2, 3], 409],
+    ]);
+    expect(rest[1].key).toBe(first.key);
+    expect(rest[0].at).toBeGreaterThanOrEqual(first.closedAt!);
+    expect(store.listMilestones('L1')[0]).toMatchObject({ code: 'X3', parkedMs: null, lastStatus: 200 });
+    expect(store.counts()).toMatchObject({ readings: 0, deadLetters: 0 });
+    expect(s.status.duplicates).toBe(1);
   });
 });

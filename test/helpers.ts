@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach } from 'vitest';
+import { Store } from '../src/buffer/store.js';
 import { Sandbox, type SandboxOptions } from '../src/sandbox/server.js';
 
 export const ROOT = resolve(import.meta.dirname, '..');
@@ -266,4 +267,14 @@ export function walCommits(file: string): Array<Set<string>> {
     }
   }
   return commits;
+}
+
+/** `fn` with the buffer at `file` open, closed after (what a CLI command does between two runs). */
+export function withStoreAt<T>(file: string, fn: (store: Store) => T): T {
+  const store = Store.open(file);
+  try {
+    return fn(store);
+  } finally {
+    store.close();
+  }
 }

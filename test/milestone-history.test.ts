@@ -10,11 +10,11 @@
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Store } from '../src/buffer/store.js';
+import type { Store } from '../src/buffer/store.js';
 import { formatTime } from '../src/geo/timezone.js';
 import type { Reading } from '../src/reading.js';
 import { Sandbox } from '../src/sandbox/server.js';
-import { agentConfig, type Daemon, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile } from './helpers.js';
+import { agentConfig, type Daemon, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile, withStoreAt } from './helpers.js';
 
 /** Santiago de Querétaro (America/Mexico_City, UTC-6) and Hermosillo (America/Hermosillo, UTC-7). */
 const QUERETARO = { lat: 20.5888, lon: -100.3899 };
@@ -32,14 +32,7 @@ beforeEach(() => {
 });
 afterEach(() => tmp.cleanup());
 
-function withBuffer<T>(fn: (store: Store) => T): T {
-  const store = Store.open(buffer);
-  try {
-    return fn(store);
-  } finally {
-    store.close();
-  }
-}
+const withBuffer = <T>(fn: (store: Store) => T): T => withStoreAt(buffer, fn);
 const bodyOf = (id: number) => withBuffer((s) => s.listMilestones().find((m) => m.id === id)!.body as unknown as Body);
 const idOf = (stdout: string) => Number(/^milestone (\d+) /.exec(stdout)![1]);
 const isoZ = (ms: number) => new Date(ms).toISOString().replace(/\.\d+Z$/, 'Z');

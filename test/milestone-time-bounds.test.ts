@@ -8,13 +8,13 @@
  */
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Store } from '../src/buffer/store.js';
+import type { Store } from '../src/buffer/store.js';
 import { type Config, configSchema } from '../src/config/schema.js';
 import { Commands } from '../src/fleet/commands.js';
 import { formatTime } from '../src/geo/timezone.js';
 import { createLogger } from '../src/log.js';
 import { perform } from '../src/ui/actions.js';
-import { agentConfig, daemonFixture, runCli, startDaemon, tempDir, waitFor } from './helpers.js';
+import { agentConfig, daemonFixture, runCli, startDaemon, tempDir, waitFor, withStoreAt } from './helpers.js';
 
 const CHICAGO = { lat: 41.8781, lon: -87.6298 };
 const UTC_DEVICE = { TZ: 'UTC' };
@@ -43,14 +43,7 @@ describe('a typed milestone time older than a load can be', () => {
   });
   afterEach(() => tmp.cleanup());
 
-  function withBuffer<T>(fn: (store: Store) => T): T {
-    const store = Store.open(join(tmp.dir, 'buffer.db'));
-    try {
-      return fn(store);
-    } finally {
-      store.close();
-    }
-  }
+  const withBuffer = <T>(fn: (store: Store) => T): T => withStoreAt(join(tmp.dir, 'buffer.db'), fn);
   const milestone = (args: string[]) => runCli(['milestone', '--load', 'L-1001', ...args, '--config', cfg], { env: UTC_DEVICE });
   const recorded = () => withBuffer((s) => s.listMilestones('L-1001'));
 

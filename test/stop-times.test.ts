@@ -9,14 +9,14 @@
  */
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { Store } from '../src/buffer/store.js';
+import type { Store } from '../src/buffer/store.js';
 import { type Config, configSchema } from '../src/config/schema.js';
 import { Commands } from '../src/fleet/commands.js';
 import { formatTime } from '../src/geo/timezone.js';
 import { createLogger } from '../src/log.js';
 import { MilestoneDetector } from '../src/milestones/detector.js';
 import type { Stop } from '../src/milestones/stops.js';
-import { agentConfig, runCli, tempDir, writeFile } from './helpers.js';
+import { agentConfig, runCli, tempDir, writeFile, withStoreAt } from './helpers.js';
 
 const CHICAGO = { lat: 41.8781, lon: -87.6298 };
 const UTC_DEVICE = { TZ: 'UTC' };
@@ -32,14 +32,7 @@ beforeEach(() => {
 });
 afterEach(() => tmp.cleanup());
 
-function withBuffer<T>(fn: (store: Store) => T): T {
-  const store = Store.open(join(tmp.dir, 'buffer.db'));
-  try {
-    return fn(store);
-  } finally {
-    store.close();
-  }
-}
+const withBuffer = <T>(fn: (store: Store) => T): T => withStoreAt(join(tmp.dir, 'buffer.db'), fn);
 /** `2026-11-26T13:29` for `ms` in `zone`: what a dispatcher there types. */
 const wallClock = (ms: number, zone: string) => formatTime(new Date(ms), zone, 'local').dateTime.slice(0, 16);
 const minute = (ms: number) => Math.floor(ms / 60_000) * 60_000;

@@ -9,9 +9,9 @@
  */
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Store } from '../src/buffer/store.js';
+import type { Store } from '../src/buffer/store.js';
 import { formatTime } from '../src/geo/timezone.js';
-import { agentConfig, runCli, tempDir } from './helpers.js';
+import { agentConfig, runCli, tempDir, withStoreAt } from './helpers.js';
 
 const CHICAGO = { lat: 41.8781, lon: -87.6298 };
 const PHOENIX = { lat: 33.4484, lon: -112.074 };
@@ -30,14 +30,7 @@ beforeEach(() => {
 });
 afterEach(() => tmp.cleanup());
 
-function withBuffer<T>(fn: (store: Store) => T): T {
-  const store = Store.open(join(tmp.dir, 'buffer.db'));
-  try {
-    return fn(store);
-  } finally {
-    store.close();
-  }
-}
+const withBuffer = <T>(fn: (store: Store) => T): T => withStoreAt(join(tmp.dir, 'buffer.db'), fn);
 /** Load L1 on T1, started a day ago, with these stops. */
 const startLoad = (stops: Parameters<Store['startLoad']>[0]['stops'] = []) =>
   withBuffer((s) => s.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops, nowMs: Date.now() - 86_400_000 }));
