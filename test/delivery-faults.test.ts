@@ -9,6 +9,7 @@ import { ApiClient } from '../src/api/client.js';
 import { COUNTER_DROPPED_AGE, COUNTER_DROPPED_DISK_FULL, COUNTER_DROPPED_SIZE, enforceBounds, withRoom } from '../src/buffer/bounds.js';
 import { Store } from '../src/buffer/store.js';
 import { configSchema, type Config } from '../src/config/schema.js';
+import { classify } from '../src/delivery/classify.js';
 import { Sender } from '../src/delivery/sender.js';
 import { createLogger } from '../src/log.js';
 import { recordMilestone } from '../src/milestones/record.js';
@@ -147,6 +148,37 @@ describe('outage and recovery', () => {
     expect(s.status.lastError).toContain('redirect to http://127.0.0.1:9/elsewhere not followed');
     expect(s.status.lastError).toContain('api.base_url');
     expect(store.counts()).toMatchObject({ readings: 5, deadLetters: 0 });
+  });
+
+  it('a captive portal answering 200 with its page delivers nothing: the records stay and go to the service after it', async () => {
+    addReadings(5);
+    recordMilestone(store, config, { loadNumber: 'L1', code: 'X3' });
+    sandbox.setFaults({ portalNext: 3 });
+    const s = start();
+    s.requestTracePush();
+    await waitFor(() => (s.status.failures.intercepted ?? 0) >= 1, 5000, 'the portal page answered');
+    expect(s.status.lastErrorClass).toBe('intercepted');
+    expect(s.status.lastError).toContain('captive portal');
+    expect(s.status.lastAnswer).toBe('HTTP 200 (a web page, not the service)');
+    await waitFor(drained, 10_000, 'delivery after the portal');
+    expect(s.status.failures.intercepted).toBe(3);
+    expect(sandbox.milestones.map((m) => m.body.loadNumber)).toEqual(['L1']);
+    expect(pointIds().sort((a, b) => a - b)).toEqual([1, 2, 3, 4, 5]);
+    expect(s.status.lastAnswer).toMatch(/^HTTP 2\d\d$/);
+  });
+});
+
+describe('what a 2xx is', () => {
+  const answer = (body: string, type?: string) => ({ kind: 'response' as const, status: 200, body, durationMs: 1, headers: type ? { 'content-type': type } : {} });
+  it('markup is a web page, whatever its type says; anything else is the service', () => {
+    expect(classify(answer('<!DOCTYPE html><html>...', 'text/html'))).toBe('intercepted');
+    expect(classify(answer('  <html><body>Log in</body></html>'))).toBe('intercepted');
+    expect(classify(answer('<HTML>', 'application/json'))).toBe('intercepted');
+    expect(classify(answer('<meta http-equiv="refresh" content="0;url=http://portal">', 'text/html; charset=utf-8'))).toBe('intercepted');
+    expect(classify(answer('', 'text/html'))).toBe('delivered');
+    expect(classify(answer('Accepted', 'text/html'))).toBe('delivered');
+    expect(classify(answer('{"id":"1"}', 'application/json'))).toBe('delivered');
+    expect(classify(answer('<ok/>', 'application/xml'))).toBe('delivered');
   });
 });
 

@@ -13,6 +13,8 @@ export type OutcomeClass =
   | 'retry'
   /** 3xx: never followed (the key would go to another host); a configuration problem. */
   | 'redirect'
+  /** A 2xx web page (a captive portal's or a proxy's login page): not the service's answer; the records stay. */
+  | 'intercepted'
   /** 401, 403, 404: the data is not at fault; the key, SCAC, base URL or path is. Pause and keep the data. */
   | 'auth'
   /** 413: the request was too large; send smaller chunks. */
@@ -37,10 +39,23 @@ function wasSentBefore(outcome: PostOutcome, sentBefore: boolean): boolean {
   return sentBefore || outcome.resent === true;
 }
 
+/**
+ * Whether an answer is a web page: an HTML document where the service answers JSON or
+ * nothing. A captive portal (a truck stop's Wi-Fi, a cellular plan run out) or a proxy's login
+ * page answers a plain-HTTP request with 200 and its page; taken as the service's 2xx, the
+ * records would leave the buffer undelivered. An HTML type alone is not enough (a service may
+ * label an empty answer text/html): the body must be markup.
+ */
+export function isWebPage(outcome: Extract<PostOutcome, { kind: 'response' }>): boolean {
+  const start = outcome.body.trimStart().slice(0, 15).toLowerCase();
+  if (start.startsWith('<!doctype html') || start.startsWith('<html')) return true;
+  return /^\s*(text\/html|application\/xhtml\+xml)\b/i.test(outcome.headers?.['content-type'] ?? '') && start.startsWith('<');
+}
+
 export function classify(outcome: PostOutcome, opts: ClassifyOptions = {}): OutcomeClass {
   if (outcome.kind === 'network') return 'retry';
   const s = outcome.status;
-  if (s >= 200 && s < 300) return 'delivered';
+  if (s >= 200 && s < 300) return isWebPage(outcome) ? 'intercepted' : 'delivered';
   if (s === 409 && (opts.conflictIsDelivered ?? true) && wasSentBefore(outcome, opts.sentBefore ?? true)) return 'duplicate';
   if (s >= 300 && s < 400) return 'redirect';
   if (s === 401 || s === 403 || s === 404) return 'auth';

@@ -148,7 +148,7 @@ export class TracePoster {
     }
     if (cls === 'refused' || cls === 'too-large') return refused(cls, outcome);
     // A copy the client sent again (outcome.resent) says nothing of the first, which the service may have taken.
-    this.lastFailureNotTaken = outcome.kind === 'response' && !outcome.resent && NOT_TAKEN.has(cls === 'redirect' ? 300 : outcome.status);
+    this.lastFailureNotTaken = outcome.kind === 'response' && !outcome.resent && (cls === 'intercepted' || NOT_TAKEN.has(cls === 'redirect' ? 300 : outcome.status));
     ctx.fail(cls, describeOutcome(outcome), outcome, { load: load.loadNumber, points: readingIds.length });
     return 'failed';
   }

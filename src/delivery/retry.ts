@@ -8,7 +8,7 @@
  *   service's Retry-After (capped at `retry_after_max_s`: a misconfigured proxy saying "a
  *   year" must not park us);
  * - 3xx: never followed (the key would go to another host); retried with backoff, logged as
- *   a configuration problem;
+ *   a configuration problem; a 2xx web page (a captive portal) alike, as a network problem;
  * - 401, 403, 404: the data is not at fault. Pause, retry every `auth_retry_s`, and resume at
  *   once when the key or config is reloaded (SIGHUP).
  *
@@ -88,11 +88,13 @@ export class RetryPolicy {
         ? ' (the service refuses the key, SCAC or address: check the subscription key where it comes from (the start-up log and status say), api.scac, api.base_url and the paths, then reload with SIGHUP; data is kept)'
         : cls === 'redirect'
           ? ' (api.base_url probably points at the wrong address; redirects are never followed so the key stays here)'
-          : '';
+          : cls === 'intercepted'
+            ? ' (a web page answered instead of the service: a captive portal or a proxy that wants a login, on the network the truck is on; nothing was delivered and the data is kept: use an https:// api.base_url, which a portal cannot answer for)'
+            : '';
     const retryAfter = outcome.kind === 'response' ? retryAfterMs(outcome.retryAfter, this.now()) : undefined;
     this.schedule(cls, why + hint, retryAfter, isNoAnswer(outcome));
     if (cls === 'auth') this.status.paused = `service refuses our credentials or address (${outcome.kind === 'response' ? `HTTP ${outcome.status}` : cls})`;
-    const level = cls === 'auth' || cls === 'redirect' ? 'error' : 'warn';
+    const level = cls === 'auth' || cls === 'redirect' || cls === 'intercepted' ? 'error' : 'warn';
     this.log()[level]({ ...context, class: cls, retryInMs: Math.round((this.next?.mono ?? 0) - this.clock.mono()) }, `delivery failed: ${why}${hint}`);
   }
 

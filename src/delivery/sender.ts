@@ -110,9 +110,10 @@ export class Sender implements DeliveryContext {
     // What the request carries, and the acknowledgement of the one before, are on the disk first.
     await this.currentDeps.store.syncCommits();
     const outcome = await send();
-    this.status.lastAnswer = outcome.kind === 'response' ? `HTTP ${outcome.status}` : `no answer (${outcome.code ?? outcome.error})`;
+    const cls = this.classify(outcome, sentBefore);
+    this.status.lastAnswer = outcome.kind === 'network' ? `no answer (${outcome.code ?? outcome.error})` : `HTTP ${outcome.status}${cls === 'intercepted' ? ' (a web page, not the service)' : ''}`;
     this.status.lastAnswerMs = this.now();
-    if (isDelivered(this.classify(outcome, sentBefore))) this.retry.succeeded();
+    if (isDelivered(cls)) this.retry.succeeded();
     return outcome;
   }
 

@@ -20,6 +20,8 @@ export interface Faults {
   retryAfter: string;
   /** Answer every request with this status (e.g. 301, 401, 404) until cleared; 0 = off. */
   forceStatus: number;
+  /** The next N requests are answered 200 with an HTML page, as a captive portal does; nothing is recorded. */
+  portalNext: number;
   /** Location header sent with a forced 3xx. */
   redirectTo: string;
   /** 400 for bodies whose loadNumber is listed. */
@@ -43,6 +45,7 @@ export const NO_FAULTS: Faults = {
   throttleEvery: 0,
   retryAfter: '1',
   forceStatus: 0,
+  portalNext: 0,
   redirectTo: 'http://example.invalid/',
   rejectLoads: [],
   rejectTraceRefs: [],

@@ -220,6 +220,13 @@ export class Sandbox {
       const headers: Record<string, string> = f.forceStatus >= 300 && f.forceStatus < 400 ? { location: f.redirectTo } : {};
       return this.json(res, f.forceStatus, { error: `forced status ${f.forceStatus}` }, headers);
     }
+    if (f.portalNext > 0) {
+      f.portalNext -= 1;
+      this.stats.faults.forced += 1;
+      emit({ status: 200, problem: 'a captive portal page (fault)' });
+      res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end('<!DOCTYPE html>\n<html><head><title>Log in</title></head><body><form>Accept the terms to go online</form></body></html>\n');
+      return;
+    }
     if (f.throttleNext > 0 || (f.throttleEvery > 0 && this.stats.requests % f.throttleEvery === 0)) {
       if (f.throttleNext > 0) f.throttleNext -= 1;
       this.stats.faults.throttled += 1;
