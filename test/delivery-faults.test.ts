@@ -5,7 +5,7 @@
 import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ApiClient } from '../src/api/client.js';
+import { ApiClient, type PostOutcome } from '../src/api/client.js';
 import { COUNTER_DROPPED_AGE, COUNTER_DROPPED_DISK_FULL, COUNTER_DROPPED_SIZE, enforceBounds, withRoom } from '../src/buffer/bounds.js';
 import { Store } from '../src/buffer/store.js';
 import { configSchema, type Config } from '../src/config/schema.js';
@@ -169,7 +169,7 @@ describe('outage and recovery', () => {
 });
 
 describe('what a 2xx is', () => {
-  const answer = (body: string, type?: string) => ({ kind: 'response' as const, status: 200, body, durationMs: 1, headers: type ? { 'content-type': type } : {} });
+  const answer = (body: string, type?: string): PostOutcome => ({ kind: 'response', status: 200, body, durationMs: 1, headers: type ? { 'content-type': type } : {} });
   it('markup is a web page, whatever its type says; anything else is the service', () => {
     expect(classify(answer('<!DOCTYPE html><html>...', 'text/html'))).toBe('intercepted');
     expect(classify(answer('  <html><body>Log in</body></html>'))).toBe('intercepted');
