@@ -72,6 +72,14 @@ describe('load start', () => {
   });
 });
 
+describe('milestone', () => {
+  it.each(['0', 'abc', '-1', '1.5', ''])('refuses --stop %j with exit 64 naming --stop, before the buffer is opened', async (stop) => {
+    const r = await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--stop', stop, '--config', cfg]);
+    expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 64, stderr: `error: --stop: expected a whole number from 1, got ${JSON.stringify(stop)}\n` });
+    expect(existsSync(join(tmp.dir, 'buffer.db'))).toBe(false);
+  });
+});
+
 describe('demo', () => {
   it.each(['abc', '0', '-5', '1000000', ''])('refuses --time-scale %j with exit 64 and leaves no directory behind', async (scale) => {
     const own = join(tmp.dir, 'tmp');

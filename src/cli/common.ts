@@ -94,8 +94,9 @@ export function parseCoordinate(value: string, what: string, max: number): numbe
   return n;
 }
 
-export function parseIntArg(value: string, what: string): number {
-  if (!/^\d+$/.test(value)) throw new CliError(`${what}: expected a whole number, got ${JSON.stringify(value)}`, EXIT.USAGE);
+/** A whole number typed as an option, at least `min`; else exit 64 naming the option. */
+export function parseIntArg(value: string, what: string, min = 0): number {
+  if (!/^\d+$/.test(value) || Number(value) < min) throw new CliError(`${what}: expected a whole number${min > 0 ? ` from ${min}` : ''}, got ${JSON.stringify(value)}`, EXIT.USAGE);
   return Number(value);
 }
 

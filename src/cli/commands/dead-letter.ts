@@ -37,7 +37,7 @@ export function addDeadLetterCommand(program: Command): void {
     .addOption(configOption())
     .action((opts: { id?: string[]; all?: boolean; config?: string }) => {
       if (!opts.all && !opts.id?.length) throw new CliError('give --id N (one or more) or --all', EXIT.USAGE);
-      const ids = opts.all ? 'all' : opts.id!.map((v) => parseIntArg(v, '--id'));
+      const ids = opts.all ? 'all' : opts.id!.map((v) => parseIntArg(v, '--id', 1));
       const loaded = load(opts.config);
       // All or nothing: exit 65 says nothing was written (README), so no id is put back when one is unknown.
       const n = withStore(loaded, (store) => store.retryDeadLetters(ids, { allKnown: true }));

@@ -44,7 +44,7 @@ sources_time.max_past_days (30) old is refused unless --force.`,
       (opts: { load?: string; code?: string; reason?: string; stop?: string; time?: string; lat?: string; lon?: string; city?: string; state?: string; force?: boolean; json?: boolean; config?: string }) => {
         if (!opts.load || !opts.code)
           throw new CliError(`required option${!opts.load && !opts.code ? 's' : ''} ${[!opts.load && '--load', !opts.code && '--code'].filter(Boolean).join(' and ')} not specified`, EXIT.USAGE);
-        const stop = opts.stop === undefined ? undefined : parseIntArg(opts.stop, '--stop');
+        const stop = opts.stop === undefined ? undefined : parseIntArg(opts.stop, '--stop', 1);
         if ((opts.lat === undefined) !== (opts.lon === undefined)) throw new CliError('--lat and --lon go together', EXIT.USAGE);
         const lat = opts.lat === undefined ? undefined : parseCoordinate(opts.lat, '--lat', 90);
         const lon = opts.lon === undefined ? undefined : parseCoordinate(opts.lon, '--lon', 180);
