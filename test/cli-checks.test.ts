@@ -72,6 +72,27 @@ describe('load start', () => {
   });
 });
 
+describe('load start on a resource no source feeds', () => {
+  const sources = '[[sources]]\ntype = "simulator"\nresource_id = "TRUCK-1"\n[[sources]]\ntype = "onewire"\nsensors = { "28-0316a2792aff" = "REEFER-1" }\n';
+  it('starts it, and warns that it gets no positions, suggesting the configured id that differs only in case', async () => {
+    const fed = agentConfig(tmp.dir, 'http://127.0.0.1:9', sources);
+    const typo = await runCli(['load', 'start', 'L1', '--resource', 'truck-1', '--config', fed]);
+    expect(typo.code).toBe(0);
+    expect(typo.stderr).toBe(
+      'warning: resourceId "truck-1": the sources tag their readings "TRUCK-1", "REEFER-1", so this load gets no positions (did you mean "TRUCK-1"? resource ids are case-sensitive); end it and start it on the right resource, or add a source for it\n',
+    );
+    for (const resource of ['TRUCK-1', 'REEFER-1']) {
+      const ok = await runCli(['load', 'start', `L-${resource}`, '--resource', resource, '--config', fed]);
+      expect({ code: ok.code, stderr: ok.stderr }).toEqual({ code: 0, stderr: '' });
+    }
+  });
+
+  it('says nothing when a source names the resource of each reading itself (exec, mqtt, module)', async () => {
+    const r = await runCli(['load', 'start', 'L1', '--resource', 'ANY-9', '--config', cfg]);
+    expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 0, stderr: '' });
+  });
+});
+
 describe('milestone', () => {
   it.each(['0', 'abc', '-1', '1.5', ''])('refuses --stop %j with exit 64 naming --stop, before the buffer is opened', async (stop) => {
     const r = await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--stop', stop, '--config', cfg]);

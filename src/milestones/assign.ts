@@ -4,6 +4,7 @@
  * command line is refused over MQTT in the same words.
  */
 import type { LoadRow, Store } from '../buffer/store.js';
+import { unfedResource } from '../config/resources.js';
 import type { Config } from '../config/schema.js';
 import { CliError } from '../errors.js';
 import { EXIT } from '../exit.js';
@@ -41,7 +42,8 @@ export function startLoadChecked(store: Store, config: Config, input: LoadStart,
   // Appointments read once, here, for the CLI and dispatch alike: instants from now on.
   const { stops, warnings } = resolveAppointments(input.stops ?? []);
   const row = store.startLoad({ loadNumber: input.loadNumber, resourceId: input.resourceId, resourceType, stops, nowMs, fromMs });
-  return { row, warnings: [...warnings, ...staleAppointments(row, config, nowMs)] };
+  const unfed = unfedResource(config, row.resourceId);
+  return { row, warnings: [...(unfed ? [unfed] : []), ...warnings, ...staleAppointments(row, config, nowMs)] };
 }
 
 /**
