@@ -146,6 +146,8 @@ describe('subscription key', () => {
 
     const withFile = loadConfig(writeFile(tmp.dir, 'a.toml', base(`subscription_key_file = "${keyFile}"\nsubscription_key = "inline-key"\n`)));
     expect(resolveSubscriptionKey(withFile, { TELEMATICS_AGENT_SUBSCRIPTION_KEY: 'from-env', CREDENTIALS_DIRECTORY: credDir }).key).toBe('from-file');
+    // Both set: the warning says which one is used, not only that a key is inline.
+    expect(withFile.warnings).toEqual(['api.subscription_key: not used, api.subscription_key_file comes first; remove the inline key from the config file (it is a secret readable there to no purpose)']);
 
     const inline = loadConfig(writeFile(tmp.dir, 'b.toml', base('subscription_key = "inline-key"\n')));
     expect(inline.warnings).toEqual(['api.subscription_key: the key is inline in the config file; prefer api.subscription_key_file or a systemd credential']);

@@ -183,7 +183,11 @@ export function loadConfig(file: string): LoadedConfig {
   if (zone.problem) throw new ConfigError(file, [zone.problem]);
   const warnings: string[] = [];
   if (config.api.subscription_key) {
-    warnings.push('api.subscription_key: the key is inline in the config file; prefer api.subscription_key_file or a systemd credential');
+    warnings.push(
+      config.api.subscription_key_file
+        ? 'api.subscription_key: not used, api.subscription_key_file comes first; remove the inline key from the config file (it is a secret readable there to no purpose)'
+        : 'api.subscription_key: the key is inline in the config file; prefer api.subscription_key_file or a systemd credential',
+    );
   }
   const service = new URL(config.api.base_url);
   if (service.protocol === 'http:' && !/^(127\.\d+\.\d+\.\d+|localhost|\[::1\])$/.test(service.hostname)) {
