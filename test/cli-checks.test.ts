@@ -101,6 +101,17 @@ describe('milestone', () => {
   });
 });
 
+describe('sandbox', () => {
+  it.each(['abcd', 'A', 'ABCDE', 'AB1'])('refuses --scac %j, which no agent could send (api.scac takes 2-4 capitals): exit 64', async (scac) => {
+    const r = await runCli(['sandbox', '--port', '0', '--key', 'k', '--scac', scac]);
+    expect({ code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({
+      code: 64,
+      stdout: '',
+      stderr: `error: --scac: expected a 2-4 letter SCAC code in capitals, as api.scac takes it, got ${JSON.stringify(scac)}\n`,
+    });
+  });
+});
+
 describe('demo', () => {
   it.each(['abc', '0', '-5', '1000000', ''])('refuses --time-scale %j with exit 64 and leaves no directory behind', async (scale) => {
     const own = join(tmp.dir, 'tmp');

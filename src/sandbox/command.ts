@@ -27,6 +27,8 @@ export async function runSandboxCommand(opts: Record<string, string | string[] |
   let key = typeof opts.key === 'string' ? opts.key : undefined;
   if (typeof opts.keyFile === 'string') key = readOption(opts.keyFile, '--key-file').trim();
   if (!key) throw new CliError('give the subscription key to accept with --key or --key-file', EXIT.USAGE);
+  // The agent sends api.scac only in capitals: a sandbox waiting for "abcd" would refuse it for ever.
+  if (!/^[A-Z]{2,4}$/.test(String(opts.scac))) throw new CliError(`--scac: expected a 2-4 letter SCAC code in capitals, as api.scac takes it, got ${JSON.stringify(opts.scac)}`, EXIT.USAGE);
   const strict = opts.strict === true;
   const loadNumberPattern = typeof opts.loadNumberPattern === 'string' ? opts.loadNumberPattern : undefined;
   if (loadNumberPattern !== undefined) {
