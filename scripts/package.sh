@@ -178,7 +178,7 @@ for arch in "${ARCHES[@]}"; do
 	PKG=$WORK/$arch
 	LIB=$PKG/usr/lib/$NAME
 	DOC=$PKG/usr/share/doc/$NAME
-	mkdir -p "$PKG/usr/lib" "$PKG/usr/bin" "$PKG/lib/systemd/system" "$PKG/etc/$NAME" "$DOC" "$PKG/usr/share/lintian/overrides" "$PKG/DEBIAN"
+	mkdir -p "$PKG/usr/lib" "$PKG/usr/bin" "$PKG/usr/lib/systemd/system" "$PKG/etc/$NAME" "$DOC" "$PKG/usr/share/lintian/overrides" "$PKG/DEBIAN"
 	cp -a "$APP" "$LIB"
 	build_native "$arch" better-sqlite3 better_sqlite3 "$LIB"
 	build_native "$arch" unix-dgram unix_dgram "$LIB"
@@ -187,12 +187,18 @@ for arch in "${ARCHES[@]}"; do
 		case $f in *"$([ "$arch" = amd64 ] && echo x86-64 || echo 'ARM aarch64')"*) ;; *) die "a binary not for $arch: $f" ;; esac
 	done < <(find "$LIB" -type f -exec file {} + | grep ': *ELF')
 
-	# The command: npm's layout (bin/ runs dist/pkg/cli.js), under Debian's names.
+	# The command: npm's layout (bin/ runs dist/pkg/cli.js), under Debian's names. It runs
+	# Debian's node, the one the package depends on and its modules are compiled for, not
+	# `env node`: systemd's PATH puts /usr/local/bin first, where another Node may be.
+	sed -i '1s|^#!/usr/bin/env node$|#!/usr/bin/node|' "$LIB/bin/$NAME.js"
+	[ "$(head -n1 "$LIB/bin/$NAME.js")" = '#!/usr/bin/node' ] || die "bin/$NAME.js: its first line is not #!/usr/bin/env node"
 	chmod 0755 "$LIB/bin/$NAME.js"
 	ln -s "../lib/$NAME/bin/$NAME.js" "$PKG/usr/bin/$NAME"
 
 	# The unit, as install.sh installs it but for the package's paths: every /usr/local path
-	# in it is replaced, and none may be left.
+	# in it is replaced, and none may be left. In /usr/lib/systemd/system, not /lib/...: on
+	# Debian 13 /lib is a link to usr/lib, and a file shipped through it (an aliased location,
+	# DEP17) can be lost when packages move files.
 	sed -e "s|/usr/local/bin/$NAME|/usr/bin/$NAME|g" \
 		-e "s|file:/usr/local/lib/node_modules/$NAME/README.md|file:/usr/share/doc/$NAME/README.md|" \
 		-e "s|file:/usr/local/lib/node_modules/$NAME/docs/|file:/usr/share/doc/$NAME/docs/|" \
@@ -202,8 +208,8 @@ for arch in "${ARCHES[@]}"; do
 		-e "s|(created by scripts/install.sh)|(created by the package's postinst)|" \
 		-e "s|^# scripts/install.sh; the service only reads it).|# the package's postinst; the service only reads it).|" \
 		-e "s|install.sh suggests$|the README suggests|" \
-		"$SOURCE/systemd/$NAME.service" >"$PKG/lib/systemd/system/$NAME.service"
-	if grep -n '/usr/local\|install\.sh' "$PKG/lib/systemd/system/$NAME.service" >&2; then
+		"$SOURCE/systemd/$NAME.service" >"$PKG/usr/lib/systemd/system/$NAME.service"
+	if grep -n '/usr/local\|install\.sh' "$PKG/usr/lib/systemd/system/$NAME.service" >&2; then
 		die "systemd/$NAME.service: the lines above are not rewritten for the package (scripts/package.sh)"
 	fi
 

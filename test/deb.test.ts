@@ -269,6 +269,32 @@ describe.skipIf(skipAmd64 !== undefined && !required)('the amd64 .deb on Debian 
     expect(await c.ok(`systemctl show -p ExecStart --value ${NAME}`)).toContain(`path=/usr/bin/${NAME} `);
   }, 240_000);
 
+  it("with another Node first on PATH and the key from a drop-in: runs with Debian's node, and an upgrade (a reinstall) starts the running agent again", async () => {
+    const s = await newSandbox();
+    await configure(s.url);
+    // Where systemd's PATH looks first (NodeSource's tarball, nvm and n put a node there): not
+    // the Node 20 the package depends on and its modules are compiled for.
+    await c.ok(`printf '#!/bin/sh\\necho not Debian node >&2; exit 1\\n' > /usr/local/bin/node && chmod 0755 /usr/local/bin/node`);
+    // The key as a drop-in gives it (operations.md: changes to the unit go in a drop-in), not
+    // in the file postinst's check reads.
+    const dropIn = `/etc/systemd/system/${NAME}.service.d`;
+    await c.ok(`mkdir -p ${dropIn} && printf '[Service]\\nEnvironment=TELEMATICS_AGENT_SUBSCRIPTION_KEY=${KEY}\\n' > ${dropIn}/key.conf && rm /etc/${NAME}/subscription-key && systemctl daemon-reload`);
+    const start = await c.exec(['systemctl', 'start', NAME], { timeoutMs: 120_000 });
+    expect(start.status, `${start.stderr}\n${await journal()}`).toBe(0);
+    expect((await c.ok(`${NAME} --version`)).trim()).toBe(PKG.version);
+    const before = await show('ActiveState', 'MainPID');
+    expect(before.ActiveState).toBe('active');
+
+    const again = await apt(['install', '--reinstall', copyIn(deb)]);
+    expect(again.status, again.stdout + again.stderr).toBe(0);
+    const after = await show('ActiveState', 'MainPID', 'NRestarts');
+    expect(after.ActiveState, again.stdout + again.stderr).toBe('active');
+    expect(after.MainPID).not.toBe(before.MainPID);
+    expect(after.NRestarts).toBe('0');
+    expect(existsSync(c.path(`/run/${NAME}.dpkg-was-running`))).toBe(false);
+    await c.ok(`systemctl stop ${NAME} && rm -r ${dropIn} /usr/local/bin/node && systemctl daemon-reload`);
+  }, 240_000);
+
   it('configured and started, delivers a milestone and traces; remove keeps the buffer, config and user; purge removes them', async () => {
     const s = await newSandbox();
     await configure(s.url);

@@ -195,6 +195,8 @@ describe('systemd unit: what the agent relies on', () => {
       const r = await runCli(['validate-config', '--config', config], { env: { CREDENTIALS_DIRECTORY: creds } });
       expect(r.code).toBe(EXIT.CONFIG);
       expect(r.stderr).toContain(`systemd credential: ${join(creds, CREDENTIAL_NAME)} is empty`);
+      // Says where the key goes: the empty credential is the unit's stand-in for a missing file.
+      expect(r.stderr).toContain(`put the key in ${unit.get('LoadCredential')![0].split(':')[1]}`);
     } finally {
       tmp.cleanup();
     }

@@ -24,6 +24,8 @@ export const CONFIG_ENV = 'TELEMATICS_AGENT_CONFIG';
 export const KEY_ENV = 'TELEMATICS_AGENT_SUBSCRIPTION_KEY';
 /** Name of the credential in `LoadCredential=subscription-key:/etc/...` of the unit. */
 export const CREDENTIAL_NAME = 'subscription-key';
+/** The file the unit loads the credential from (its LoadCredential=). */
+const CREDENTIAL_FILE = '/etc/telematics-agent/subscription-key';
 
 /** The config file cannot be read or is invalid, or the key cannot be found: exit 78, and the unit does not restart. */
 export class ConfigError extends AgentError {
@@ -337,7 +339,7 @@ export interface KeyLookup {
  */
 export function resolveSubscriptionKey(loaded: LoadedConfig, env: NodeJS.ProcessEnv = process.env): KeyLookup {
   const { config, file } = loaded;
-  const fromFile = (path: string, origin: string): KeyLookup => {
+  const fromFile = (path: string, origin: string, ifEmpty = ''): KeyLookup => {
     let text: string;
     try {
       text = readFileSync(path, 'utf8');
@@ -346,7 +348,7 @@ export function resolveSubscriptionKey(loaded: LoadedConfig, env: NodeJS.Process
       throw new ConfigError(file, [`${origin}: cannot read ${path} (${e.code ?? e.message})`]);
     }
     const key = text.trim();
-    if (!key) throw new ConfigError(file, [`${origin}: ${path} is empty`]);
+    if (!key) throw new ConfigError(file, [`${origin}: ${path} is empty${ifEmpty}`]);
     return checked({ key, origin: `${origin} (${path})`, file: path }, `${origin}: ${path}`);
   };
   /**
@@ -372,7 +374,9 @@ export function resolveSubscriptionKey(loaded: LoadedConfig, env: NodeJS.Process
     } catch {
       exists = false;
     }
-    if (exists) return { ...fromFile(cred, 'systemd credential'), credential: true };
+    // Empty is the unit's SetCredential= stand-in for a key file that is not there.
+    const ifEmpty = `: there was no key to load into it; put the key in ${CREDENTIAL_FILE} (or where the unit's LoadCredential= says), then restart the service`;
+    if (exists) return { ...fromFile(cred, 'systemd credential', ifEmpty), credential: true };
   }
   if (config.api.subscription_key) return checked({ key: config.api.subscription_key, origin: 'api.subscription_key (inline)' }, 'api.subscription_key:');
   throw new ConfigError(file, [`api.subscription_key_file: no subscription key found (set api.subscription_key_file, $${KEY_ENV}, or the systemd credential "${CREDENTIAL_NAME}")`]);

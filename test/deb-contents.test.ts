@@ -1,0 +1,85 @@
+/**
+ * What the amd64 .deb (`npm run package`) holds, read with dpkg-deb, without installing it: the
+ * mistakes that show only on some devices, or only later, which test/deb.test.ts's install on a
+ * clean Debian 13 does not meet. Needs dpkg-deb; builds dist/deb/ when missing, as
+ * test/deb.test.ts does (dist/pkg must be built).
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { gunzipSync } from 'node:zlib';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ROOT } from './helpers.js';
+
+const NAME = 'telematics-agent';
+const PKG = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
+const DEB = join(ROOT, 'dist', 'deb', `${NAME}_${PKG.version}_amd64.deb`);
+const CACHE = process.env.TA_CI_CACHE ?? '/var/cache/telematics-agent-ci';
+const onPath = (cmd: string) => spawnSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' }).status === 0;
+const skip = onPath('dpkg-deb') ? undefined : 'dpkg-deb not found (apt-get install dpkg-dev)';
+if (skip) console.warn(`test/deb-contents.test.ts skipped: ${skip}`);
+
+describe.skipIf(skip !== undefined)('the amd64 .deb as built', () => {
+  let dir: string;
+  /** Every path in the package, as dpkg lists it (./usr/bin/x). */
+  let paths: string[];
+  const read = (path: string) => readFileSync(join(dir, path), 'utf8');
+
+  beforeAll(() => {
+    if (!existsSync(DEB)) {
+      const r = spawnSync('bash', [join(ROOT, 'scripts', 'package.sh'), '--arch', 'amd64', '--no-build'], {
+        encoding: 'utf8',
+        env: { ...process.env, TA_NATIVE_CACHE: process.env.TA_NATIVE_CACHE ?? join(CACHE, 'native') },
+      });
+      if (r.status !== 0) throw new Error(`scripts/package.sh: ${r.stdout.slice(-2000)}${r.stderr.slice(-2000)}`);
+    }
+    dir = mkdtempSync(join(tmpdir(), 'ta-deb-contents-'));
+    for (const args of [
+      ['-x', DEB, dir],
+      ['-e', DEB, join(dir, 'DEBIAN')],
+    ]) {
+      const r = spawnSync('dpkg-deb', args, { encoding: 'utf8' });
+      if (r.status !== 0) throw new Error(`dpkg-deb ${args.join(' ')}: ${r.stderr}`);
+    }
+    const list = spawnSync('dpkg-deb', ['--fsys-tarfile', DEB], { maxBuffer: 256 * 1024 * 1024 });
+    paths = spawnSync('tar', ['-t'], { input: list.stdout, encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 })
+      .stdout.split('\n')
+      .filter(Boolean)
+      .map((p) => p.replace(/\/$/, ''));
+  }, 300_000);
+
+  afterAll(() => {
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('has nothing under /bin, /sbin or /lib*: on Debian 13 they are links into /usr (DEP17), and a file shipped there can be lost in an upgrade', () => {
+    // /lib/systemd/system was the place before the /usr merge; trixie's packages ship units in
+    // /usr/lib/systemd/system, and dpkg warns on purge about the directory it believes it owns.
+    const aliased = paths.filter((p) => /^\.\/(bin|sbin|lib|lib32|lib64|libx32)(\/|$)/.test(p));
+    expect(aliased).toEqual([]);
+    expect(paths).toContain(`./usr/lib/systemd/system/${NAME}.service`);
+  });
+
+  it("runs with Debian's node, the one it depends on and its modules are compiled for, whatever else is first on PATH", () => {
+    // systemd's PATH has /usr/local/bin before /usr/bin: with `#!/usr/bin/env node` a Node
+    // installed there (NodeSource's tarball, nvm, n) ran the agent, and failed to load its
+    // Node 20 modules, or ran something that is not Node at all, restarted every 10 s.
+    expect(readlinkSync(join(dir, 'usr/bin', NAME))).toBe(`../lib/${NAME}/bin/${NAME}.js`);
+    expect(read(`usr/lib/${NAME}/bin/${NAME}.js`).split('\n')[0]).toBe('#!/usr/bin/node');
+  });
+
+  it('names only documentation it ships: every /usr/share/doc path in the config, the unit, the manual page and the maintainer scripts is in the package', () => {
+    const texts = [
+      read(`etc/${NAME}/agent.toml`),
+      read(`usr/lib/systemd/system/${NAME}.service`),
+      gunzipSync(readFileSync(join(dir, `usr/share/man/man1/${NAME}.1.gz`)))
+        .toString('utf8')
+        .replace(/\\-/g, '-'),
+      ...readdirSync(join(dir, 'DEBIAN')).map((f) => read(`DEBIAN/${f}`)),
+    ];
+    const named = new Set(texts.flatMap((t) => [...t.matchAll(/\/usr\/share\/doc\/telematics-agent[^\s"'`,;)]*/g)].map((m) => m[0].replace(/[.:]$/, ''))));
+    expect(named.size).toBeGreaterThan(0);
+    expect([...named].filter((p) => !paths.includes(`.${p.replace(/\/$/, '')}`))).toEqual([]);
+  });
+});
