@@ -196,6 +196,14 @@ export class SystemdNotifier {
     return this.send(['READY=1', ...statusLine(status)]);
   }
 
+  /**
+   * Starting takes longer than the unit's TimeoutStartSec allows (a buffer upgrade): systemd
+   * extends it by `seconds` from now (EXTEND_TIMEOUT_USEC, systemd 236+; older ones ignore it).
+   */
+  extendStart(seconds: number, status: string): Promise<void> {
+    return this.send([`EXTEND_TIMEOUT_USEC=${seconds * 1_000_000}`, ...statusLine(status)]);
+  }
+
   /** A reload began; ready() ends it. MONOTONIC_USEC is what Type=notify-reload (systemd 253+) asks for. */
   reloading(status?: string): Promise<void> {
     return this.send(['RELOADING=1', `MONOTONIC_USEC=${process.hrtime.bigint() / 1000n}`, ...statusLine(status)]);

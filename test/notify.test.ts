@@ -8,7 +8,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { SCHEMA_VERSION } from '../src/buffer/db.js';
 import { ROOT, TEST_SCAC, agentConfig, startDaemon, waitFor, writeFile, daemonFixture } from './helpers.js';
 
 /** Binds ADDRESS (a path, or '@name' for the abstract namespace) and prints each datagram as a JSON line. */
@@ -190,6 +192,26 @@ describe('systemd notifications (Type=notify) and the watchdog', () => {
     expect(gaps[Math.floor(gaps.length / 2)]).toBeLessThan(750);
     expect(l.with('WATCHDOG=1').every((d) => d.pid === pid && d.lines.length === 1)).toBe(true);
     expect(fx.daemon.output()).not.toMatch(/systemd notification/);
+    // A new buffer is made in milliseconds: no more start time asked for.
+    expect(l.datagrams.filter((d) => d.lines.some((x) => x.startsWith('EXTEND_TIMEOUT_USEC=')))).toEqual([]);
+  });
+
+  it('a buffer of an older schema: more start time asked for before it is upgraded, then READY=1', async () => {
+    const cfg = await moduleConfig();
+    const old = new Database(join(fx.tmp.dir, 'buffer.db'));
+    old.exec(readFileSync(join(ROOT, 'test', 'fixtures', 'buffer-schema-10.sql'), 'utf8'));
+    old.close();
+    const socket = join(fx.tmp.dir, 'notify.sock');
+    const l = await listen(socket);
+    fx.daemon = startDaemon(['--config', cfg], { NOTIFY_SOCKET: socket, ...WATCHDOG_ENV });
+    await waitFor(() => l.with('READY=1').length > 0, 15_000, 'READY=1');
+    const extend = l.datagrams.findIndex((d) => d.lines.some((x) => x.startsWith('EXTEND_TIMEOUT_USEC=')));
+    expect(extend).toBeGreaterThanOrEqual(0);
+    expect(extend).toBeLessThan(l.datagrams.findIndex((d) => d.lines.includes('READY=1')));
+    // Half an hour from now, whatever TimeoutStartSec says, and why in `systemctl status`.
+    expect(l.datagrams[extend].lines).toEqual(['EXTEND_TIMEOUT_USEC=1800000000', `STATUS=upgrading the buffer (schema 10 to ${SCHEMA_VERSION}, 1 MB)`]);
+    expect(l.datagrams[extend].pid).toBe(fx.daemon.child.pid);
+    expect(await fx.daemon.stop('SIGTERM')).toEqual({ code: 0, signal: null });
   });
 
   it('SIGHUP: RELOADING=1 then READY=1, also when the new config is refused; SIGTERM: STOPPING=1 and a clean exit', async () => {

@@ -50,7 +50,7 @@ export interface Header {
   userVersion: number;
 }
 
-function readHeader(path: string): Header | 'empty' | 'not-sqlite' {
+export function readHeader(path: string): Header | 'empty' | 'not-sqlite' {
   const size = statSync(path).size;
   if (size === 0) return 'empty';
   const buf = Buffer.alloc(100);

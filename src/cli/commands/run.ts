@@ -4,6 +4,7 @@
 import type { Command } from 'commander';
 import { Agent } from '../../agent.js';
 import { ConfigError, loadConfig, preflight, type KeyLookup, type LoadedConfig } from '../../config/load.js';
+import { upgradeDue } from '../../buffer/upgrade-due.js';
 import { AgentError } from '../../errors.js';
 import { EXIT } from '../../exit.js';
 import { createLogger } from '../../log.js';
@@ -24,6 +25,12 @@ export function addRunCommand(program: Command): void {
       await runDaemon(loaded, key, log);
     });
 }
+
+/**
+ * The start timeout asked for when the buffer's schema is upgraded at the start: its steps are
+ * each one transaction that must not be cut off (a cut step starts over at the next start).
+ */
+const UPGRADE_START_S = 1800;
 
 /** Said at every reload whose key is the systemd credential (see KeyLookup.credential). */
 export const KEY_NEEDS_RESTART =
@@ -84,6 +91,12 @@ export async function runDaemon(loaded: LoadedConfig, key: KeyLookup, log: Retur
   const notifier = new SystemdNotifier(log.child({ component: 'systemd' }));
   const running = () => `running: ${agent.sources.length} source(s)`;
   await notifier.start();
+  const due = upgradeDue(loaded.config.buffer.path);
+  if (due) {
+    const status = `upgrading the buffer (schema ${due.from} to ${due.to}, ${Math.ceil(due.bytes / 1_048_576)} MB)`;
+    log.info({ buffer: loaded.config.buffer.path, extendS: UPGRADE_START_S }, `${status}: systemd's start timeout extended`);
+    await notifier.extendStart(UPGRADE_START_S, status);
+  }
   await agent.start();
   void notifier.ready(running());
   collectAfterStart();
