@@ -171,6 +171,8 @@ export interface ConfirmArgs {
   /** What was typed, shown again after a refusal. */
   reason?: string;
   time?: string;
+  /** The form's reference (a UUID): the milestone's, so a second tap records nothing more. */
+  ref?: string;
 }
 
 export function confirmPage(t: T, look: Look, config: Config, a: ConfirmArgs): string {
@@ -197,7 +199,7 @@ ${a.error ? `<p class="error" role="alert">${esc(a.error)}</p>` : ''}<form metho
 <input type="hidden" name="load" value="${esc(a.load)}">
 <input type="hidden" name="stop" value="${a.stop.sequence}">
 <input type="hidden" name="action" value="${a.action}">
-${reasons}
+${a.ref ? `<input type="hidden" name="_form" value="${esc(a.ref)}">\n` : ''}${reasons}
 <label for="time">${esc(appointment ? t('appointmentAt') : t('happenedAt'))}</label>
 <input id="time" name="time" type="datetime-local"${appointment ? ' required' : ''} value="${esc(a.time ?? '')}">
 <div class="row"><a class="button secondary" href="/">${esc(t('cancel'))}</a><button type="submit">${esc(t('confirm'))}</button></div>
