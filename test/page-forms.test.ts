@@ -171,6 +171,17 @@ describe('a refusal in words a driver can act on (the page cannot force, and has
   });
 });
 
+describe("the time field names the zone it is read in (the stop's, maybe not the driver's phone's)", () => {
+  it('Chicago for stop 1, Indianapolis for stop 2, whichever is next', async () => {
+    const b = new Browser();
+    await b.logIn();
+    const label = async (q: string) => /<label for="time">([^<]*)<\/label>/.exec((await b.request(`/confirm?${q}`)).text)?.[1];
+    expect(await label('load=L-1001&stop=1&action=arrive')).toBe('It happened at (local time of the stop, CST; empty: now)');
+    expect(await label('load=L-1001&stop=2&action=delay')).toBe('It happened at (local time of the stop, EST; empty: now)');
+    expect(await label('load=L-1001&stop=2&action=appointment')).toBe('Appointment time (local time of the stop, EST)');
+  });
+});
+
 describe('a form sent when it can no longer be', () => {
   it('after the session ended (an agent restart, a shift later): the login page says to log in and record it again', async () => {
     const b = new Browser();

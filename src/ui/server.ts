@@ -15,7 +15,7 @@ import { liveEvent } from './events.js';
 import { confirmPage, type Look, loginPage, mainPage } from './html.js';
 import { type Lang, pickLanguage, translator } from './i18n.js';
 import { isLoopback, parseListen } from './listen.js';
-import { driverView, LinkWatch, nextStopOf, type UiHost, wallClock } from './view.js';
+import { driverView, LinkWatch, nextStopOf, stopZone, type UiHost, wallClock } from './view.js';
 import { ACTIONS, type Action } from './actions.js';
 
 /** A login or a milestone form is a few hundred bytes; anything much bigger is not ours. */
@@ -273,7 +273,7 @@ export class UiServer {
     if (!load || load.endedMs !== null) return undefined;
     const s = load.stops.find((x) => String(x.sequence) === stop);
     const next = nextStopOf(load);
-    return s && next && s.sequence === next.sequence ? next : s ? { ...s } : undefined;
+    return s && next && s.sequence === next.sequence ? next : s ? { ...s, zone: stopZone(s) } : undefined;
   }
 
   private confirm(res: ServerResponse, look: Look, session: Session, url: URL, headers: Record<string, string | string[]>): void {
