@@ -182,6 +182,26 @@ describe("the time field names the zone it is read in (the stop's, maybe not the
   });
 });
 
+describe('the live stream', () => {
+  it('ends when its session does (log out on the tablet): the tab left open gets no more', async () => {
+    const b = new Browser();
+    await b.logIn();
+    const cookie = [...b.jar].map(([k, v]) => `${k}=${v}`).join('; ');
+    const stream = await fetch(`${base}/events`, { headers: { cookie } });
+    expect(stream.status).toBe(200);
+    const reader = stream.body!.getReader();
+    await reader.read();
+    const page = await b.request('/');
+    expect((await b.request('/logout', { method: 'POST', body: `_csrf=${hidden(page.text, '_csrf')}` })).status).toBe(303);
+    // Read until the agent ends it; a stream still open after 5 s fails the test.
+    const ended = (async () => {
+      for (;;) if ((await reader.read()).done) return true;
+    })();
+    expect(await Promise.race([ended, new Promise((r) => setTimeout(() => r(false), 5000))])).toBe(true);
+    await reader.cancel();
+  });
+});
+
 describe('a form sent when it can no longer be', () => {
   it('after the session ended (an agent restart, a shift later): the login page says to log in and record it again', async () => {
     const b = new Browser();

@@ -87,7 +87,7 @@ export class UiServer {
   private server: Server | undefined;
   readonly auth: Auth;
   private readonly link = new LinkWatch();
-  private readonly streams = new Set<{ res: ServerResponse; lang: Lang; last: string }>();
+  private readonly streams = new Set<{ res: ServerResponse; lang: Lang; last: string; session: string }>();
   private tick: NodeJS.Timeout | undefined;
   port: number | undefined;
 
@@ -217,7 +217,7 @@ export class UiServer {
     const headers: Record<string, string | string[]> = setCookie.length ? { 'set-cookie': setCookie } : {};
     if (req.method === 'GET' && path === '/') return this.page(res, look, session, url, headers);
     if (req.method === 'GET' && path === '/confirm') return this.confirm(res, look, session, url, headers);
-    if (req.method === 'GET' && path === '/events') return this.events(req, res, lang);
+    if (req.method === 'GET' && path === '/events') return this.events(req, res, lang, session);
     if (req.method === 'POST') {
       const form = await readForm(req);
       if (!this.auth.csrfOk(session, form.get('_csrf') ?? undefined)) throw new HttpError(403, t('badRequest'));
@@ -315,10 +315,10 @@ export class UiServer {
   }
 
   /** Server-Sent Events: what changed on the page (link line, milestone states), once a second while a client listens. */
-  private events(req: IncomingMessage, res: ServerResponse, lang: Lang): void {
+  private events(req: IncomingMessage, res: ServerResponse, lang: Lang, session: Session): void {
     res.writeHead(200, { ...SECURITY_HEADERS, 'content-type': 'text/event-stream; charset=utf-8', connection: 'keep-alive' });
     res.write('retry: 3000\n\n');
-    const stream = { res, lang, last: '' };
+    const stream = { res, lang, last: '', session: session.id };
     this.streams.add(stream);
     req.on('close', () => {
       this.streams.delete(stream);
@@ -333,6 +333,18 @@ export class UiServer {
 
   private push(): void {
     if (this.streams.size === 0) return;
+    // A stream lives no longer than its session (logged out, expired): the tab left open
+    // reconnects, is refused, and shows the login page.
+    for (const s of this.streams) {
+      if (this.auth.session(s.session)) continue;
+      this.streams.delete(s);
+      s.res.end();
+    }
+    if (this.streams.size === 0) {
+      clearInterval(this.tick);
+      this.tick = undefined;
+      return;
+    }
     try {
       const view = driverView(this.host, this.link);
       for (const s of this.streams) {
