@@ -67,14 +67,10 @@ export const JS = `'use strict';
 (function () {
   if (!window.EventSource) return;
   var es = new EventSource('/events');
-  // Closed for good (not a lost connection, which it retries): the agent refused the stream,
-  // as after a restart or a shift, when the session is gone. Reload rather than show a
-  // frozen link line as if it were live: the agent then shows its login page.
-  es.onerror = function () {
-    if (es.readyState === 2) setTimeout(function () { location.reload(); }, 1000);
-  };
   es.onmessage = function (e) {
     var d = JSON.parse(e.data);
+    // The session is gone (an agent restart, Log out): the login page, not a frozen link line.
+    if (d.reload) { es.close(); location.reload(); return; }
     var link = document.getElementById('link');
     if (link) {
       link.textContent = d.link;

@@ -207,6 +207,13 @@ export class UiServer {
       // A form sent after the session ended (a restart, a shift later): the login form, saying
       // what became of it, not a bare 401.
       if (req.method === 'POST' && path === '/milestone') return this.loginAgain(res, jar, look, 401, t('sessionEnded'));
+      // The live stream of a page open across a restart or a log out: told to reload (a 401
+      // would close it for good, and leave the page showing its last state as if live).
+      if (req.method === 'GET' && path === '/events') {
+        res.writeHead(200, { ...SECURITY_HEADERS, 'content-type': 'text/event-stream; charset=utf-8' });
+        res.end('data: {"reload":true}\n\n');
+        return;
+      }
       if (req.method !== 'GET' || path !== '/') {
         if (req.method === 'GET' && (path === '/confirm' || path === '/milestone')) return this.redirect(res, '/');
         throw new HttpError(401, 'log in first');
