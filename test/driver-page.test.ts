@@ -162,7 +162,7 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
       .getByRole('button', { name: /^Arrived/ })
       .click();
     await page.getByRole('button', { name: 'Confirm' }).click();
-    await expect.poll(() => page.locator('.error').textContent()).toMatch(/^Already recorded at \d\d:\d\d CST\./);
+    await expect.poll(() => page.locator('.error').textContent()).toMatch(/^Already recorded at \d\d:\d\d CST: one per stop\. Nothing new was saved\.$/);
     expect((await milestones()).length).toBe(before);
     expect(sandbox.milestones.filter((r) => r.body.eventCode === 'X3')).toHaveLength(1);
     await page.getByRole('link', { name: 'Cancel' }).click();

@@ -97,7 +97,8 @@ describe('a typed milestone time older than a load can be', () => {
         createLogger({ level: 'silent', destination: process.stdout }),
       ),
     );
-    expect(page).toMatchObject({ ok: false, message: expect.stringContaining('more than sources_time.max_past_days (30)') });
+    // In the driver's words: the page has no --force to offer, and no settings to name.
+    expect(page).toMatchObject({ ok: false, message: 'That time is 45 days ago: the page takes times up to 30 days back. Check the date; an older correction goes through dispatch.' });
     expect(recorded()).toEqual([]);
   });
 });

@@ -145,6 +145,12 @@ export class Milestones {
     return r && toMilestone(r);
   }
 
+  /** The milestone committed with this idempotency reference, if any. */
+  byRef(ref: string): MilestoneRow | undefined {
+    const r = this.db.prepare('SELECT * FROM milestones WHERE ref = ?').get(ref) as RawMilestone | undefined;
+    return r && toMilestone(r);
+  }
+
   pendingMilestones(limit = 100): MilestoneRow[] {
     return (this.db.prepare('SELECT * FROM milestones WHERE sent_ms IS NULL AND parked_ms IS NULL ORDER BY id LIMIT ?').all(limit) as RawMilestone[]).map(toMilestone);
   }

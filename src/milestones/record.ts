@@ -38,7 +38,7 @@ import { placeAt, placeNamed } from '../geo/places.js';
 import { stateZones } from '../geo/state-zones.js';
 import { fixedOffsetZone, formatTime, systemZone, zoneAt } from '../geo/timezone.js';
 import { check, problemLine } from '../validation.js';
-import { checkTimeAge, instantIn, type TypedTime, typedTime, withOffsetOf, zoneWithOffset } from './typed-time.js';
+import { checkTimeAge, instantIn, TimeRefusal, type TypedTime, typedTime, withOffsetOf, zoneWithOffset } from './typed-time.js';
 
 export interface MilestoneInput {
   loadNumber: string;
@@ -58,6 +58,8 @@ export interface MilestoneInput {
   /** Record it even if the code is unknown or the event was recorded already. */
   force?: boolean;
   origin?: MilestoneOrigin;
+  /** Its idempotency reference (the driver page's form's, so a second tap finds the first); default a new one. */
+  ref?: string;
 }
 
 const quietLog = pino({ level: 'silent' });
@@ -238,9 +240,8 @@ function place(store: Store, config: Config, load: LoadRow, input: MilestoneInpu
       why = `no fix of ${load.resourceId} is in the buffer yet`;
       if (typed.kind === 'local') {
         const device = systemZone();
-        throw new MilestoneError(
-          `--time ${typed.text} has no UTC offset, and nothing tells the zone it was typed in (${input.stop === undefined ? 'no --stop' : `stop ${input.stop} has no place`}; ${why}; no --lat/--lon or --city/--state): give the offset, such as ${withOffsetOf(typed.text, device)} if it is this device's zone (${device}), or the time in UTC with Z. A time without one is never read in this device's zone`,
-        );
+        const message = `--time ${typed.text} has no UTC offset, and nothing tells the zone it was typed in (${input.stop === undefined ? 'no --stop' : `stop ${input.stop} has no place`}; ${why}; no --lat/--lon or --city/--state): give the offset, such as ${withOffsetOf(typed.text, device)} if it is this device's zone (${device}), or the time in UTC with Z. A time without one is never read in this device's zone`;
+        throw new MilestoneError(message, { cause: new TimeRefusal(message, 'no-zone') });
       }
       timeMs = typed.kind === 'instant' ? typed.ms : nowMs;
       // A typed offset is the zone's best witness; with none, this device's zone.
@@ -263,7 +264,7 @@ function instantOf(typed: TypedTime, zone: string, nowMs: number): number {
   try {
     return instantIn(typed, zone, nowMs);
   } catch (err) {
-    throw new MilestoneError((err as Error).message);
+    throw new MilestoneError((err as Error).message, { cause: err });
   }
 }
 
@@ -288,7 +289,7 @@ export function prepareMilestone(store: Store, config: Config, input: MilestoneI
   try {
     typed = typedTime(input);
   } catch (err) {
-    throw new MilestoneError((err as Error).message);
+    throw new MilestoneError((err as Error).message, { cause: err });
   }
   const { placement, timeMs } = place(store, config, load, input, typed, nowMs, warnings);
   // What is typed by hand (a program's instant too); the detector's times are its fixes'.
@@ -303,10 +304,10 @@ export function prepareMilestone(store: Store, config: Config, input: MilestoneI
     try {
       checkTimeAge(timeMs, nowMs, limits, warnings);
     } catch (err) {
-      throw new MilestoneError((err as Error).message);
+      throw new MilestoneError((err as Error).message, { cause: err });
     }
   }
-  const ref = randomUUID();
+  const ref = input.ref ?? randomUUID();
   const body: Record<string, unknown> = { eventCode: code, reasonCode: reason, loadNumber: load.loadNumber };
   if (placement.city) body.eventCity = placement.city;
   if (placement.state) body.eventState = placement.state;
@@ -356,6 +357,7 @@ export function recordMilestone(store: Store, config: Config, input: MilestoneIn
     if (!(err instanceof DuplicateEventError)) throw err;
     throw new MilestoneError(
       `load ${prepared.load.loadNumber} already has ${code}${input.stop === undefined ? '' : ` for stop ${input.stop}`}: ${describeMilestone(err.existing)}. One milestone per load, code and stop; to record another anyway, add --force`,
+      { cause: err },
     );
   }
 }

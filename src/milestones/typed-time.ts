@@ -15,6 +15,23 @@ export type TypedTime =
   | { kind: 'instant'; ms: number; offsetMin?: number }
   | { kind: 'local'; text: string };
 
+/**
+ * Why a time is refused, for a reader with no command line: the driver's page words each its
+ * own way (src/ui/refusal.ts), since the messages name --time, --force and settings.
+ */
+export type TimeProblem = 'form' | 'no-zone' | 'before-floor' | 'too-far-ahead' | 'too-old' | 'ahead';
+
+export class TimeRefusal extends RangeError {
+  constructor(
+    message: string,
+    readonly problem: TimeProblem,
+    /** For `too-old`: how many days back, and the most allowed. */
+    readonly days?: { behind: number; max: number },
+  ) {
+    super(message);
+  }
+}
+
 const EXPECTED = (text: string) =>
   `--time: expected an ISO 8601 time such as 2026-11-23T10:00:00 (read in the zone of the milestone's place), 2026-11-23T10:00:00-06:00 or 2026-11-23T16:00:00Z, got ${JSON.stringify(text)}`;
 
@@ -26,11 +43,11 @@ export function typedTime(input: { timeMs?: number; timeText?: string }): TypedT
   if (hasExplicitOffset(text)) {
     // ISO 8601 only: Date.parse also takes RFC 2822 and whatever V8 makes of the rest.
     const read = readDateTime(text);
-    if (read?.kind !== 'instant') throw new RangeError(EXPECTED(text));
+    if (read?.kind !== 'instant') throw new TimeRefusal(EXPECTED(text), 'form');
     return { kind: 'instant', ms: read.ms, offsetMin: read.offsetMin };
   }
   // Not a date at all ("yesterday"): the forms it may take, not the local form's details.
-  if (!/^\d{4}-\d{2}-\d{2}/.test(text)) throw new RangeError(EXPECTED(text));
+  if (!/^\d{4}-\d{2}-\d{2}/.test(text)) throw new TimeRefusal(EXPECTED(text), 'form');
   return { kind: 'local', text };
 }
 
@@ -41,7 +58,7 @@ export function instantIn(t: TypedTime, zone: string, nowMs: number): number {
   try {
     return localTimeToInstant(t.text, zone);
   } catch (err) {
-    throw new RangeError(`--time: ${(err as Error).message}`);
+    throw new TimeRefusal(`--time: ${(err as Error).message}`, 'form');
   }
 }
 
@@ -83,24 +100,27 @@ export function checkTimeAge(
 ): void {
   const at = new Date(timeMs).toISOString().replace('.000Z', 'Z');
   if (timeMs < CLOCK_FLOOR_MS) {
-    throw new RangeError(`--time ${at} is before 2025-01-01, older than any load this agent carried: check the year (--force does not send it)`);
+    throw new TimeRefusal(`--time ${at} is before 2025-01-01, older than any load this agent carried: check the year (--force does not send it)`, 'before-floor');
   }
   if (limits.appointment && timeMs - nowMs > APPOINTMENT_AHEAD_DAYS * DAY_MS) {
-    throw new RangeError(`--time ${at} is more than a year ahead of this device's clock: no appointment is that far off; check the year (--force does not send it)`);
+    throw new TimeRefusal(`--time ${at} is more than a year ahead of this device's clock: no appointment is that far off; check the year (--force does not send it)`, 'too-far-ahead');
   }
   const behindDays = Math.floor((nowMs - timeMs) / DAY_MS);
   if (nowMs - timeMs > limits.maxPastDays * DAY_MS) {
     if (!limits.force) {
-      throw new RangeError(
+      throw new TimeRefusal(
         `--time ${at} is ${behindDays} days before this device's clock, more than sources_time.max_past_days (${limits.maxPastDays}): check the date; to record it anyway (a correction to an old load), add --force`,
+        'too-old',
+        { behind: behindDays, max: limits.maxPastDays },
       );
     }
     warnings.push(`--time ${at} is ${behindDays} days before this device's clock (sources_time.max_past_days = ${limits.maxPastDays}); recorded anyway (--force)`);
   }
   const aheadS = Math.round((timeMs - nowMs) / 1000);
   if (!limits.appointment && aheadS > limits.maxFutureS) {
-    throw new RangeError(
+    throw new TimeRefusal(
       `--time ${new Date(timeMs).toISOString()} is ${aheadS} s ahead of this device's clock (sources_time.max_future_s = ${limits.maxFutureS}): a milestone records what happened. Only appointment codes (codes.appointments: ${limits.appointmentCodes.join(', ')}) may lie in the future`,
+      'ahead',
     );
   }
 }

@@ -10,8 +10,9 @@ import { EVENT_CODES, REASON_CODES } from '../milestones/codes.js';
 import { type MilestoneInput, MilestoneError, recordMilestone } from '../milestones/record.js';
 import type { Stop } from '../milestones/stops.js';
 import { EVENT_NAMES, REASON_NAMES } from './code-names.js';
-import type { Lang } from './i18n.js';
-import { milestoneView, type UiHost, wallClock } from './view.js';
+import { type Lang, translator } from './i18n.js';
+import { driverWords } from './refusal.js';
+import { milestoneView, type UiHost } from './view.js';
 
 export const ACTIONS = ['arrive', 'depart', 'delay', 'appointment'] as const;
 export type Action = (typeof ACTIONS)[number];
@@ -52,24 +53,37 @@ export interface ActionForm {
   action: string;
   reason?: string;
   time?: string;
+  /** The confirm page's own reference (a UUID): the milestone's, so the same form sent twice records once. */
+  ref?: string;
 }
 
-export type ActionResult = { ok: true; id: number; what: string; time: string } | { ok: false; message: string; alreadyAt?: string };
+export type ActionResult = { ok: true; id: number; what: string; time: string } | { ok: false; message: string; status: 409 | 422; gone?: true };
 
-/** Record what the form asks, or say why not (nothing written then). */
-export function perform(host: UiHost, form: ActionForm, log: Logger): ActionResult {
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/** Record what the form asks, or say why not in the driver's words (nothing written then). */
+export function perform(host: UiHost, form: ActionForm, log: Logger, lang: Lang = 'en'): ActionResult {
   const config = host.config;
+  const t = translator(lang);
   const load: LoadRow | undefined = host.store.getLoad(form.load);
-  if (!load || load.endedMs !== null) return { ok: false, message: `load ${form.load}: no such active load` };
+  // A page shown before the load was ended (from the CLI, the fleet).
+  if (!load || load.endedMs !== null) return { ok: false, message: t('loadGone', { load: form.load }), status: 409, gone: true };
   const stop = load.stops.find((s) => String(s.sequence) === form.stop);
-  if (!stop) return { ok: false, message: `stop ${form.stop}: load ${load.loadNumber} has stops ${load.stops.map((s) => s.sequence).join(', ')}` };
-  if (!(ACTIONS as readonly string[]).includes(form.action)) return { ok: false, message: `unknown action ${JSON.stringify(form.action)}` };
+  if (!stop) return { ok: false, message: `stop ${form.stop}: load ${load.loadNumber} has stops ${load.stops.map((s) => s.sequence).join(', ')}`, status: 422 };
+  if (!(ACTIONS as readonly string[]).includes(form.action)) return { ok: false, message: `unknown action ${JSON.stringify(form.action)}`, status: 422 };
   const action = form.action as Action;
   const code = codeOf(action, stop, config);
+  const ref = form.ref && UUID.test(form.ref) ? form.ref : undefined;
+  const first = ref === undefined ? undefined : host.store.milestones.byRef(ref);
+  if (first) {
+    // The same confirm page sent again (a second tap, an answer lost on the cab's Wi-Fi): what the first recorded.
+    if (first.loadNumber === load.loadNumber && first.code === code && first.stop === stop.sequence) return { ok: true, id: first.id, what: eventName(code), time: milestoneView(first).time };
+    return { ok: false, message: t('badRequest'), status: 422 };
+  }
   const time = form.time?.trim() || undefined;
-  if (action === 'appointment' && !time) return { ok: false, message: 'an appointment needs its time' };
-  if (action === 'delay' && !(form.reason && delayReasons(config).includes(form.reason))) return { ok: false, message: 'choose the reason of the delay' };
-  const input: MilestoneInput = { loadNumber: load.loadNumber, code, stop: stop.sequence, timeText: time, reason: action === 'delay' ? form.reason : undefined, origin: 'manual' };
+  if (action === 'appointment' && !time) return { ok: false, message: 'an appointment needs its time', status: 422 };
+  if (action === 'delay' && !(form.reason && delayReasons(config).includes(form.reason))) return { ok: false, message: 'choose the reason of the delay', status: 422 };
+  const input: MilestoneInput = { loadNumber: load.loadNumber, code, stop: stop.sequence, timeText: time, reason: action === 'delay' ? form.reason : undefined, origin: 'manual', ref };
   try {
     const r = recordMilestone(host.store, config, input, Date.now(), log);
     // Committed: the sender goes now, not at its next poll.
@@ -78,9 +92,7 @@ export function perform(host: UiHost, form: ActionForm, log: Logger): ActionResu
     return { ok: true, id: r.row.id, what: eventName(code), time: milestoneView(r.row).time };
   } catch (err) {
     if (!(err instanceof MilestoneError)) throw err;
-    const existing = host.store.listMilestones(load.loadNumber).find((m) => m.code === code && m.stop === stop.sequence);
-    // The typed time's rules speak of the CLI's option; here the field is the time typed.
-    const message = err.message.replace(/--time\b:?\s*/g, '');
-    return existing && /already has/.test(err.message) ? { ok: false, message, alreadyAt: wallClock(existing.body.time) } : { ok: false, message };
+    const words = driverWords(err, t, action === 'appointment');
+    return words ? { ok: false, message: words.text, status: words.already ? 409 : 422 } : { ok: false, message: err.message, status: 422 };
   }
 }

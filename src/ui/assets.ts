@@ -69,6 +69,8 @@ export const JS = `'use strict';
   var es = new EventSource('/events');
   es.onmessage = function (e) {
     var d = JSON.parse(e.data);
+    // The session is gone (an agent restart, Log out): the login page, not a frozen link line.
+    if (d.reload) { es.close(); location.reload(); return; }
     var link = document.getElementById('link');
     if (link) {
       link.textContent = d.link;

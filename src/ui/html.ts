@@ -171,6 +171,18 @@ export interface ConfirmArgs {
   /** What was typed, shown again after a refusal. */
   reason?: string;
   time?: string;
+  /** The form's reference (a UUID): the milestone's, so a second tap records nothing more. */
+  ref?: string;
+}
+
+/**
+ * The time field's label, naming the zone a time typed is read in: the stop's, which need not
+ * be the zone of the driver's phone (a delay reported in Chicago for a stop in Indianapolis).
+ */
+function timeLabel(t: T, appointment: boolean, zone: string | undefined): string {
+  if (!zone) return appointment ? t('appointmentAt') : t('happenedAt');
+  const code = zoneCode(Date.now(), zone);
+  return appointment ? t('appointmentAtZone', { zone: code }) : t('happenedAtZone', { zone: code });
 }
 
 export function confirmPage(t: T, look: Look, config: Config, a: ConfirmArgs): string {
@@ -197,8 +209,8 @@ ${a.error ? `<p class="error" role="alert">${esc(a.error)}</p>` : ''}<form metho
 <input type="hidden" name="load" value="${esc(a.load)}">
 <input type="hidden" name="stop" value="${a.stop.sequence}">
 <input type="hidden" name="action" value="${a.action}">
-${reasons}
-<label for="time">${esc(appointment ? t('appointmentAt') : t('happenedAt'))}</label>
+${a.ref ? `<input type="hidden" name="_form" value="${esc(a.ref)}">\n` : ''}${reasons}
+<label for="time">${esc(timeLabel(t, appointment, a.stop.zone))}</label>
 <input id="time" name="time" type="datetime-local"${appointment ? ' required' : ''} value="${esc(a.time ?? '')}">
 <div class="row"><a class="button secondary" href="/">${esc(t('cancel'))}</a><button type="submit">${esc(t('confirm'))}</button></div>
 </form>

@@ -3,6 +3,7 @@
  * answer carries (a CSP with no inline script, no framing, no caching), the session cookie,
  * CSRF and origin checks on every POST, request bodies capped, and the SSE stream.
  */
+import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -14,7 +15,7 @@ import { liveEvent } from './events.js';
 import { confirmPage, type Look, loginPage, mainPage } from './html.js';
 import { type Lang, pickLanguage, translator } from './i18n.js';
 import { isLoopback, parseListen } from './listen.js';
-import { driverView, LinkWatch, nextStopOf, type UiHost, wallClock } from './view.js';
+import { driverView, LinkWatch, nextStopOf, stopZone, type UiHost, wallClock } from './view.js';
 import { ACTIONS, type Action } from './actions.js';
 
 /** A login or a milestone form is a few hundred bytes; anything much bigger is not ours. */
@@ -86,7 +87,7 @@ export class UiServer {
   private server: Server | undefined;
   readonly auth: Auth;
   private readonly link = new LinkWatch();
-  private readonly streams = new Set<{ res: ServerResponse; lang: Lang; last: string }>();
+  private readonly streams = new Set<{ res: ServerResponse; lang: Lang; last: string; session: string }>();
   private tick: NodeJS.Timeout | undefined;
   port: number | undefined;
 
@@ -203,19 +204,27 @@ export class UiServer {
     if (req.method === 'POST') this.checkOrigin(req);
     if (path === '/login' && req.method === 'POST') return this.login(req, res, jar, look);
     if (!session) {
+      // A form sent after the session ended (a restart, a shift later): the login form, saying
+      // what became of it, not a bare 401.
+      if (req.method === 'POST' && path === '/milestone') return this.loginAgain(res, jar, look, 401, t('sessionEnded'));
+      // The live stream of a page open across a restart or a log out: told to reload (a 401
+      // would close it for good, and leave the page showing its last state as if live).
+      if (req.method === 'GET' && path === '/events') {
+        res.writeHead(200, { ...SECURITY_HEADERS, 'content-type': 'text/event-stream; charset=utf-8' });
+        res.end('data: {"reload":true}\n\n');
+        return;
+      }
       if (req.method !== 'GET' || path !== '/') {
         if (req.method === 'GET' && (path === '/confirm' || path === '/milestone')) return this.redirect(res, '/');
         throw new HttpError(401, 'log in first');
       }
-      const csrf = loginToken(jar);
       const locked = this.auth.lockedForMs(clientKey(req.socket.remoteAddress));
-      const error = locked > 0 ? t('locked', { min: Math.ceil(locked / 60_000) }) : undefined;
-      return this.send(res, locked > 0 ? 429 : 200, 'text/html; charset=utf-8', loginPage(t, look, csrf, error), { 'set-cookie': this.cookie(LOGIN_COOKIE, csrf) });
+      return this.loginAgain(res, jar, look, locked > 0 ? 429 : 200, locked > 0 ? t('locked', { min: Math.ceil(locked / 60_000) }) : undefined);
     }
     const headers: Record<string, string | string[]> = setCookie.length ? { 'set-cookie': setCookie } : {};
     if (req.method === 'GET' && path === '/') return this.page(res, look, session, url, headers);
     if (req.method === 'GET' && path === '/confirm') return this.confirm(res, look, session, url, headers);
-    if (req.method === 'GET' && path === '/events') return this.events(req, res, lang);
+    if (req.method === 'GET' && path === '/events') return this.events(req, res, lang, session);
     if (req.method === 'POST') {
       const form = await readForm(req);
       if (!this.auth.csrfOk(session, form.get('_csrf') ?? undefined)) throw new HttpError(403, t('badRequest'));
@@ -242,9 +251,14 @@ export class UiServer {
     }
     if (r.justLocked) this.log.warn({ remote: req.socket.remoteAddress, client, lockedS: r.lockedForMs / 1000 }, 'driver page: 5 wrong PINs; login locked for this address');
     else this.log.info({ remote: req.socket.remoteAddress }, 'driver page: wrong PIN');
-    const csrf = loginToken(jar);
     const error = r.lockedForMs > 0 ? t('locked', { min: Math.ceil(r.lockedForMs / 60_000) }) : t('wrongPin');
-    return this.send(res, r.lockedForMs > 0 ? 429 : 401, 'text/html; charset=utf-8', loginPage(t, look, csrf, error), { 'set-cookie': this.cookie(LOGIN_COOKIE, csrf) });
+    return this.loginAgain(res, jar, look, r.lockedForMs > 0 ? 429 : 401, error);
+  }
+
+  /** The login form, with its token in its cookie. */
+  private loginAgain(res: ServerResponse, jar: Record<string, string>, look: Look, status: number, error: string | undefined): void {
+    const csrf = loginToken(jar);
+    this.send(res, status, 'text/html; charset=utf-8', loginPage(translator(look.lang), look, csrf, error), { 'set-cookie': this.cookie(LOGIN_COOKIE, csrf) });
   }
 
   private page(res: ServerResponse, look: Look, session: Session, url: URL, headers: Record<string, string | string[]>): void {
@@ -266,7 +280,7 @@ export class UiServer {
     if (!load || load.endedMs !== null) return undefined;
     const s = load.stops.find((x) => String(x.sequence) === stop);
     const next = nextStopOf(load);
-    return s && next && s.sequence === next.sequence ? next : s ? { ...s } : undefined;
+    return s && next && s.sequence === next.sequence ? next : s ? { ...s, zone: stopZone(s) } : undefined;
   }
 
   private confirm(res: ServerResponse, look: Look, session: Session, url: URL, headers: Record<string, string | string[]>): void {
@@ -275,30 +289,43 @@ export class UiServer {
     const action = url.searchParams.get('action') ?? '';
     const stop = this.stopOf(load, url.searchParams.get('stop'));
     if (!stop || !(ACTIONS as readonly string[]).includes(action)) throw new HttpError(404, 'no such load, stop or action');
-    this.send(res, 200, 'text/html; charset=utf-8', confirmPage(t, look, this.host.config, { load, stop, action: action as Action, csrf: session.csrf }), headers);
+    // The form's own reference: sent twice (a second tap), it records once.
+    const ref = randomUUID();
+    this.send(res, 200, 'text/html; charset=utf-8', confirmPage(t, look, this.host.config, { load, stop, action: action as Action, csrf: session.csrf, ref }), headers);
   }
 
   private milestone(res: ServerResponse, look: Look, session: Session, form: URLSearchParams): void {
     const t = translator(look.lang);
-    const f: ActionForm = { load: form.get('load') ?? '', stop: form.get('stop') ?? '', action: form.get('action') ?? '', reason: form.get('reason') ?? undefined, time: form.get('time') ?? undefined };
-    const r = perform(this.host, f, this.log);
+    const f: ActionForm = {
+      load: form.get('load') ?? '',
+      stop: form.get('stop') ?? '',
+      action: form.get('action') ?? '',
+      reason: form.get('reason') ?? undefined,
+      time: form.get('time') ?? undefined,
+      ref: form.get('_form') ?? undefined,
+    };
+    const r = perform(this.host, f, this.log, look.lang);
     // Committed before this answer: the page that follows says so.
     if (r.ok) {
       this.redirect(res, `/?saved=${r.id}`);
       return;
     }
+    if (r.gone) {
+      this.send(res, r.status, 'text/html; charset=utf-8', mainPage(t, look, driverView(this.host, this.link), this.host.config, session.csrf, { error: r.message }));
+      return;
+    }
     const stop = this.stopOf(f.load, f.stop);
     if (!stop || !(ACTIONS as readonly string[]).includes(f.action)) throw new HttpError(422, r.message);
-    const error = r.alreadyAt ? `${t('already', { time: r.alreadyAt })} ${r.message}` : r.message;
-    const page = confirmPage(t, look, this.host.config, { load: f.load, stop, action: f.action as Action, csrf: session.csrf, error, reason: f.reason, time: f.time });
-    this.send(res, r.alreadyAt ? 409 : 422, 'text/html; charset=utf-8', page);
+    // Nothing was written: the same form (its reference too) again, with what was typed.
+    const page = confirmPage(t, look, this.host.config, { load: f.load, stop, action: f.action as Action, csrf: session.csrf, error: r.message, reason: f.reason, time: f.time, ref: f.ref });
+    this.send(res, r.status, 'text/html; charset=utf-8', page);
   }
 
   /** Server-Sent Events: what changed on the page (link line, milestone states), once a second while a client listens. */
-  private events(req: IncomingMessage, res: ServerResponse, lang: Lang): void {
+  private events(req: IncomingMessage, res: ServerResponse, lang: Lang, session: Session): void {
     res.writeHead(200, { ...SECURITY_HEADERS, 'content-type': 'text/event-stream; charset=utf-8', connection: 'keep-alive' });
     res.write('retry: 3000\n\n');
-    const stream = { res, lang, last: '' };
+    const stream = { res, lang, last: '', session: session.id };
     this.streams.add(stream);
     req.on('close', () => {
       this.streams.delete(stream);
@@ -313,6 +340,18 @@ export class UiServer {
 
   private push(): void {
     if (this.streams.size === 0) return;
+    // A stream lives no longer than its session (logged out, expired): the tab left open
+    // reconnects, is refused, and shows the login page.
+    for (const s of this.streams) {
+      if (this.auth.session(s.session)) continue;
+      this.streams.delete(s);
+      s.res.end();
+    }
+    if (this.streams.size === 0) {
+      clearInterval(this.tick);
+      this.tick = undefined;
+      return;
+    }
     try {
       const view = driverView(this.host, this.link);
       for (const s of this.streams) {
