@@ -270,6 +270,22 @@ ${extra}`,
     expect(daemon!.output()).toContain('fleet command refused');
   });
 
+  it('a response topic holding a wildcard is not published to: the broker would drop the link and hand the command over again, for ever', async () => {
+    await startBroker();
+    await sandbox.start();
+    await run(fleetConfig());
+    const d = await dispatch();
+    const replies = await watch(d, 'fleet/truck-a/reply/+');
+    // mosquitto takes this from dispatch, and disconnects a client that publishes to it.
+    await d.publishAsync('fleet/truck-a/cmd/status', JSON.stringify({ commandId: 'wild-1' }), { qos: 1, properties: { responseTopic: 'fleet/truck-a/reply/#', correlationData: Buffer.from('c') } });
+    await waitFor(() => replies.find((r) => r.body.commandId === 'wild-1'), 10_000, 'the answer on reply/wild-1');
+    await new Promise((r) => setTimeout(r, 4000));
+    expect(daemon!.output().split('connected to the fleet broker').length - 1).toBe(1);
+    expect(replies.filter((r) => r.body.commandId === 'wild-1').map((r) => r.topic)).toEqual(['fleet/truck-a/reply/wild-1']);
+    expect(daemon!.output()).toContain('not a topic the answer can be published to');
+    expect(await send(d, 'truck-a', 'status', { commandId: 'after-1' })).toMatchObject({ ok: true, status: 0 });
+  });
+
   /** A linked daemon that said it is online, and dispatch watching its status. */
   async function online() {
     await startBroker();

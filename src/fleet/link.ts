@@ -265,11 +265,20 @@ export class FleetLink {
     const topic = `${this.prefix}/reply/${reply.commandId ?? 'invalid'}`;
     client.publish(topic, payload, { qos: 1 });
     const responseTopic = packet.properties?.responseTopic;
-    if (responseTopic && responseTopic !== topic) {
+    if (responseTopic && responseTopic !== topic && !publishable(responseTopic)) {
+      // A PUBLISH to it is a protocol error: the broker drops the link before the PUBACK, and
+      // hands the command over again at each reconnect, for ever.
+      this.log.warn({ commandId: reply.commandId, responseTopic }, `the command's response topic is not a topic the answer can be published to (a wildcard, or too long): answered on ${topic} only`);
+    } else if (responseTopic && responseTopic !== topic) {
       const correlationData = packet.properties?.correlationData;
       client.publish(responseTopic, payload, { qos: 1, properties: correlationData ? { correlationData } : {} });
     }
   }
+}
+
+/** A topic name a PUBLISH may carry (MQTT 5, 4.7): no wildcard, no NUL, at most 65,535 bytes. */
+function publishable(topic: string): boolean {
+  return !/[+#]/.test(topic) && !topic.includes('\0') && Buffer.byteLength(topic) <= 65_535;
 }
 
 function readText(path: string, key: string): string {
