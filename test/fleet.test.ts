@@ -286,6 +286,28 @@ ${extra}`,
     expect(await send(d, 'truck-a', 'status', { commandId: 'after-1' })).toMatchObject({ ok: true, status: 0 });
   });
 
+  it('a status or an answer the broker’s ACL refuses is logged as an error naming the topic and the user, once a connection', async () => {
+    await startBroker();
+    await sandbox.start();
+    // The device logs in as truck-b, but its topics are truck-a's: the ACL (user = device id) refuses them.
+    const pw = writeFile(tmp.dir, 'b-password', `${USERS['truck-b']}\n`, 0o600);
+    const cfg = agentConfig(tmp.dir, sandbox.url, `[fleet]\nurl = "${broker.url}"\nusername = "truck-b"\npassword_file = "${pw}"\nstatus_interval_s = 5\n`, { deviceId: 'truck-a' });
+    await run(cfg);
+    const refused = () =>
+      daemon!
+        .output()
+        .split('\n')
+        .filter((l) => l.includes('refuses what this device publishes'))
+        .map((l) => JSON.parse(l) as { level: number; msg: string });
+    await waitFor(() => refused().length > 0, 10_000, 'the refusal in the log');
+    await new Promise((r) => setTimeout(r, 6000)); // a second status, refused too
+    expect(refused()).toHaveLength(1);
+    expect(refused()[0].level).toBe(50);
+    expect(refused()[0].msg).toContain('fleet/truck-a/status');
+    expect(refused()[0].msg).toContain('truck-b');
+    expect(daemon!.output()).not.toContain(USERS['truck-b']);
+  });
+
   /** A linked daemon that said it is online, and dispatch watching its status. */
   async function online() {
     await startBroker();

@@ -39,6 +39,8 @@ export class FleetLink {
   private lookTimer: NodeJS.Timeout | undefined;
   private lastKey = '';
   private lastError: string | undefined;
+  /** A refusal of what the device publishes was logged on this connection (once is enough). */
+  private refusalLogged = false;
   private readonly backoff = new Backoff({ initialMs: 1000, maxMs: 120_000, jitter: true });
   private attempts: AttemptLog;
   private commands: Commands | undefined;
@@ -119,9 +121,7 @@ export class FleetLink {
       return;
     }
     this.counters.statusPublished += 1;
-    client.publish(`${this.prefix}/status`, payload, { qos: 1, retain: true }, (err) => {
-      if (err) this.log.debug({ err: err.message }, 'status not published');
-    });
+    client.publish(`${this.prefix}/status`, payload, { qos: 1, retain: true }, this.published(`${this.prefix}/status`));
   }
 
   private open(): void {
@@ -158,6 +158,7 @@ export class FleetLink {
       this.counters.connects += 1;
       this.attempts.succeeded(this.backoff.failures);
       this.lastError = undefined;
+      this.refusalLogged = false;
       this.log.info({ broker: cfg.url, clientId: this.clientId, prefix: this.prefix }, 'connected to the fleet broker');
       if (cfg.commands) {
         client.subscribe(`${this.prefix}/cmd/+`, { qos: 1 }, (err, granted) => {
@@ -260,10 +261,29 @@ export class FleetLink {
     if (effects.status) this.publishStatus();
   }
 
+  /**
+   * A publish's callback. A broker's refusal (an MQTT 5 PUBACK reason code such as 135, not
+   * authorised) was a debug line: a device whose user name did not match its ACL said only
+   * "connected", and the desk never saw its status. Said once a connection, as an error.
+   */
+  private published(topic: string): (err?: Error) => void {
+    return (err) => {
+      if (!err) return;
+      const refused = typeof (err as { code?: unknown }).code === 'number';
+      if (!refused || this.refusalLogged) return this.log.debug({ topic, err: err.message }, 'not published');
+      this.refusalLogged = true;
+      const user = this.cfg?.username ?? 'the name in its certificate';
+      this.log.error(
+        { topic, err: err.message },
+        `the broker refuses what this device publishes on ${topic} (${err.message}): its ACL must let ${user} write ${this.prefix}/status and ${this.prefix}/reply/# (with the ACL of docs/fleet.md, the user name is the device id)`,
+      );
+    };
+  }
+
   private reply(client: MqttClient, reply: Reply, packet: IPublishPacket): void {
     const payload = JSON.stringify(reply);
     const topic = `${this.prefix}/reply/${reply.commandId ?? 'invalid'}`;
-    client.publish(topic, payload, { qos: 1 });
+    client.publish(topic, payload, { qos: 1 }, this.published(topic));
     const responseTopic = packet.properties?.responseTopic;
     if (responseTopic && responseTopic !== topic && !publishable(responseTopic)) {
       // A PUBLISH to it is a protocol error: the broker drops the link before the PUBACK, and
@@ -271,7 +291,7 @@ export class FleetLink {
       this.log.warn({ commandId: reply.commandId, responseTopic }, `the command's response topic is not a topic the answer can be published to (a wildcard, or too long): answered on ${topic} only`);
     } else if (responseTopic && responseTopic !== topic) {
       const correlationData = packet.properties?.correlationData;
-      client.publish(responseTopic, payload, { qos: 1, properties: correlationData ? { correlationData } : {} });
+      client.publish(responseTopic, payload, { qos: 1, properties: correlationData ? { correlationData } : {} }, this.published(responseTopic));
     }
   }
 }
