@@ -308,6 +308,31 @@ ${extra}`,
     expect(daemon!.output()).not.toContain(USERS['truck-b']);
   });
 
+  it('a broker that closes the link soon after accepting it (a cloned device with the same client id) is not fought every second', async () => {
+    await startBroker();
+    await sandbox.start();
+    await run(fleetConfig());
+    const connects = () => daemon!.output().split('connected to the fleet broker').length - 1;
+    // The clone: same user, same client id, back 300 ms after each time it is thrown off;
+    // mosquitto closes the older connection of a client id without a word.
+    const clone = connect(broker.url, { protocolVersion: 5, clientId: 'telematics-agent-truck-a', username: 'truck-a', password: USERS['truck-a'], clean: false, reconnectPeriod: 300 });
+    clients.push(clone);
+    await new Promise((r) => setTimeout(r, 12_000));
+    clone.end(true);
+    // Backing off from 1 s (full jitter) the link comes back about 5 times in 12 s; it came back 20.
+    expect(connects()).toBeLessThanOrEqual(9);
+    const line = daemon!
+      .output()
+      .split('\n')
+      .find((l) => l.includes('closed by the broker'));
+    expect(JSON.parse(line ?? '{}').msg).toContain('telematics-agent-truck-a');
+    // Back once the clone is gone (its session, expiring at once, took the link's with it), and answering.
+    const out = () => daemon!.output();
+    await waitFor(() => out().lastIndexOf('connected to the fleet broker') > out().lastIndexOf('closed by the broker'), 150_000, 'the link back once the clone is gone');
+    await new Promise((r) => setTimeout(r, 500));
+    expect(await send(await dispatch(), 'truck-a', 'status', { commandId: 'back-1' })).toMatchObject({ ok: true });
+  }, 200_000);
+
   /** A linked daemon that said it is online, and dispatch watching its status. */
   async function online() {
     await startBroker();

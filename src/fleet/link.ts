@@ -26,6 +26,10 @@ import { fleetStatus, offlineStatus, stateKey } from './status.js';
 
 /** A session at the broker outlives a disconnect this long (MQTT 5; 3.1.1 keeps it for ever). */
 const SESSION_EXPIRY_S = 7 * 24 * 3600;
+/** A connection that lasts less than this is a failed attempt: the backoff goes on. */
+const STABLE_MS = 30_000;
+/** One the broker closes sooner than this is closed on purpose (see the close handler). */
+const QUICK_CLOSE_MS = 5000;
 /** How often a change of state is looked for (from memory: cheap). */
 const STATE_LOOK_MS = 2000;
 
@@ -155,6 +159,7 @@ export class FleetLink {
     client.on('connect', () => {
       if (!current()) return;
       this.connected = true;
+      connectedAt = Date.now();
       this.counters.connects += 1;
       this.attempts.succeeded(this.backoff.failures);
       this.lastError = undefined;
@@ -180,12 +185,25 @@ export class FleetLink {
     client.on('error', (err) => {
       if (client === this.client) this.lastError = err.message;
     });
+    client.on('disconnect', (packet) => {
+      // MQTT 5: why the broker ends it (0x8E: another connection took the session over).
+      if (current()) this.lastError = `the broker closed the connection (reason code ${packet.reasonCode ?? 0}${packet.reasonCode === 0x8e ? ': session taken over' : ''})`;
+    });
+    let connectedAt = 0;
     client.on('close', () => {
       if (!current()) return;
-      if (this.connected) {
-        this.log.warn({ broker: cfg.url }, 'connection to the fleet broker closed; reconnecting');
-        this.backoff.reset();
-      }
+      const livedMs = Date.now() - connectedAt;
+      // A link that did not last is a failed attempt, and the backoff goes on: two agents with
+      // one client id threw each other off every second, for ever (mosquitto closes the older
+      // connection without a word), and so does a broker that disconnects on a publish its ACL
+      // refuses (AWS IoT Core).
+      if (this.connected && livedMs >= STABLE_MS) this.backoff.reset();
+      if (this.connected && livedMs < QUICK_CLOSE_MS) {
+        this.log.error(
+          { broker: cfg.url, clientId: this.clientId, err: this.lastError },
+          `connection closed by the broker ${(livedMs / 1000).toFixed(1)} s after it accepted it; reconnecting with backoff. Another device with client id ${this.clientId} (the same device_id or fleet.client_id: a cloned disk?) takes its session and its commands; or the broker disconnects on a publish its ACL refuses`,
+        );
+      } else if (this.connected) this.log.warn({ broker: cfg.url }, 'connection to the fleet broker closed; reconnecting');
       this.connected = false;
       clearInterval(this.statusTimer);
       clearInterval(this.lookTimer);
