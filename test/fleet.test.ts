@@ -333,6 +333,21 @@ ${extra}`,
     expect(await send(await dispatch(), 'truck-a', 'status', { commandId: 'back-1' })).toMatchObject({ ok: true });
   }, 200_000);
 
+  it('`status` says whether the link is up, and why not when the broker is gone', async () => {
+    await startBroker();
+    await sandbox.start();
+    const cfg = fleetConfig();
+    await run(cfg);
+    const fleetRow = async () => (await runCli(['status', '--config', cfg])).stdout.split('\n').find((l) => l.startsWith('fleet link:'));
+    await waitFor(async () => (await fleetRow())?.includes(`connected to ${broker.url} as telematics-agent-truck-a`), 10_000, 'the link up in status');
+    await broker.stop();
+    const down = await waitFor(async () => (await fleetRow())?.includes('NOT CONNECTED') && fleetRow(), 15_000, 'the link down in status');
+    expect(down).toContain(broker.url);
+    expect(down).not.toContain(USERS['truck-a']);
+    const json = JSON.parse((await runCli(['status', '--json', '--config', cfg])).stdout);
+    expect(json.fleet).toMatchObject({ connected: false, url: broker.url });
+  });
+
   /** A linked daemon that said it is online, and dispatch watching its status. */
   async function online() {
     await startBroker();

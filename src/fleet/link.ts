@@ -14,6 +14,7 @@ import type { IClientOptions, IPublishPacket, MqttClient } from 'mqtt';
 import type { Logger } from 'pino';
 import type { Agent } from '../agent.js';
 import { Backoff } from '../backoff.js';
+import type { FleetView } from '../daemon-state.js';
 import type { FleetConfig } from '../config/fleet.js';
 import { mqttClientId } from '../config/load.js';
 import type { Config } from '../config/schema.js';
@@ -106,10 +107,10 @@ export class FleetLink {
     return c ? { 'fleet.url': c.url, 'fleet.client_id': this.clientId, 'fleet.topic_prefix': this.prefix, 'fleet.status_interval_s': c.status_interval_s, 'fleet.keepalive_s': c.keepalive_s } : {};
   }
 
-  /** For `status` and the health of the link. */
-  get detail(): string {
-    if (!this.cfg) return 'off';
-    return this.connected ? `connected to ${this.cfg.url} as ${this.clientId}` : `not connected to ${this.cfg.url}${this.lastError ? `: ${this.lastError}` : ''}`;
+  /** For `status`: whether the link is up, and why not (undefined without [fleet]). */
+  view(): FleetView | undefined {
+    if (!this.cfg) return undefined;
+    return { url: this.cfg.url, clientId: this.clientId, connected: this.connected, error: this.connected ? null : (this.lastError ?? null) };
   }
 
   /** Publish the retained status now (a change of state, a `status` command). */
