@@ -361,11 +361,14 @@ ${extra}`,
 
   it('the Last Will says offline within keepalive x 1.5 after kill -9', async () => {
     const status = await online();
+    await new Promise((r) => setTimeout(r, 3000));
     const killedAt = Date.now();
     daemon!.child.kill('SIGKILL');
     const will = await waitFor(() => status.find((s) => s.body.online === false), 15_000, 'the Last Will');
     expect(Date.now() - killedAt).toBeLessThanOrEqual(5 * 1.5 * 1000 + 500);
     expect(will.body).toMatchObject({ online: false, deviceId: 'truck-a', reason: 'connection lost' });
+    // The will is written at connect: a time in it was the connect's, days before the loss on a truck.
+    if ('time' in will.body) expect(Date.parse(String(will.body.time))).toBeGreaterThanOrEqual(killedAt - 1000);
   });
 
   it('the Last Will says offline when the agent goes silent without closing its connection (a power cut: SIGSTOP), and it is back online after', async () => {
