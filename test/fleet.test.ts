@@ -348,6 +348,22 @@ ${extra}`,
     expect(json.fleet).toMatchObject({ connected: false, url: broker.url });
   });
 
+  it('`fleet send` to a device the broker holds no session for says nothing is queued, instead of waiting for an answer', async () => {
+    await startBroker();
+    await sandbox.start();
+    await run(fleetConfig());
+    await daemon!.stop('SIGTERM'); // truck-a's session stays at the broker, and takes commands
+    const pw = writeFile(tmp.dir, 'dispatch-pw', `${USERS.dispatch}\n`);
+    const sendTo = (device: string) => runCli(['fleet', 'send', '--url', broker.url, '--username', 'dispatch', '--password-file', pw, '--device', device, '--timeout', '2', 'status', '--json', '{}']);
+    const typo = await sendTo('truck-zz');
+    expect(typo.code).toBe(1);
+    expect(typo.stderr).toContain('no device holds a session for fleet/truck-zz/cmd/status');
+    expect(typo.stderr).not.toContain('stays queued');
+    const away = await sendTo('truck-a');
+    expect(away.code).toBe(1);
+    expect(away.stderr).toContain('stays queued at the broker');
+  });
+
   /** A linked daemon that said it is online, and dispatch watching its status. */
   async function online() {
     await startBroker();
