@@ -7,7 +7,7 @@
  * certificate.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { connect, type IClientOptions, type MqttClient } from 'mqtt';
@@ -362,6 +362,18 @@ ${extra}`,
     const away = await sendTo('truck-a');
     expect(away.code).toBe(1);
     expect(away.stderr).toContain('stays queued at the broker');
+  });
+
+  it('a reload that changes [fleet] reconnects without telling the desk the agent stopped', async () => {
+    const status = await online();
+    const cfg = join(tmp.dir, 'agent.toml');
+    writeFile(tmp.dir, 'agent.toml', readFileSync(cfg, 'utf8').replace('status_interval_s = 5', 'status_interval_s = 6'));
+    const seen = status.length;
+    daemon!.child.kill('SIGHUP');
+    await waitFor(() => daemon!.output().includes('configuration reloaded'), 10_000, 'the reload');
+    await waitFor(() => daemon!.output().split('connected to the fleet broker').length > 2, 10_000, 'the new connection');
+    await waitFor(() => status.slice(seen).find((s) => s.body.online === true), 10_000, 'the status of the new connection');
+    expect(status.slice(seen).filter((s) => s.body.online === false)).toEqual([]);
   });
 
   /** A linked daemon that said it is online, and dispatch watching its status. */

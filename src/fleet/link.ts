@@ -80,8 +80,8 @@ export class FleetLink {
     this.open();
   }
 
-  /** A clean stop: `online: false` retained, then a DISCONNECT (no Last Will). */
-  async stop(): Promise<void> {
+  /** A clean stop: `online: false` retained (unless `quiet`), then a DISCONNECT (no Last Will). */
+  async stop(quiet = false): Promise<void> {
     this.active = false;
     clearTimeout(this.retryTimer);
     clearInterval(this.statusTimer);
@@ -91,13 +91,17 @@ export class FleetLink {
     const wasConnected = this.connected;
     this.connected = false;
     if (!client) return;
+    if (quiet) return endMqtt(client, wasConnected, 3000);
     await endMqtt(client, wasConnected, 3000, (then) => client.publish(`${this.prefix}/status`, JSON.stringify(offlineStatus(this.deviceId, 'stopped')), { qos: 1, retain: true }, then));
   }
 
   /** A reload: a changed [fleet] table takes a new connection with it. */
   async configure(config: Config): Promise<void> {
     if (JSON.stringify(config.fleet) === JSON.stringify(this.cfg)) return;
-    await this.stop();
+    // The same status topic on the same broker: the new connection's status follows in a
+    // moment. A retained "stopped" in between had every desk alerting at each config push.
+    const next = config.fleet && { url: config.fleet.url, prefix: config.fleet.topic_prefix ?? `fleet/${this.deviceId}` };
+    await this.stop(next?.url === this.cfg?.url && next?.prefix === this.prefix);
     this.start(config);
   }
 
