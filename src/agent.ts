@@ -179,7 +179,7 @@ export class Agent {
       sender: this.sender,
       log: this.log,
       state: (running) => this.state(running),
-      health: () => this.sources.map((s) => (s.health().healthy ? '1' : '0')).join('') + (this.pageView()?.error ? 'p' : ''),
+      health: () => this.sources.map((s) => (s.health().healthy ? '1' : '0')).join('') + (this.pageView()?.error ? 'p' : '') + (this.fleet?.view()?.connected === false ? 'f' : ''),
       intervalMs: this.opts.stateIntervalMs ?? STATE_INTERVAL_MS,
     });
     this.stateRow.start();
@@ -365,6 +365,7 @@ export class Agent {
       clock: this.clockState(),
       corrupt: this.corruptFound,
       page: this.pageView(),
+      fleet: this.fleet?.view(),
     };
   }
 

@@ -42,6 +42,17 @@ export interface DaemonState {
   clock?: ClockView & { held: number; heldExpired: number };
   /** The driver's page when `ui.listen` is set: where, or why it is not running. */
   page?: PageView;
+  /** The fleet link when `[fleet]` is set: up, or why not. */
+  fleet?: FleetView;
   /** The daemon stopped because it found the buffer corrupt (SQLite's words): the next start checks it whole. */
   corrupt?: string;
+}
+
+/** The fleet link (src/fleet/link.ts) as `status` shows it. */
+export interface FleetView {
+  url: string;
+  clientId: string;
+  connected: boolean;
+  /** Why the last attempt failed, while not connected. */
+  error: string | null;
 }

@@ -7,7 +7,7 @@
  * certificate.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { connect, type IClientOptions, type MqttClient } from 'mqtt';
@@ -270,6 +270,112 @@ ${extra}`,
     expect(daemon!.output()).toContain('fleet command refused');
   });
 
+  it('a response topic holding a wildcard is not published to: the broker would drop the link and hand the command over again, for ever', async () => {
+    await startBroker();
+    await sandbox.start();
+    await run(fleetConfig());
+    const d = await dispatch();
+    const replies = await watch(d, 'fleet/truck-a/reply/+');
+    // mosquitto takes this from dispatch, and disconnects a client that publishes to it.
+    await d.publishAsync('fleet/truck-a/cmd/status', JSON.stringify({ commandId: 'wild-1' }), { qos: 1, properties: { responseTopic: 'fleet/truck-a/reply/#', correlationData: Buffer.from('c') } });
+    await waitFor(() => replies.find((r) => r.body.commandId === 'wild-1'), 10_000, 'the answer on reply/wild-1');
+    await new Promise((r) => setTimeout(r, 4000));
+    expect(daemon!.output().split('connected to the fleet broker').length - 1).toBe(1);
+    expect(replies.filter((r) => r.body.commandId === 'wild-1').map((r) => r.topic)).toEqual(['fleet/truck-a/reply/wild-1']);
+    expect(daemon!.output()).toContain('not a topic the answer can be published to');
+    expect(await send(d, 'truck-a', 'status', { commandId: 'after-1' })).toMatchObject({ ok: true, status: 0 });
+  });
+
+  it('a status or an answer the broker’s ACL refuses is logged as an error naming the topic and the user, once a connection', async () => {
+    await startBroker();
+    await sandbox.start();
+    // The device logs in as truck-b, but its topics are truck-a's: the ACL (user = device id) refuses them.
+    const pw = writeFile(tmp.dir, 'b-password', `${USERS['truck-b']}\n`, 0o600);
+    const cfg = agentConfig(tmp.dir, sandbox.url, `[fleet]\nurl = "${broker.url}"\nusername = "truck-b"\npassword_file = "${pw}"\nstatus_interval_s = 5\n`, { deviceId: 'truck-a' });
+    await run(cfg);
+    const refused = () =>
+      daemon!
+        .output()
+        .split('\n')
+        .filter((l) => l.includes('refuses what this device publishes'))
+        .map((l) => JSON.parse(l) as { level: number; msg: string });
+    await waitFor(() => refused().length > 0, 10_000, 'the refusal in the log');
+    await new Promise((r) => setTimeout(r, 6000)); // a second status, refused too
+    expect(refused()).toHaveLength(1);
+    expect(refused()[0].level).toBe(50);
+    expect(refused()[0].msg).toContain('fleet/truck-a/status');
+    expect(refused()[0].msg).toContain('truck-b');
+    expect(daemon!.output()).not.toContain(USERS['truck-b']);
+  });
+
+  it('a broker that closes the link soon after accepting it (a cloned device with the same client id) is not fought every second', async () => {
+    await startBroker();
+    await sandbox.start();
+    await run(fleetConfig());
+    const connects = () => daemon!.output().split('connected to the fleet broker').length - 1;
+    // The clone: same user, same client id, back 300 ms after each time it is thrown off;
+    // mosquitto closes the older connection of a client id without a word.
+    const clone = connect(broker.url, { protocolVersion: 5, clientId: 'telematics-agent-truck-a', username: 'truck-a', password: USERS['truck-a'], clean: false, reconnectPeriod: 300 });
+    clients.push(clone);
+    await new Promise((r) => setTimeout(r, 12_000));
+    clone.end(true);
+    // Backing off from 1 s (full jitter) the link comes back about 5 times in 12 s; it came back 20.
+    expect(connects()).toBeLessThanOrEqual(9);
+    const line = daemon!
+      .output()
+      .split('\n')
+      .find((l) => l.includes('closed by the broker'));
+    expect(JSON.parse(line ?? '{}').msg).toContain('telematics-agent-truck-a');
+    // Back once the clone is gone (its session, expiring at once, took the link's with it), and answering.
+    const out = () => daemon!.output();
+    await waitFor(() => out().lastIndexOf('connected to the fleet broker') > out().lastIndexOf('closed by the broker'), 150_000, 'the link back once the clone is gone');
+    await new Promise((r) => setTimeout(r, 500));
+    expect(await send(await dispatch(), 'truck-a', 'status', { commandId: 'back-1' })).toMatchObject({ ok: true });
+  }, 200_000);
+
+  it('`status` says whether the link is up, and why not when the broker is gone', async () => {
+    await startBroker();
+    await sandbox.start();
+    const cfg = fleetConfig();
+    await run(cfg);
+    const fleetRow = async () => (await runCli(['status', '--config', cfg])).stdout.split('\n').find((l) => l.startsWith('fleet link:'));
+    await waitFor(async () => (await fleetRow())?.includes(`connected to ${broker.url} as telematics-agent-truck-a`), 10_000, 'the link up in status');
+    await broker.stop();
+    const down = await waitFor(async () => (await fleetRow())?.includes('NOT CONNECTED') && fleetRow(), 15_000, 'the link down in status');
+    expect(down).toContain(broker.url);
+    expect(down).not.toContain(USERS['truck-a']);
+    const json = JSON.parse((await runCli(['status', '--json', '--config', cfg])).stdout);
+    expect(json.fleet).toMatchObject({ connected: false, url: broker.url });
+  });
+
+  it('`fleet send` to a device the broker holds no session for says nothing is queued, instead of waiting for an answer', async () => {
+    await startBroker();
+    await sandbox.start();
+    await run(fleetConfig());
+    await daemon!.stop('SIGTERM'); // truck-a's session stays at the broker, and takes commands
+    const pw = writeFile(tmp.dir, 'dispatch-pw', `${USERS.dispatch}\n`);
+    const sendTo = (device: string) => runCli(['fleet', 'send', '--url', broker.url, '--username', 'dispatch', '--password-file', pw, '--device', device, '--timeout', '2', 'status', '--json', '{}']);
+    const typo = await sendTo('truck-zz');
+    expect(typo.code).toBe(1);
+    expect(typo.stderr).toContain('no device holds a session for fleet/truck-zz/cmd/status');
+    expect(typo.stderr).not.toContain('stays queued');
+    const away = await sendTo('truck-a');
+    expect(away.code).toBe(1);
+    expect(away.stderr).toContain('stays queued at the broker');
+  });
+
+  it('a reload that changes [fleet] reconnects without telling the desk the agent stopped', async () => {
+    const status = await online();
+    const cfg = join(tmp.dir, 'agent.toml');
+    writeFile(tmp.dir, 'agent.toml', readFileSync(cfg, 'utf8').replace('status_interval_s = 5', 'status_interval_s = 6'));
+    const seen = status.length;
+    daemon!.child.kill('SIGHUP');
+    await waitFor(() => daemon!.output().includes('configuration reloaded'), 10_000, 'the reload');
+    await waitFor(() => daemon!.output().split('connected to the fleet broker').length > 2, 10_000, 'the new connection');
+    await waitFor(() => status.slice(seen).find((s) => s.body.online === true), 10_000, 'the status of the new connection');
+    expect(status.slice(seen).filter((s) => s.body.online === false)).toEqual([]);
+  });
+
   /** A linked daemon that said it is online, and dispatch watching its status. */
   async function online() {
     await startBroker();
@@ -283,11 +389,14 @@ ${extra}`,
 
   it('the Last Will says offline within keepalive x 1.5 after kill -9', async () => {
     const status = await online();
+    await new Promise((r) => setTimeout(r, 3000));
     const killedAt = Date.now();
     daemon!.child.kill('SIGKILL');
     const will = await waitFor(() => status.find((s) => s.body.online === false), 15_000, 'the Last Will');
     expect(Date.now() - killedAt).toBeLessThanOrEqual(5 * 1.5 * 1000 + 500);
     expect(will.body).toMatchObject({ online: false, deviceId: 'truck-a', reason: 'connection lost' });
+    // The will is written at connect: a time in it was the connect's, days before the loss on a truck.
+    if ('time' in will.body) expect(Date.parse(String(will.body.time))).toBeGreaterThanOrEqual(killedAt - 1000);
   });
 
   it('the Last Will says offline when the agent goes silent without closing its connection (a power cut: SIGSTOP), and it is back online after', async () => {

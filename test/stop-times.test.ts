@@ -102,6 +102,13 @@ describe('load start: an appointment without an offset is read in the zone of th
     expect(withBuffer((s) => s.getLoad('L-3003'))).toBeUndefined();
   });
 
+  it('an appointment that ends before it starts: refused (65) naming the stop, nothing started', async () => {
+    const r = await loadStart(delivery({ start: '2026-12-01T18:00Z', end: '2026-12-01T17:00Z' }));
+    expect(r.code).toBe(65);
+    expect(r.stderr).toContain('stop 1 appointment: its end (2026-12-01T17:00Z) is before its start (2026-12-01T18:00Z)');
+    expect(withBuffer((s) => s.getLoad('L-3003'))).toBeUndefined();
+  });
+
   it.each([['1'], ['12/31/2026'], ['2026-12-31'], ['2026-02-30T10:00:00Z'], ['2026-12-31T25:00'], ['2026-12-31T12:00 CST'], ['Thu, 31 Dec 2026 12:00:00 -0600']])(
     '%j is no ISO 8601 date and time: refused (65), naming the field',
     async (text) => {
@@ -203,6 +210,13 @@ describe('the fleet link: load-start reads stops the same way', () => {
   it('a local time at a stop without coordinates: an error answer (65) naming the stop and field, no load', () => {
     const reply = send({ commandId: 'c2', loadNumber: 'L-3003', resourceId: 'T1', stops: delivery({ end: '2026-12-01T12:00' }, null) });
     expect(reply).toMatchObject({ ok: false, status: 65, message: expect.stringMatching(/stop 1 appointment\.end: 2026-12-01T12:00 has no UTC offset/) });
+    expect(withBuffer((s) => s.getLoad('L-3003'))).toBeUndefined();
+  });
+
+  it('an appointment that ends before it starts (a typo, or start and end swapped): an error answer (65) naming the stop, no load', () => {
+    // Taken, the delay detector judged the truck late against the earlier end.
+    const reply = send({ commandId: 'c4', loadNumber: 'L-3003', resourceId: 'T1', stops: delivery({ start: '2026-12-01T12:00', end: '2026-12-01T10:00-06:00' }) });
+    expect(reply).toMatchObject({ ok: false, status: 65, message: 'stop 1 appointment: its end (2026-12-01T10:00-06:00) is before its start (2026-12-01T12:00:00-06:00); check the two times' });
     expect(withBuffer((s) => s.getLoad('L-3003'))).toBeUndefined();
   });
 

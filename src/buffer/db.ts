@@ -11,6 +11,7 @@ import { BufferError, isCorruption } from '../errors.js';
 
 import { daemonHolding, lockFileOf } from './lock-holder.js';
 import { migrate, SCHEMA_VERSION } from './migrations.js';
+import { walCommittedPages } from './wal-pages.js';
 
 export type DB = Database.Database;
 export { migrate, MIGRATIONS, SCHEMA_VERSION } from './migrations.js';
@@ -72,8 +73,12 @@ export function readHeader(path: string): Header | 'empty' | 'not-sqlite' {
 const TRUNCATED_CHECKS = 20;
 const PAUSE = new Int32Array(new SharedArrayBuffer(4));
 
-function isTruncated(h: Header | 'empty' | 'not-sqlite'): h is Header & { pages: number } {
-  return typeof h === 'object' && h.pages !== undefined && h.bytes < h.pages * h.pageSize;
+function isTruncated(h: Header | 'empty' | 'not-sqlite', path: string): h is Header & { pages: number } {
+  if (typeof h !== 'object' || h.pages === undefined || h.bytes >= h.pages * h.pageSize) return false;
+  // A checkpoint that ran out of room wrote page 1 and no further: the WAL holds the rest.
+  const inWal = walCommittedPages(path, h.pageSize);
+  for (let page = Math.floor(h.bytes / h.pageSize) + 1; page <= h.pages; page++) if (!inWal.has(page)) return true;
+  return false;
 }
 
 /** The error of a corrupt buffer, with what the operator can do about it (the daemon, `status` and the check ahead say the same). */
@@ -146,11 +151,11 @@ export function checkFile(path: string): Header | 'empty' {
   // writes page 1 before the pages that make the file longer: a header read in between
   // claims pages the file does not have yet, and a sound buffer was called truncated. A
   // truncated file stays truncated: look again for up to a second before saying so.
-  for (let i = 0; i < TRUNCATED_CHECKS && isTruncated(header); i++) {
+  for (let i = 0; i < TRUNCATED_CHECKS && isTruncated(header, path); i++) {
     Atomics.wait(PAUSE, 0, 0, 50);
     header = readHeader(path);
   }
-  if (isTruncated(header)) {
+  if (isTruncated(header, path)) {
     throw corrupt(path, `truncated: ${header.bytes} bytes where its header says ${header.pages * header.pageSize}`);
   }
   if (header === 'not-sqlite') throw corrupt(path, 'not an SQLite database');

@@ -46,6 +46,8 @@ export interface StatusReport {
   clockJump: DaemonState['clockJump'] | null;
   /** The driver's page of the running daemon, when `ui.listen` is set: where, or why it is not running. */
   page: DaemonState['page'] | null;
+  /** The fleet link of the running daemon, when `[fleet]` is set: up, or why not. */
+  fleet: DaemonState['fleet'] | null;
   /** The system clock as the running daemon sees it: synchronised, or GNSS time used, or neither (null: no daemon runs). */
   clock: DaemonState['clock'] | null;
   /** This machine's zone (what a milestone of now with no place and no fix is written in) and where it came from. */
@@ -95,6 +97,7 @@ export function buildStatus(store: Store, info: { deviceId: string; configFile: 
     disk: state?.disk ?? null,
     clockJump: state?.clockJump ?? null,
     page: running ? (state?.page ?? null) : null,
+    fleet: running ? (state?.fleet ?? null) : null,
     clock,
     deviceZone: { zone: deviceZone().zone, from: deviceZone().from },
   };
@@ -184,6 +187,8 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
   if (r.disk && r.disk.reserveBytes > 0 && !r.disk.reserve) row('', `the ${Math.round(r.disk.reserveBytes / 1024)} KB reserve for a full disk is not in place (written again once there is room)`);
   if (r.clock) row('system clock', clockLine(r.clock));
   if (r.page) row('driver page', r.page.error ? `NOT RUNNING on ${r.page.listen}: ${r.page.error}; tried again, at least once a minute` : `${r.page.listen} (port ${r.page.port})`);
+  if (r.fleet)
+    row('fleet link', r.fleet.connected ? `connected to ${r.fleet.url} as ${r.fleet.clientId}` : `NOT CONNECTED to ${r.fleet.url}${r.fleet.error ? `: ${r.fleet.error}` : ''}; trying again with backoff`);
   if (r.clockJump) row('clock', `the system clock jumped ${Math.round(r.clockJump.ms / 3_600_000)} h at ${ago(r.clockJump.atMs, nowMs)}; no reading was dropped for its age then`);
   const dropped = Object.entries(r.dropped).filter(([k, v]) => k.startsWith('readings_dropped') && v > 0);
   if (dropped.length) row('dropped', dropped.map(([k, v]) => `${v} readings (${k.replace('readings_dropped_', '').replace('_', ' ')})`).join(', '));

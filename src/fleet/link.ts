@@ -14,6 +14,7 @@ import type { IClientOptions, IPublishPacket, MqttClient } from 'mqtt';
 import type { Logger } from 'pino';
 import type { Agent } from '../agent.js';
 import { Backoff } from '../backoff.js';
+import type { FleetView } from '../daemon-state.js';
 import type { FleetConfig } from '../config/fleet.js';
 import { mqttClientId } from '../config/load.js';
 import type { Config } from '../config/schema.js';
@@ -26,6 +27,10 @@ import { fleetStatus, offlineStatus, stateKey } from './status.js';
 
 /** A session at the broker outlives a disconnect this long (MQTT 5; 3.1.1 keeps it for ever). */
 const SESSION_EXPIRY_S = 7 * 24 * 3600;
+/** A connection that lasts less than this is a failed attempt: the backoff goes on. */
+const STABLE_MS = 30_000;
+/** One the broker closes sooner than this is closed on purpose (see the close handler). */
+const QUICK_CLOSE_MS = 5000;
 /** How often a change of state is looked for (from memory: cheap). */
 const STATE_LOOK_MS = 2000;
 
@@ -39,6 +44,8 @@ export class FleetLink {
   private lookTimer: NodeJS.Timeout | undefined;
   private lastKey = '';
   private lastError: string | undefined;
+  /** A refusal of what the device publishes was logged on this connection (once is enough). */
+  private refusalLogged = false;
   private readonly backoff = new Backoff({ initialMs: 1000, maxMs: 120_000, jitter: true });
   private attempts: AttemptLog;
   private commands: Commands | undefined;
@@ -73,8 +80,8 @@ export class FleetLink {
     this.open();
   }
 
-  /** A clean stop: `online: false` retained, then a DISCONNECT (no Last Will). */
-  async stop(): Promise<void> {
+  /** A clean stop: `online: false` retained (unless `quiet`), then a DISCONNECT (no Last Will). */
+  async stop(quiet = false): Promise<void> {
     this.active = false;
     clearTimeout(this.retryTimer);
     clearInterval(this.statusTimer);
@@ -84,13 +91,17 @@ export class FleetLink {
     const wasConnected = this.connected;
     this.connected = false;
     if (!client) return;
+    if (quiet) return endMqtt(client, wasConnected, 3000);
     await endMqtt(client, wasConnected, 3000, (then) => client.publish(`${this.prefix}/status`, JSON.stringify(offlineStatus(this.deviceId, 'stopped')), { qos: 1, retain: true }, then));
   }
 
   /** A reload: a changed [fleet] table takes a new connection with it. */
   async configure(config: Config): Promise<void> {
     if (JSON.stringify(config.fleet) === JSON.stringify(this.cfg)) return;
-    await this.stop();
+    // The same status topic on the same broker: the new connection's status follows in a
+    // moment. A retained "stopped" in between had every desk alerting at each config push.
+    const next = config.fleet && { url: config.fleet.url, prefix: config.fleet.topic_prefix ?? `fleet/${this.deviceId}` };
+    await this.stop(next?.url === this.cfg?.url && next?.prefix === this.prefix);
     this.start(config);
   }
 
@@ -100,10 +111,10 @@ export class FleetLink {
     return c ? { 'fleet.url': c.url, 'fleet.client_id': this.clientId, 'fleet.topic_prefix': this.prefix, 'fleet.status_interval_s': c.status_interval_s, 'fleet.keepalive_s': c.keepalive_s } : {};
   }
 
-  /** For `status` and the health of the link. */
-  get detail(): string {
-    if (!this.cfg) return 'off';
-    return this.connected ? `connected to ${this.cfg.url} as ${this.clientId}` : `not connected to ${this.cfg.url}${this.lastError ? `: ${this.lastError}` : ''}`;
+  /** For `status`: whether the link is up, and why not (undefined without [fleet]). */
+  view(): FleetView | undefined {
+    if (!this.cfg) return undefined;
+    return { url: this.cfg.url, clientId: this.clientId, connected: this.connected, error: this.connected ? null : (this.lastError ?? null) };
   }
 
   /** Publish the retained status now (a change of state, a `status` command). */
@@ -119,9 +130,7 @@ export class FleetLink {
       return;
     }
     this.counters.statusPublished += 1;
-    client.publish(`${this.prefix}/status`, payload, { qos: 1, retain: true }, (err) => {
-      if (err) this.log.debug({ err: err.message }, 'status not published');
-    });
+    client.publish(`${this.prefix}/status`, payload, { qos: 1, retain: true }, this.published(`${this.prefix}/status`));
   }
 
   private open(): void {
@@ -155,9 +164,11 @@ export class FleetLink {
     client.on('connect', () => {
       if (!current()) return;
       this.connected = true;
+      connectedAt = Date.now();
       this.counters.connects += 1;
       this.attempts.succeeded(this.backoff.failures);
       this.lastError = undefined;
+      this.refusalLogged = false;
       this.log.info({ broker: cfg.url, clientId: this.clientId, prefix: this.prefix }, 'connected to the fleet broker');
       if (cfg.commands) {
         client.subscribe(`${this.prefix}/cmd/+`, { qos: 1 }, (err, granted) => {
@@ -179,12 +190,25 @@ export class FleetLink {
     client.on('error', (err) => {
       if (client === this.client) this.lastError = err.message;
     });
+    client.on('disconnect', (packet) => {
+      // MQTT 5: why the broker ends it (0x8E: another connection took the session over).
+      if (current()) this.lastError = `the broker closed the connection (reason code ${packet.reasonCode ?? 0}${packet.reasonCode === 0x8e ? ': session taken over' : ''})`;
+    });
+    let connectedAt = 0;
     client.on('close', () => {
       if (!current()) return;
-      if (this.connected) {
-        this.log.warn({ broker: cfg.url }, 'connection to the fleet broker closed; reconnecting');
-        this.backoff.reset();
-      }
+      const livedMs = Date.now() - connectedAt;
+      // A link that did not last is a failed attempt, and the backoff goes on: two agents with
+      // one client id threw each other off every second, for ever (mosquitto closes the older
+      // connection without a word), and so does a broker that disconnects on a publish its ACL
+      // refuses (AWS IoT Core).
+      if (this.connected && livedMs >= STABLE_MS) this.backoff.reset();
+      if (this.connected && livedMs < QUICK_CLOSE_MS) {
+        this.log.error(
+          { broker: cfg.url, clientId: this.clientId, err: this.lastError },
+          `connection closed by the broker ${(livedMs / 1000).toFixed(1)} s after it accepted it; reconnecting with backoff. Another device with client id ${this.clientId} (the same device_id or fleet.client_id: a cloned disk?) takes its session and its commands; or the broker disconnects on a publish its ACL refuses`,
+        );
+      } else if (this.connected) this.log.warn({ broker: cfg.url }, 'connection to the fleet broker closed; reconnecting');
       this.connected = false;
       clearInterval(this.statusTimer);
       clearInterval(this.lookTimer);
@@ -260,16 +284,44 @@ export class FleetLink {
     if (effects.status) this.publishStatus();
   }
 
+  /**
+   * A publish's callback. A broker's refusal (an MQTT 5 PUBACK reason code such as 135, not
+   * authorised) was a debug line: a device whose user name did not match its ACL said only
+   * "connected", and the desk never saw its status. Said once a connection, as an error.
+   */
+  private published(topic: string): (err?: Error) => void {
+    return (err) => {
+      if (!err) return;
+      const refused = typeof (err as { code?: unknown }).code === 'number';
+      if (!refused || this.refusalLogged) return this.log.debug({ topic, err: err.message }, 'not published');
+      this.refusalLogged = true;
+      const user = this.cfg?.username ?? 'the name in its certificate';
+      this.log.error(
+        { topic, err: err.message },
+        `the broker refuses what this device publishes on ${topic} (${err.message}): its ACL must let ${user} write ${this.prefix}/status and ${this.prefix}/reply/# (with the ACL of docs/fleet.md, the user name is the device id)`,
+      );
+    };
+  }
+
   private reply(client: MqttClient, reply: Reply, packet: IPublishPacket): void {
     const payload = JSON.stringify(reply);
     const topic = `${this.prefix}/reply/${reply.commandId ?? 'invalid'}`;
-    client.publish(topic, payload, { qos: 1 });
+    client.publish(topic, payload, { qos: 1 }, this.published(topic));
     const responseTopic = packet.properties?.responseTopic;
-    if (responseTopic && responseTopic !== topic) {
+    if (responseTopic && responseTopic !== topic && !publishable(responseTopic)) {
+      // A PUBLISH to it is a protocol error: the broker drops the link before the PUBACK, and
+      // hands the command over again at each reconnect, for ever.
+      this.log.warn({ commandId: reply.commandId, responseTopic }, `the command's response topic is not a topic the answer can be published to (a wildcard, or too long): answered on ${topic} only`);
+    } else if (responseTopic && responseTopic !== topic) {
       const correlationData = packet.properties?.correlationData;
-      client.publish(responseTopic, payload, { qos: 1, properties: correlationData ? { correlationData } : {} });
+      client.publish(responseTopic, payload, { qos: 1, properties: correlationData ? { correlationData } : {} }, this.published(responseTopic));
     }
   }
+}
+
+/** A topic name a PUBLISH may carry (MQTT 5, 4.7): no wildcard, no NUL, at most 65,535 bytes. */
+function publishable(topic: string): boolean {
+  return !/[+#]/.test(topic) && !topic.includes('\0') && Buffer.byteLength(topic) <= 65_535;
 }
 
 function readText(path: string, key: string): string {

@@ -65,7 +65,8 @@ export const statusSchema = z.strictObject({
   online: z.boolean(),
   deviceId: z.string(),
   version: z.string(),
-  time,
+  /** Absent in the Last Will (written at connect: the broker's time of receipt is the loss's). */
+  time: time.optional(),
   /** Why it went offline: "stopped" (a clean stop) or "connection lost" (the Last Will). */
   reason: z.string().optional(),
   state: z.enum(['OK', 'DEGRADED', 'PAUSED']).optional(),

@@ -74,7 +74,12 @@ export function fleetStatus(agent: Agent, deviceId: string, nowMs = Date.now()):
   };
 }
 
-/** What the broker publishes for a device that vanished (the Last Will), and a clean stop publishes itself. */
+/**
+ * What the broker publishes for a device that vanished (the Last Will), and a clean stop
+ * publishes itself. The will is written at connect, so it has no time: one would be the
+ * connect's, days before the loss on a truck that stayed connected.
+ */
 export function offlineStatus(deviceId: string, reason: 'stopped' | 'connection lost', nowMs = Date.now()): FleetStatus {
-  return { online: false, deviceId, version: packageVersion(), time: new Date(nowMs).toISOString(), reason };
+  const base = { online: false, deviceId, version: packageVersion() };
+  return reason === 'connection lost' ? { ...base, reason } : { ...base, time: new Date(nowMs).toISOString(), reason };
 }

@@ -30,7 +30,12 @@ export function resolveAppointments(stops: readonly Stop[]): { stops: Stop[]; wa
       const text = a[field];
       if (text !== undefined) out[field] = resolveOne(stop, field, text, warnings);
     }
-    return { ...stop, appointment: out };
+    // An end before its start (a typo, or the two swapped) made the delay detector judge the truck late against the wrong time.
+    const resolved = { ...stop, appointment: out };
+    if (out.start !== undefined && out.end !== undefined && appointmentMs(resolved, 'end') < appointmentMs(resolved, 'start')) {
+      throw new AppointmentError(`stop ${stop.sequence} appointment: its end (${out.end}) is before its start (${out.start}); check the two times`);
+    }
+    return resolved;
   });
   return { stops: resolved, warnings };
 }

@@ -96,7 +96,16 @@ export function addFleetCommand(program: Command): void {
           client.once('connect', async () => {
             try {
               await client.subscribeAsync(`${prefix}/reply/${body.commandId}`, { qos: 1 });
-              await client.publishAsync(`${prefix}/cmd/${name}`, JSON.stringify(body), { qos: 1 });
+              const acks = new Map<number | undefined, number | undefined>();
+              client.on('packetreceive', (p) => {
+                if (p.cmd === 'puback') acks.set(p.messageId, p.reasonCode);
+              });
+              const sent = await client.publishAsync(`${prefix}/cmd/${name}`, JSON.stringify(body), { qos: 1 });
+              // MQTT 5 reason 16: no subscriber, not even a session kept for a device away; the
+              // broker dropped it, and waiting for the answer said it "stays queued".
+              if (sent && acks.get(sent.messageId) === 16) {
+                reject(new Error(`no device holds a session for ${prefix}/cmd/${name} at the broker, so the command was not kept (a wrong --device or --prefix, or a device that never connected)`));
+              }
             } catch (err) {
               reject(new Error(`broker ${url.host}: ${(err as Error).message}`));
             }
