@@ -12,22 +12,9 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { openDatabase } from '../src/buffer/db.js';
-import { tempDir } from './helpers.js';
+import { tempDir, cannotMountTmpfs } from './helpers.js';
 
-function cannotMount(): string | undefined {
-  if (process.getuid?.() !== 0) return 'not root: mounting a tmpfs needs root';
-  const probe = tempDir('ta-ckpt-probe-');
-  try {
-    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', probe.dir], { stdio: 'pipe' });
-    execFileSync('umount', [probe.dir], { stdio: 'pipe' });
-    return undefined;
-  } catch (err) {
-    return `mount -t tmpfs failed: ${String((err as { stderr?: Buffer }).stderr ?? (err as Error).message).trim()}`;
-  } finally {
-    probe.cleanup();
-  }
-}
-const skipReason = cannotMount();
+const skipReason = cannotMountTmpfs();
 
 /** Fill the file system of `dir` to the last byte. */
 function fill(file: string): void {

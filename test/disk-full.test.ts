@@ -12,7 +12,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { cpuSecondsOf, memoryOf } from '../bench/common.js';
 import { diskPlan } from '../src/buffer/disk.js';
 import { Sandbox } from '../src/sandbox/server.js';
-import { TEST_KEY, TEST_SCAC, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
+import { TEST_KEY, TEST_SCAC, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon, cannotMountTmpfs } from './helpers.js';
 import { HIGHEST_READING_ID } from '../src/buffer/ledger.js';
 
 const TMPFS_BYTES = 4 * 1024 * 1024;
@@ -21,22 +21,7 @@ const SHUTDOWN_TIMEOUT_S = 5;
 const MAX_PENDING = 20_000;
 const CHUNK = 500;
 
-/** Why the tmpfs cases cannot run here, or undefined when they can. */
-function cannotMount(): string | undefined {
-  if (process.getuid?.() !== 0) return 'not root: mounting a tmpfs needs root';
-  const probe = tempDir('ta-disk-probe-');
-  try {
-    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', probe.dir], { stdio: 'pipe' });
-    execFileSync('umount', [probe.dir], { stdio: 'pipe' });
-    return undefined;
-  } catch (err) {
-    return `mount -t tmpfs failed: ${String((err as { stderr?: Buffer }).stderr ?? (err as Error).message).trim()}`;
-  } finally {
-    probe.cleanup();
-  }
-}
-
-const skipReason = cannotMount();
+const skipReason = cannotMountTmpfs();
 if (skipReason) console.warn(`disk-full tests skipped: ${skipReason}`);
 
 /**

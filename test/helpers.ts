@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -276,5 +276,20 @@ export function withStoreAt<T>(file: string, fn: (store: Store) => T): T {
     return fn(store);
   } finally {
     store.close();
+  }
+}
+
+/** Why a tmpfs cannot be mounted here (for real full-disk tests), or undefined when it can. */
+export function cannotMountTmpfs(): string | undefined {
+  if (process.getuid?.() !== 0) return 'not root: mounting a tmpfs needs root';
+  const probe = tempDir('ta-tmpfs-probe-');
+  try {
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', probe.dir], { stdio: 'pipe' });
+    execFileSync('umount', [probe.dir], { stdio: 'pipe' });
+    return undefined;
+  } catch (err) {
+    return `mount -t tmpfs failed: ${String((err as { stderr?: Buffer }).stderr ?? (err as Error).message).trim()}`;
+  } finally {
+    probe.cleanup();
   }
 }
