@@ -192,6 +192,84 @@ export function daemonFixture<D extends Stoppable = Daemon>(
   };
 }
 
+export interface TempFixture {
+  /** This test's directory, removed after it. */
+  readonly dir: string;
+  /** `buffer.db` in that directory: the buffer agentConfig's config names. */
+  readonly buffer: string;
+  /** `fn` with that buffer open, closed after (withStoreAt). */
+  withBuffer: <T>(fn: (store: Store) => T) => T;
+}
+
+/**
+ * A fresh directory for each test of the suite it is called in (registers beforeEach and
+ * afterEach), removed after the test. Hooks the file registers after this call run after its
+ * beforeEach and before its afterEach (vitest stacks after-hooks), so they may use the
+ * directory to the end.
+ */
+export function tempFixture(prefix?: string): TempFixture {
+  let tmp: ReturnType<typeof tempDir> | undefined;
+  beforeEach(() => {
+    tmp = tempDir(prefix);
+  });
+  afterEach(() => {
+    tmp?.cleanup();
+    tmp = undefined;
+  });
+  const dir = () => {
+    if (!tmp) throw new Error('tempFixture: used outside a test');
+    return tmp.dir;
+  };
+  return {
+    get dir() {
+      return dir();
+    },
+    get buffer() {
+      return join(dir(), 'buffer.db');
+    },
+    withBuffer: (fn) => withStoreAt(join(dir(), 'buffer.db'), fn),
+  };
+}
+
+/** A base_url where no service answers (the discard port): for commands that never deliver. */
+export const NO_SERVICE = 'http://127.0.0.1:9';
+
+export interface CliFixture extends TempFixture {
+  /** This test's config (agentConfig, no service behind it); a test may write another here. */
+  cfg: string;
+}
+
+/**
+ * tempFixture with agentConfig's config written in the directory before each test, for
+ * commands that work on the buffer and the config alone. `extra` and `opts` go to agentConfig.
+ */
+export function cliFixture(extra = '', opts: Parameters<typeof agentConfig>[3] = {}): CliFixture {
+  const tmp = tempFixture();
+  let cfg: string | undefined;
+  beforeEach(() => {
+    cfg = agentConfig(tmp.dir, NO_SERVICE, extra, opts);
+  });
+  afterEach(() => {
+    cfg = undefined;
+  });
+  return {
+    get dir() {
+      return tmp.dir;
+    },
+    get buffer() {
+      return tmp.buffer;
+    },
+    withBuffer: tmp.withBuffer,
+    get cfg() {
+      if (cfg === undefined) throw new Error('cliFixture: used outside a test');
+      return cfg;
+    },
+    set cfg(path) {
+      cfg = path;
+    },
+  };
+}
+
 /**
  * A source that reads nothing (a module whose start and stop do nothing), for daemons whose
  * readings a test writes itself: every config needs at least one source.
