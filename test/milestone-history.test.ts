@@ -22,9 +22,9 @@ const HOUR = 3_600_000;
 
 type Body = { eventCity?: string; eventState?: string; time: { dateTime: string; timeZoneCode: string; timeZoneOffset: string } };
 
-const fx = tempFixture();
+const tmp = tempFixture();
 
-const bodyOf = (id: number) => fx.withBuffer((s) => s.listMilestones().find((m) => m.id === id)!.body as unknown as Body);
+const bodyOf = (id: number) => tmp.withBuffer((s) => s.listMilestones().find((m) => m.id === id)!.body as unknown as Body);
 const idOf = (stdout: string) => Number(/^milestone (\d+) /.exec(stdout)![1]);
 const isoZ = (ms: number) => new Date(ms).toISOString().replace(/\.\d+Z$/, 'Z');
 
@@ -33,8 +33,8 @@ describe('a milestone typed after the event (CLI against a buffer file)', () => 
   const now = Date.now();
   /** T1 in Querétaro three hours ago (a fix every 10 s for 5 minutes), in Hermosillo now. */
   beforeEach(() => {
-    cfg = agentConfig(fx.dir, 'http://127.0.0.1:9', '[milestones]\nmax_fix_age_s = 600\n');
-    fx.withBuffer((s) => {
+    cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9', '[milestones]\nmax_fix_age_s = 600\n');
+    tmp.withBuffer((s) => {
       s.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: now - 4 * HOUR });
       const then: Reading[] = Array.from({ length: 30 }, (_, i) => ({ resourceId: 'T1', timeMs: now - 3 * HOUR + i * 10_000, ...QUERETARO }));
       s.insertReadings([...then, { resourceId: 'T1', timeMs: now - 30_000, ...HERMOSILLO }]);
@@ -98,7 +98,7 @@ describe('the position history, end to end', () => {
     const then = Math.floor((now - 2 * HOUR) / 60_000) * 60_000 + 10_000; // three fixes in one minute
     // Three fixes in Querétaro stamped two hours ago (a gateway's backlog), then the truck in Hermosillo now.
     const script = writeFile(
-      fx.dir,
+      tmp.dir,
       'positions.mjs',
       `const lines = [
   ...[0, 1, 2].map((i) => ({ resourceId: 'T1', latitude: ${QUERETARO.lat}, longitude: ${QUERETARO.lon}, time: new Date(${then} + i * 1000).toISOString() })),
@@ -114,8 +114,8 @@ setInterval(() => { if (process.ppid !== parent) process.exit(0); }, 500);
 `,
     );
     const source = `[[sources]]\ntype = "exec"\nname = "gps"\ncommand = [${JSON.stringify(process.execPath)}, ${JSON.stringify(script)}]\n`;
-    const cfg = agentConfig(fx.dir, url, `[milestones]\nmax_fix_age_s = 600\n[history]\ninterval_s = 60\nkeep_days = 7\n${source}`, { traces: '* * * * * *', sampling: 0 });
-    fx.withBuffer((s) => {
+    const cfg = agentConfig(tmp.dir, url, `[milestones]\nmax_fix_age_s = 600\n[history]\ninterval_s = 60\nkeep_days = 7\n${source}`, { traces: '* * * * * *', sampling: 0 });
+    tmp.withBuffer((s) => {
       s.startLoad({ loadNumber: 'L-QRO', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: now - 3 * HOUR });
       // A position of 20 days ago, older than keep_days.
       s.db.prepare('INSERT INTO positions (resource_id, t_s, lat_e5, lon_e5) VALUES (?, ?, ?, ?)').run('T1', Math.floor((now - 20 * 86_400_000) / 1000), 4_100_000, -8_750_000);
@@ -125,7 +125,7 @@ setInterval(() => { if (process.ppid !== parent) process.exit(0); }, 500);
     // Every reading delivered and purged: the buffer holds no reading to place it from.
     await waitFor(() => sandbox.stats.tracePoints >= 5, 20_000, 'the five positions at the sandbox');
     const query = <T>(sql: string) => {
-      const db = new Database(fx.buffer, { readonly: true, fileMustExist: true });
+      const db = new Database(tmp.buffer, { readonly: true, fileMustExist: true });
       try {
         return db.prepare(sql).all() as T[];
       } finally {

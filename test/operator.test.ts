@@ -6,25 +6,21 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { Sandbox } from '../src/sandbox/server.js';
-import { agentConfig, BIN, type CliResult, cleanEnv, runCli, startDaemon, TEST_SCAC, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
+import { agentConfig, BIN, type CliResult, cleanEnv, runCli, startDaemon, TEST_SCAC, waitFor, writeFile, type Daemon, tempFixture } from './helpers.js';
 
 const NOBODY = 65534;
 const isRoot = process.getuid?.() === 0;
 
-let tmp: ReturnType<typeof tempDir>;
+const tmp = tempFixture();
 let children: ChildProcess[] = [];
 let daemons: Daemon[] = [];
-beforeEach(() => {
-  tmp = tempDir();
-});
 afterEach(async () => {
   for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
   children = [];
   for (const d of daemons) await d.stop('SIGKILL');
   daemons = [];
-  tmp.cleanup();
 });
 
 /** Why uid 65534 cannot run the checkout here, or undefined when it can. */

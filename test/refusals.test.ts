@@ -18,14 +18,14 @@ import { Sender } from '../src/delivery/sender.js';
 import { createLogger } from '../src/log.js';
 import { recordMilestone } from '../src/milestones/record.js';
 import { Sandbox, type SandboxEvent } from '../src/sandbox/server.js';
-import { TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, tempDir, waitFor, type Daemon } from './helpers.js';
+import { TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, waitFor, type Daemon, tempFixture } from './helpers.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 const T0 = Date.UTC(2026, 5, 1, 12);
 /** What the sandbox answers to every body of a load it was told to refuse (`rejectLoads`). */
 const L1_REFUSED = 'HTTP 400: {"error":"refused","problems":["loadNumber: L1 is not a load of this carrier"]}';
 
-let tmp: ReturnType<typeof tempDir>;
+const tmp = tempFixture();
 let sandbox: Sandbox;
 let store: Store;
 let client: ApiClient | undefined;
@@ -48,7 +48,6 @@ async function setUp(opts: { strict?: boolean; retryMaxS: number; api?: Record<s
 }
 
 beforeEach(() => {
-  tmp = tempDir();
   events = [];
 });
 afterEach(async () => {
@@ -58,7 +57,6 @@ afterEach(async () => {
   client = undefined;
   store?.close();
   await sandbox?.stop();
-  tmp.cleanup();
 });
 
 function start(config: Config) {

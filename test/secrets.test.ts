@@ -6,21 +6,16 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { inspect } from 'node:util';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { ApiClient } from '../src/api/client.js';
 import { Sandbox } from '../src/sandbox/server.js';
-import { TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
+import { TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, waitFor, writeFile, type Daemon, tempFixture } from './helpers.js';
 
-let tmp: ReturnType<typeof tempDir>;
+const tmp = tempFixture();
 let daemons: Daemon[] = [];
-
-beforeEach(() => {
-  tmp = tempDir();
-});
 afterEach(async () => {
   for (const d of daemons) await d.stop('SIGKILL');
   daemons = [];
-  tmp.cleanup();
 });
 
 function daemon(cfg: string, env: NodeJS.ProcessEnv = {}): Daemon {

@@ -4,14 +4,14 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ApiClient } from '../src/api/client.js';
 import { Sandbox } from '../src/sandbox/server.js';
-import { agentConfig, type Daemon, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor } from './helpers.js';
+import { agentConfig, type Daemon, runCli, startDaemon, TEST_KEY, TEST_SCAC, waitFor, tempFixture } from './helpers.js';
 import { makePki, type Pki } from './pki.js';
 import { freePort, stopProcess } from './sources/support.js';
 
 // The client's transport against real peers: the sandbox serving HTTPS with a certificate a
 // private CA made by openssl signed, and Debian's tinyproxy started on a free port.
 
-let tmp: ReturnType<typeof tempDir>;
+const tmp = tempFixture('ta-transport-');
 let sandbox: Sandbox | undefined;
 let client: ApiClient | undefined;
 let daemon: Daemon | undefined;
@@ -19,7 +19,6 @@ let proxy: ChildProcess | undefined;
 let pki: Pki;
 
 beforeEach(() => {
-  tmp = tempDir('ta-transport-');
   pki = makePki(tmp.dir);
 });
 afterEach(async () => {
@@ -31,7 +30,6 @@ afterEach(async () => {
   sandbox = undefined;
   await stopProcess(proxy);
   proxy = undefined;
-  tmp.cleanup();
 });
 
 async function httpsSandbox(): Promise<string> {
