@@ -1,7 +1,6 @@
 import { spawn } from 'node:child_process';
 import { chownSync, mkdirSync, readdirSync, readlinkSync, rmSync, statSync, truncateSync } from 'node:fs';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
 import { describe, expect, it, vi } from 'vitest';
 import { ADMITTED_EVERY_MS, Ingest } from '../src/admission/ingest.js';
@@ -10,7 +9,7 @@ import { planFor } from '../src/buffer/disk.js';
 import { DEFAULT_RESERVE_KB, Store } from '../src/buffer/store.js';
 import { configSchema } from '../src/config/schema.js';
 import { createLogger } from '../src/log.js';
-import { agentConfig, ROOT, runCli, walCommits, tempFixture } from './helpers.js';
+import { agentConfig, ROOT, runCli, walCommits, tempFixture, jsonLogger } from './helpers.js';
 
 const tmp = tempFixture();
 
@@ -513,15 +512,7 @@ describe('admission', () => {
     const store = Store.open(tmp.buffer);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     const lines: Array<{ msg: string; rejected?: number; source?: string }> = [];
-    const log = createLogger({
-      level: 'info',
-      destination: new Writable({
-        write(chunk: Buffer, _enc, cb) {
-          for (const l of chunk.toString().split('\n')) if (l.trim()) lines.push(JSON.parse(l));
-          cb();
-        },
-      }),
-    });
+    const log = jsonLogger(lines, 'info');
     const ingest = new Ingest(store, { batchSize: 100, flushIntervalMs: 1000, keepWithoutLoad: false }, silent);
     const now = Date.parse('2026-11-22T12:00:00Z');
     const time = { clock: { earliest: () => now, latest: () => now }, maxFutureS: 300, maxPastDays: 30 };

@@ -2,9 +2,11 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach } from 'vitest';
 import { Store } from '../src/buffer/store.js';
+import { createLogger, type Logger } from '../src/log.js';
 import { Sandbox, type SandboxOptions } from '../src/sandbox/server.js';
 
 export const ROOT = resolve(import.meta.dirname, '..');
@@ -116,6 +118,17 @@ export function findLibfaketime(): string | undefined {
  */
 export function fakeClockEnv(lib: string, file: string): NodeJS.ProcessEnv {
   return { LD_PRELOAD: lib, FAKETIME_TIMESTAMP_FILE: file, FAKETIME_NO_CACHE: '1', FAKETIME_DONT_FAKE_MONOTONIC: '1' };
+}
+
+/** A logger at `level` whose lines (pino's JSON) are parsed into `into`, for assertions. */
+export function jsonLogger<T>(into: T[], level: 'debug' | 'info' = 'debug'): Logger {
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      for (const line of chunk.toString().split('\n')) if (line.trim()) into.push(JSON.parse(line));
+      cb();
+    },
+  });
+  return createLogger({ level, destination: sink });
 }
 
 export const TEST_KEY = 'test-key-0123456789abcdef';
