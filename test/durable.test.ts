@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { Store } from '../src/buffer/store.js';
-import { BIN, agentConfig, cleanEnv, runCli, startDaemon, waitFor, type CliResult, type Daemon, daemonFixture } from './helpers.js';
+import { BIN, agentConfig, cleanEnv, NOBODY, nobodyCannot, runCli, startDaemon, waitFor, type CliResult, type Daemon, daemonFixture } from './helpers.js';
 
 let children: ChildProcess[] = [];
 let mounts: string[] = [];
@@ -140,14 +140,6 @@ describe('a buffer that cannot be opened', () => {
   }, 30_000);
 
   describe('as an unprivileged user (uid 65534)', () => {
-    const NOBODY = 65534;
-    /** Why nobody cannot run the checkout from here, or undefined when it can. */
-    function nobodyCannot(): string | undefined {
-      if (!isRoot) return 'switching to uid 65534 needs root';
-      const r = spawnSync(process.execPath, [BIN, '--version'], { uid: NOBODY, gid: NOBODY, encoding: 'utf8' });
-      return r.status === 0 ? undefined : `uid 65534 cannot run ${BIN} here (the checkout is not readable by it: ${(r.stderr || r.error?.message || '').trim().split('\n')[0]})`;
-    }
-
     /** A directory, config and key nobody can read: tempDir makes its directory 0700. */
     function nobodyConfig(buffer: string): string {
       chmodSync(fx.tmp.dir, 0o755);
@@ -159,25 +151,7 @@ describe('a buffer that cannot be opened', () => {
       return cfg;
     }
 
-    function runAsNobody(args: string[]): Promise<CliResult> {
-      return new Promise((resolve, reject) => {
-        const child = spawn(process.execPath, [BIN, ...args], { uid: NOBODY, gid: NOBODY, env: cleanEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
-        children.push(child);
-        let stdout = '';
-        let stderr = '';
-        child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-        child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-        const timer = setTimeout(() => {
-          child.kill('SIGKILL');
-          reject(new Error(`${args.join(' ')} as uid ${NOBODY} did not end; output: ${stdout}${stderr}`));
-        }, 10_000);
-        child.on('error', reject);
-        child.on('close', (code, signal) => {
-          clearTimeout(timer);
-          resolve({ code, signal, stdout, stderr });
-        });
-      });
-    }
+    const runAsNobody = (args: string[]) => runCli(args, { uid: NOBODY, timeoutMs: 10_000 });
 
     it('a directory of root, 0755: validate-config exits 78 and run 73, both naming the user and the directory', async (ctx) => {
       const why = nobodyCannot();

@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -30,12 +30,16 @@ export interface CliResult {
   stderr: string;
 }
 
-/** Run the real CLI as a child process, with no stdin, and wait for it. */
-export function runCli(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<CliResult> {
+/**
+ * Run the real CLI as a child process, with no stdin, and wait for it; killed after
+ * `timeoutMs`. `uid`: as that user, with the group of the same number (needs root).
+ */
+export function runCli(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number; uid?: number } = {}): Promise<CliResult> {
   return new Promise((resolvePromise, reject) => {
     const child = spawn(process.execPath, [BIN, ...args], {
       env: { ...cleanEnv(), ...opts.env },
       stdio: ['ignore', 'pipe', 'pipe'],
+      ...(opts.uid === undefined ? {} : { uid: opts.uid, gid: opts.uid }),
     });
     let stdout = '';
     let stderr = '';
@@ -51,6 +55,16 @@ export function runCli(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutM
       resolvePromise({ code, signal, stdout, stderr });
     });
   });
+}
+
+/** The unprivileged user (nobody) tests run commands as. */
+export const NOBODY = 65534;
+
+/** Why uid 65534 cannot run the checkout's bin here, or undefined when it can. */
+export function nobodyCannot(): string | undefined {
+  if (process.getuid?.() !== 0) return 'switching to uid 65534 needs root';
+  const r = spawnSync(process.execPath, [BIN, '--version'], { uid: NOBODY, gid: NOBODY, encoding: 'utf8' });
+  return r.status === 0 ? undefined : `uid 65534 cannot run ${BIN} here (the checkout is not readable by it: ${(r.stderr || r.error?.message || '').trim().split('\n')[0]})`;
 }
 
 /** Environment without variables that would change which config or key the CLI uses. */

@@ -3,15 +3,12 @@
  * buffer, `status` as monitoring scripts read it, and buffer files that are private to the
  * user that runs the agent.
  */
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Sandbox } from '../src/sandbox/server.js';
-import { agentConfig, BIN, type CliResult, cleanEnv, runCli, startDaemon, TEST_SCAC, waitFor, writeFile, type Daemon, tempFixture } from './helpers.js';
-
-const NOBODY = 65534;
-const isRoot = process.getuid?.() === 0;
+import { agentConfig, BIN, type CliResult, cleanEnv, NOBODY, nobodyCannot, runCli, startDaemon, TEST_SCAC, waitFor, writeFile, type Daemon, tempFixture } from './helpers.js';
 
 const tmp = tempFixture();
 let children: ChildProcess[] = [];
@@ -22,26 +19,6 @@ afterEach(async () => {
   for (const d of daemons) await d.stop('SIGKILL');
   daemons = [];
 });
-
-/** Why uid 65534 cannot run the checkout here, or undefined when it can. */
-function nobodyCannot(): string | undefined {
-  if (!isRoot) return 'switching to uid 65534 needs root';
-  const r = spawnSync(process.execPath, [BIN, '--version'], { uid: NOBODY, gid: NOBODY, encoding: 'utf8' });
-  return r.status === 0 ? undefined : `uid 65534 cannot run ${BIN} here: ${(r.stderr || r.error?.message || '').trim().split('\n')[0]}`;
-}
-
-function runAs(uid: number, args: string[]): Promise<CliResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { uid, gid: uid, env: cleanEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
-    children.push(child);
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
-  });
-}
 
 /** A config every user can read, its buffer in `state/` (made by the test, as it says). */
 function sharedConfig(): { cfg: string; state: string; buffer: string } {
@@ -62,7 +39,7 @@ describe('commands run by a user who may not use the buffer', () => {
     expect((await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg])).code).toBe(0);
     expect(existsSync(buffer)).toBe(true);
 
-    const r = await runAs(NOBODY, ['status', '--config', cfg]);
+    const r = await runCli(['status', '--config', cfg], { uid: NOBODY });
     expect(r.code).toBe(73);
     expect(r.stdout).toBe('');
     expect(r.stderr).toBe(
@@ -70,7 +47,7 @@ describe('commands run by a user who may not use the buffer', () => {
     );
     // A directory it may look into, a file it may not read: the same.
     chmodSync(state, 0o755);
-    const file = await runAs(NOBODY, ['status', '--json', '--config', cfg]);
+    const file = await runCli(['status', '--json', '--config', cfg], { uid: NOBODY });
     expect(file.code).toBe(73);
     expect(file.stderr).toContain(`cannot read the buffer: user nobody (uid ${NOBODY}) cannot read ${buffer} (EACCES)`);
     expect(file.stderr).toContain(`sudo -u telematics-agent telematics-agent status --json --config ${cfg}`);
@@ -85,9 +62,9 @@ describe('commands run by a user who may not use the buffer', () => {
     // The operator is in the service's group: reads, does not write.
     chownSync(state, 0, NOBODY);
     chownSync(buffer, 0, NOBODY);
-    expect((await runAs(NOBODY, ['status', '--config', cfg])).code).toBe(3);
+    expect((await runCli(['status', '--config', cfg], { uid: NOBODY })).code).toBe(3);
 
-    const r = await runAs(NOBODY, ['milestone', '--load', 'L1', '--code', 'X3', '--lat', '41.88', '--lon', '-87.63', '--config', cfg]);
+    const r = await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--lat', '41.88', '--lon', '-87.63', '--config', cfg], { uid: NOBODY });
     expect(r.code).toBe(73);
     expect(r.stderr).not.toContain('readonly database');
     expect(r.stderr).toContain(`${buffer}: cannot write the buffer: user nobody (uid ${NOBODY}) cannot write to ${state} (EACCES)`);
@@ -101,7 +78,7 @@ describe('commands run by a user who may not use the buffer', () => {
     await waitFor(() => existsSync(`${buffer}-wal`) && existsSync(`${buffer}-shm`), 10_000, 'the -wal and -shm');
     for (const f of [`${buffer}-wal`, `${buffer}-shm`]) chownSync(f, 0, NOBODY);
     chmodSync(state, 0o770);
-    const beside = await runAs(NOBODY, ['milestone', '--load', 'L1', '--code', 'X3', '--lat', '41.88', '--lon', '-87.63', '--config', cfg]);
+    const beside = await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--lat', '41.88', '--lon', '-87.63', '--config', cfg], { uid: NOBODY });
     expect(beside.stderr).not.toContain('readonly database');
     expect(beside.stderr).toContain(`${buffer}: cannot write the buffer: user nobody (uid ${NOBODY}) cannot read and write ${buffer} (EACCES)`);
     expect(beside.stderr).toContain('run the command as that user: sudo -u telematics-agent telematics-agent milestone');
