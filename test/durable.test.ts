@@ -36,8 +36,6 @@ function daemon(cfg: string): Daemon {
   return d;
 }
 
-const started = (d: Daemon, what = 'the daemon to start') => waitFor(() => d.output().includes('"msg":"agent started"'), 15_000, what);
-
 /** agentConfig with the buffer somewhere else, and extra lines in [buffer]. */
 function configWith(dir: string, url: string, buffer: string, bufferLines = '', extra = '', opts: Parameters<typeof agentConfig>[3] = {}): string {
   const cfg = agentConfig(dir, url, extra, opts);
@@ -67,7 +65,7 @@ describe('one daemon per buffer', () => {
     const cfg = agentConfig(fx.tmp.dir, url);
     const buffer = join(fx.tmp.dir, 'buffer.db');
     const first = daemon(cfg);
-    await started(first, 'the first daemon');
+    await first.started('the first daemon');
 
     // Refused at once, not queued behind the lock: a second run that waited for it would never
     // end while the first runs, and runCli's timeout would fail the test.
@@ -86,7 +84,7 @@ describe('one daemon per buffer', () => {
     // A kill -9 leaves no stale lock: the kernel dropped it with the process.
     expect(await first.stop('SIGKILL')).toEqual({ code: null, signal: 'SIGKILL' });
     const third = daemon(cfg);
-    await started(third, 'a new daemon after the first was killed');
+    await third.started('a new daemon after the first was killed');
     expect(third.child.exitCode).toBeNull();
   }, 40_000);
 });
@@ -184,7 +182,7 @@ describe('a buffer that cannot be opened', () => {
       const cfg = nobodyConfig(buffer);
       // `sudo telematics-agent run` once, for a look.
       const asRoot = daemon(cfg);
-      await started(asRoot, 'the daemon run by root');
+      await asRoot.started('the daemon run by root');
       expect(await asRoot.stop('SIGTERM')).toEqual({ code: 0, signal: null });
       for (const f of ['buffer.db', 'buffer.db.lock']) expect(statSync(join(dir, f)).uid, f).toBe(NOBODY);
 
@@ -231,7 +229,7 @@ describe('a WAL of another database', () => {
     mkdirSync(dirB);
     const cfgB = agentConfig(dirB, url);
     const b = daemon(cfgB);
-    await started(b, 'daemon B');
+    await b.started('daemon B');
     expect((await runCli(['load', 'start', 'LB', '-r', 'TB', '--config', cfgB])).code).toBe(0);
     // The daemon puts its identity page into each new WAL generation within a second; give
     // it that long (a version without it goes on after the wait, and fails below).
@@ -276,7 +274,7 @@ describe('a WAL of another database', () => {
 
     const moveCfg = configWith(fx.tmp.dir, url, buffer, 'on_corrupt = "move-aside"');
     const d = daemon(moveCfg);
-    await started(d);
+    await d.started();
     const line = d
       .output()
       .split('\n')
@@ -348,7 +346,7 @@ describe('a corrupt buffer moved aside and salvaged', () => {
     corruptMiddleOfReadings(buffer);
 
     const second = daemon(cfg);
-    await started(second, 'the daemon on a fresh buffer');
+    await second.started('the daemon on a fresh buffer');
     const movedTo = movedAside(second, buffer);
     expect(second.child.exitCode).toBeNull();
 
@@ -398,7 +396,7 @@ describe('a corrupt buffer moved aside and salvaged', () => {
     // The check at start (src/buffer/check.ts) finds it: moved aside, running on a fresh buffer.
     fx.sandbox.setFaults({ failureRate: 0 });
     const second = daemon(cfg);
-    await started(second, 'the daemon on a fresh buffer');
+    await second.started('the daemon on a fresh buffer');
     expect(second.child.exitCode, second.output()).toBeNull();
     const movedTo = movedAside(second, buffer);
     expect(fx.sandbox.stats.tracePoints).toBe(0);

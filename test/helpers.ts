@@ -80,6 +80,8 @@ export function cleanEnv(): NodeJS.ProcessEnv {
 export interface Daemon {
   child: ChildProcess;
   output: () => string;
+  /** Waits for the daemon's "agent started" log line, and gives it parsed. */
+  started: <T = Record<string, unknown>>(what?: string) => Promise<T>;
   stop: (signal?: NodeJS.Signals) => Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
@@ -96,6 +98,19 @@ export function startDaemon(args: string[], env: NodeJS.ProcessEnv = {}, nodeArg
   return {
     child,
     output: () => out,
+    started: async (what = 'the daemon to start') => {
+      // Whole lines only: the last piece may be a line still being written.
+      const line = await waitFor(
+        () =>
+          out
+            .split('\n')
+            .slice(0, -1)
+            .find((l) => l.includes('"msg":"agent started"')),
+        15_000,
+        what,
+      );
+      return JSON.parse(line);
+    },
     stop: async (signal = 'SIGTERM') => {
       if (child.exitCode === null && child.signalCode === null) child.kill(signal);
       const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);

@@ -74,7 +74,7 @@ describe('commands run by a user who may not use the buffer', () => {
     // the files read-only and refused only the write ("attempt to write a readonly database", exit 1).
     const d = startDaemon(['--config', cfg], { TELEMATICS_AGENT_SUBSCRIPTION_KEY: 'k' });
     daemons.push(d);
-    await waitFor(() => d.output().includes('"msg":"agent started"'), 15_000, 'the daemon');
+    await d.started('the daemon');
     await waitFor(() => existsSync(`${buffer}-wal`) && existsSync(`${buffer}-shm`), 10_000, 'the -wal and -shm');
     for (const f of [`${buffer}-wal`, `${buffer}-shm`]) chownSync(f, 0, NOBODY);
     chmodSync(state, 0o770);
@@ -126,7 +126,7 @@ describe('status exit statuses, for monitoring scripts', () => {
       const cfg = agentConfig(tmp.dir, url);
       const d = startDaemon(['--config', cfg]);
       daemons.push(d);
-      await waitFor(() => d.output().includes('"msg":"agent started"'), 15_000, 'the daemon');
+      await d.started('the daemon');
       expect((await statusOf(cfg, (s) => s.daemon.running)).code).toBe(0);
       await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg]);
       await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--lat', '41.88', '--lon', '-87.63', '--config', cfg]);
@@ -146,7 +146,7 @@ describe('status exit statuses, for monitoring scripts', () => {
       const cfg = agentConfig(tmp.dir, url, `[[sources]]\ntype = "module"\nname = "sick"\npath = "${path}"\n`);
       const d = startDaemon(['--config', cfg]);
       daemons.push(d);
-      await waitFor(() => d.output().includes('"msg":"agent started"'), 15_000, 'the daemon');
+      await d.started('the daemon');
       const r = await statusOf(cfg, (s) => s.daemon.running);
       expect(r.code).toBe(6);
       expect(JSON.parse(r.stdout).sources).toMatchObject([{ name: 'sick', healthy: false }]);

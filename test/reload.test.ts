@@ -280,7 +280,7 @@ describe('reload (SIGHUP)', () => {
     const cfg = agentConfig(tmp.dir, url);
     const d = startDaemon(['--config', cfg]);
     try {
-      await waitFor(() => d.output().includes('agent started'), 15_000, 'the daemon to start');
+      await d.started();
       const { readFileSync, writeFileSync } = await import('node:fs');
       const text = readFileSync(cfg, 'utf8').replace('device_id = "test-device"', 'device_id = "renamed"').replace('poll_interval_ms = 100', 'poll_interval_ms = 250');
       writeFileSync(cfg, text);
@@ -304,7 +304,7 @@ describe('reload (SIGHUP)', () => {
     const cfg = agentConfig(tmp.dir, url);
     const d = startDaemon(['--config', cfg]);
     try {
-      await waitFor(() => d.output().includes('agent started'), 15_000, 'the daemon to start');
+      await d.started();
       const { readFileSync, writeFileSync } = await import('node:fs');
       const route = join(tmp.dir, 'route.gpx');
       writeFileSync(cfg, `${readFileSync(cfg, 'utf8')}\n[[sources]]\ntype = "simulator"\nresource_id = "T9"\nroute = "${route}"\n`);
@@ -324,7 +324,7 @@ describe('reload (SIGHUP)', () => {
     const cfg = agentConfig(tmp.dir, url);
     const d = startDaemon(['--config', cfg]);
     try {
-      await waitFor(() => d.output().includes('agent started'), 15_000, 'the daemon to start');
+      await d.started();
       const { mkdirSync } = await import('node:fs');
       mkdirSync(join(tmp.dir, 'agent.d'));
       writeFile(join(tmp.dir, 'agent.d'), '50-poll.toml', '# faster\n[delivery]\npoll_interval_ms = 250\n');
@@ -375,7 +375,7 @@ describe('reload (SIGHUP)', () => {
     writeFile(creds, CREDENTIAL_NAME, `${TEST_KEY}\n`, 0o400);
     const d = startDaemon(['--config', cfg], { CREDENTIALS_DIRECTORY: creds });
     try {
-      await waitFor(() => d.output().includes('agent started'), 15_000, 'the daemon to start');
+      await d.started();
       d.child.kill('SIGHUP');
       const line = await lineWith(d, KEY_NEEDS_RESTART, 'the note about the key');
       expect(JSON.parse(line)).toMatchObject({ level: 30, keyOrigin: `systemd credential (${join(creds, CREDENTIAL_NAME)})` });

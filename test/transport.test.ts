@@ -108,7 +108,7 @@ describe('TLS with a private CA (api.ca_file)', () => {
     const cfg = conf(pki.otherCaFile);
     expect((await runCli(['load', 'start', 'L-1', '--resource', 'TRUCK-1', '--config', cfg])).code).toBe(0);
     daemon = startDaemon(['--config', cfg]);
-    await waitFor(() => daemon!.output().includes('agent started'), 15_000, 'the daemon started');
+    await daemon!.started('the daemon started');
     expect((await runCli(['milestone', '--load', 'L-1', '--code', 'X3', '--lat', '41.88', '--lon', '-87.63', '--config', cfg])).code).toBe(0);
     // Tried, refused by our side's TLS check, and tried again: a network error, not a dead letter.
     await waitFor(() => (daemon!.output().match(/api\.ca_file does not hold the CA/g) ?? []).length >= 2, 15_000, 'two failed attempts');
