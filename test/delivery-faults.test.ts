@@ -5,7 +5,7 @@
 import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ApiClient } from '../src/api/client.js';
+import type { ApiClient } from '../src/api/client.js';
 import { COUNTER_DROPPED_AGE, COUNTER_DROPPED_DISK_FULL, COUNTER_DROPPED_SIZE, enforceBounds, withRoom } from '../src/buffer/bounds.js';
 import { Store } from '../src/buffer/store.js';
 import { configSchema, type Config } from '../src/config/schema.js';
@@ -14,6 +14,7 @@ import { createLogger } from '../src/log.js';
 import { recordMilestone } from '../src/milestones/record.js';
 import type { SandboxEvent } from '../src/sandbox/server.js';
 import { TEST_KEY, TEST_SCAC, waitFor, daemonFixture } from './helpers.js';
+import { testClient } from './in-process-sender.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 const T0 = Date.UTC(2026, 5, 1, 12);
@@ -56,7 +57,7 @@ afterEach(async () => {
 });
 
 function start(key = TEST_KEY) {
-  client = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: key, timeoutMs: 2000 });
+  client = testClient(config, key);
   sender = new Sender({ store, client, config, deviceId: 'dev', log: silent });
   sender.start();
   return sender;
@@ -209,7 +210,7 @@ describe('credentials refused', () => {
     expect(fx.sandbox.stats.unauthorized).toBe(1);
     expect(store.counts()).toMatchObject({ readings: 10, pendingMilestones: 1, deadLetters: 0 });
 
-    const fixed = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });
+    const fixed = testClient(config);
     s.updateConfig(config, fixed);
     await waitFor(drained, 5000, 'delivery with the new key');
     expect(s.status.paused).toBeNull();

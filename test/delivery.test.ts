@@ -1,13 +1,14 @@
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ApiClient } from '../src/api/client.js';
+import type { ApiClient } from '../src/api/client.js';
 import { Store } from '../src/buffer/store.js';
 import { backoffMs, classify, retryAfterMs } from '../src/delivery/classify.js';
 import { Sender } from '../src/delivery/sender.js';
 import { configSchema, type Config } from '../src/config/schema.js';
 import { createLogger } from '../src/log.js';
 import { recordMilestone } from '../src/milestones/record.js';
-import { TEST_KEY, TEST_SCAC, waitFor, daemonFixture } from './helpers.js';
+import { TEST_SCAC, waitFor, daemonFixture } from './helpers.js';
+import { testClient } from './in-process-sender.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 const fx = daemonFixture();
@@ -29,7 +30,7 @@ async function setup(baseUrl?: string) {
     sources: [{ type: 'simulator', resource_id: 'T1' }],
   });
   store = Store.open(config.buffer.path);
-  client = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });
+  client = testClient(config);
   sender = new Sender({ store, client, config, deviceId: 'dev', log: silent });
   store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [{ sequence: 1, type: 'pickup' }], nowMs: T0 });
 }

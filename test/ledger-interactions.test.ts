@@ -8,7 +8,7 @@
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Ingest } from '../src/admission/ingest.js';
-import { ApiClient } from '../src/api/client.js';
+import type { ApiClient } from '../src/api/client.js';
 import { COUNTER_DROPPED_NO_FIX } from '../src/buffer/chunk-ack.js';
 import { Store } from '../src/buffer/store.js';
 import { configSchema, type Config } from '../src/config/schema.js';
@@ -16,7 +16,8 @@ import { Sender } from '../src/delivery/sender.js';
 import { createLogger } from '../src/log.js';
 import type { Reading } from '../src/reading.js';
 import type { SandboxEvent } from '../src/sandbox/server.js';
-import { TEST_KEY, TEST_SCAC, waitFor, daemonFixture } from './helpers.js';
+import { TEST_SCAC, waitFor, daemonFixture } from './helpers.js';
+import { testClient } from './in-process-sender.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 const MIN = 60_000;
@@ -58,7 +59,7 @@ function db(): Store {
   return store;
 }
 function start(): Sender {
-  client = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });
+  client = testClient(config);
   sender = new Sender({ store: db(), client, config, deviceId: 'dev', log: silent });
   sender.start();
   return sender;

@@ -9,7 +9,7 @@
 import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ApiClient } from '../src/api/client.js';
+import type { ApiClient } from '../src/api/client.js';
 import type { TraceBody } from '../src/api/schemas.js';
 import { salvage } from '../src/buffer/salvage.js';
 import { Store } from '../src/buffer/store.js';
@@ -19,6 +19,7 @@ import { createLogger } from '../src/log.js';
 import { recordMilestone } from '../src/milestones/record.js';
 import { Sandbox, type SandboxEvent } from '../src/sandbox/server.js';
 import { TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, waitFor, type Daemon, tempFixture } from './helpers.js';
+import { testClient } from './in-process-sender.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 const T0 = Date.UTC(2026, 5, 1, 12);
@@ -60,7 +61,7 @@ afterEach(async () => {
 });
 
 function start(config: Config) {
-  client = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });
+  client = testClient(config);
   sender = new Sender({ store, client, config, deviceId: 'dev', log: silent });
   sender.start();
   return sender;

@@ -6,7 +6,7 @@
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ApiClient } from '../src/api/client.js';
+import type { ApiClient } from '../src/api/client.js';
 import { COUNTER_DROPPED_NO_FIX } from '../src/buffer/chunk-ack.js';
 import { migrate } from '../src/buffer/migrations.js';
 import { Store } from '../src/buffer/store.js';
@@ -16,7 +16,8 @@ import { Sender } from '../src/delivery/sender.js';
 import type { Agent } from '../src/agent.js';
 import { healthProblems } from '../src/health.js';
 import { createLogger } from '../src/log.js';
-import { TEST_KEY, TEST_SCAC, waitFor, daemonFixture } from './helpers.js';
+import { TEST_SCAC, waitFor, daemonFixture } from './helpers.js';
+import { testClient } from './in-process-sender.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 const T0 = Date.UTC(2026, 5, 1, 12);
@@ -54,7 +55,7 @@ async function stopSender() {
 
 /** One trace push to its end (purge included), with a sender of its own. */
 async function push(config: Config) {
-  client = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });
+  client = testClient(config);
   sender = new Sender({ store, client, config, deviceId: 'dev', log: silent });
   sender.start();
   sender.requestTracePush();
