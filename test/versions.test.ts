@@ -93,6 +93,23 @@ function headerVersion(): number {
 }
 
 describe('a newer CLI beside a daemon of an older schema', () => {
+  /** `load start L9` on T9 goes through: exit 0, nothing said. */
+  async function startsL9(): Promise<void> {
+    const r = await runCli(['load', 'start', 'L9', '--resource', 'T9', '--config', fx.cfg]);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+  }
+  /** The buffer, opened read-only (it migrates nothing), is at this version's schema and holds L9. */
+  function expectL9AtThisSchema(): void {
+    const store = Store.open(fx.buffer, { readonly: true });
+    try {
+      expect(store.db.pragma('user_version', { simple: true })).toBe(SCHEMA_VERSION);
+      expect(store.getLoad('L9')?.resourceId).toBe('T9');
+    } finally {
+      store.close();
+    }
+  }
+
   it.each([
     ['load start', ['load', 'start', 'L9', '--resource', 'T9']],
     ['load end', ['load', 'end', 'LB']],
@@ -168,38 +185,20 @@ describe('a newer CLI beside a daemon of an older schema', () => {
     // Seen in CI: `load start` right after the daemon's start found schema 5 of 11 between two
     // of its steps and refused with 75, as if an older daemon held the buffer.
     await holdLock(false, 500);
-    const r = await runCli(['load', 'start', 'L9', '--resource', 'T9', '--config', fx.cfg]);
-    expect(r.stderr).toBe('');
-    expect(r.code).toBe(0);
-    const store = Store.open(fx.buffer, { readonly: true });
-    try {
-      expect(store.db.pragma('user_version', { simple: true })).toBe(SCHEMA_VERSION);
-      expect(store.getLoad('L9')?.resourceId).toBe('T9');
-    } finally {
-      store.close();
-    }
+    await startsL9();
+    expectL9AtThisSchema();
   });
 
   it('migrates it as before once no daemon holds it', async () => {
-    const r = await runCli(['load', 'start', 'L9', '--resource', 'T9', '--config', fx.cfg]);
-    expect(r.stderr).toBe('');
-    expect(r.code).toBe(0);
-    const store = Store.open(fx.buffer, { readonly: true });
-    try {
-      expect(store.db.pragma('user_version', { simple: true })).toBe(SCHEMA_VERSION);
-      expect(store.getLoad('L9')?.resourceId).toBe('T9');
-    } finally {
-      store.close();
-    }
+    await startsL9();
+    expectL9AtThisSchema();
   });
 
   it('writes beside the daemon as before when the buffer needs no migration', async () => {
     const up = Store.open(fx.buffer);
     up.close();
     await holdLock();
-    const r = await runCli(['load', 'start', 'L9', '--resource', 'T9', '--config', fx.cfg]);
-    expect(r.stderr).toBe('');
-    expect(r.code).toBe(0);
+    await startsL9();
   });
 });
 
