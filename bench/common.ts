@@ -3,7 +3,8 @@
  * written straight into a buffer file, the settings the drain runs with, and /proc readers.
  * Nothing here is used by the agent itself.
  */
-import { closeSync, copyFileSync, fsyncSync, openSync, readdirSync, readFileSync } from 'node:fs';
+import { accessSync, closeSync, copyFileSync, constants as fsConstants, fsyncSync, openSync, readdirSync, readFileSync } from 'node:fs';
+import { delimiter, join } from 'node:path';
 import { openDatabase } from '../src/buffer/db.js';
 import { Store } from '../src/buffer/store.js';
 import { packageFile } from '../src/paths.js';
@@ -209,6 +210,19 @@ export function unitNodeOptions(): string {
   const m = /^Environment="?NODE_OPTIONS=([^"\n]*)"?$/m.exec(unit);
   if (!m) throw new Error('systemd/telematics-agent.service sets no NODE_OPTIONS');
   return m[1].trim();
+}
+
+/** The mosquitto broker's binary, where Debian puts it (sbin is not on every PATH), or undefined. */
+export function findMosquitto(): string | undefined {
+  for (const dir of [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/sbin']) {
+    try {
+      accessSync(join(dir, 'mosquitto'), fsConstants.X_OK);
+      return join(dir, 'mosquitto');
+    } catch {
+      // Not here.
+    }
+  }
+  return undefined;
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));

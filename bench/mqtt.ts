@@ -6,13 +6,13 @@
  * (schedstat) and memory of the daemon over the publishing window.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { accessSync, constants as fsConstants, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { connect as tcpConnect } from 'node:net';
-import { delimiter, join } from 'node:path';
+import { join } from 'node:path';
 import { connect as mqttConnect } from 'mqtt';
 import { openDatabase } from '../src/buffer/db.js';
 import type { Sandbox } from '../src/sandbox/server.js';
-import { type Memory, memoryOf, schedSecondsOf, sleep } from './common.js';
+import { findMosquitto, type Memory, memoryOf, schedSecondsOf, sleep } from './common.js';
 import { daemonFiles, startDaemon } from './daemon.js';
 import { split } from './memory.js';
 import { QUICK } from './options.js';
@@ -33,18 +33,6 @@ export interface MqttRun {
   cpuS: number;
   peak: Memory;
   end: Memory;
-}
-
-function mosquittoPath(): string | undefined {
-  for (const dir of [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/sbin']) {
-    try {
-      accessSync(join(dir, 'mosquitto'), fsConstants.X_OK);
-      return join(dir, 'mosquitto');
-    } catch {
-      // Not here.
-    }
-  }
-  return undefined;
 }
 
 const listening = (port: number) =>
@@ -76,7 +64,7 @@ async function freePort(): Promise<number> {
 }
 
 export async function startBroker(dir: string): Promise<{ proc: ChildProcess; url: string }> {
-  const bin = mosquittoPath();
+  const bin = findMosquitto();
   if (!bin) throw Object.assign(new Error('mosquitto is not installed (apt-get install mosquitto)'), { skip: true });
   mkdirSync(dir, { recursive: true });
   // A port can still be taken between the check and mosquitto's bind: a few ports are tried.

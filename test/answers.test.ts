@@ -9,8 +9,8 @@
 import { once } from 'node:events';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { agentConfig, runCli, startDaemon, tempDir, waitFor, type Daemon } from './helpers.js';
+import { afterEach, describe, expect, it } from 'vitest';
+import { agentConfig, runCli, startDaemon, waitFor, type Daemon, tempFixture } from './helpers.js';
 
 interface Answer {
   status: number;
@@ -67,18 +67,14 @@ interface ListedMilestone {
   correlationId: string | null;
 }
 
-let tmp: ReturnType<typeof tempDir>;
+const tmp = tempFixture();
 let daemon: Daemon | undefined;
 let server: Awaited<ReturnType<typeof receiver>> | undefined;
-beforeEach(() => {
-  tmp = tempDir();
-});
 afterEach(async () => {
   await daemon?.stop('SIGTERM');
   daemon = undefined;
   await server?.close();
   server = undefined;
-  tmp.cleanup();
 });
 
 /** 100 KB of answer that names the refused field only near its end. */

@@ -11,18 +11,12 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { migrate, SCHEMA_VERSION } from '../src/buffer/db.js';
 import { Store } from '../src/buffer/store.js';
-import { ROOT, tempDir } from './helpers.js';
+import { ROOT, tempFixture } from './helpers.js';
 
-let tmp: ReturnType<typeof tempDir>;
-let path: string;
-beforeEach(() => {
-  tmp = tempDir();
-  path = join(tmp.dir, 'buffer.db');
-});
-afterEach(() => tmp.cleanup());
+const tmp = tempFixture();
 
 const T0 = 1_795_000_000_000;
 const columns = (db: Database.Database, table: string) => (db.prepare(`PRAGMA table_info(${table})`).all() as Array<{ name: string }>).map((c) => c.name);
@@ -37,13 +31,13 @@ function backlog(db: Database.Database): void {
 
 describe('a buffer of schema 10, as 0.1.0 at d925e15 made it', () => {
   it('opens and migrates: its fixed request keeps its points and key, and takes a drop count of 0', () => {
-    const db = new Database(path);
+    const db = new Database(tmp.buffer);
     db.exec(readFileSync(join(ROOT, 'test', 'fixtures', 'buffer-schema-10.sql'), 'utf8'));
     expect(columns(db, 'requests')).not.toContain('dropped');
     backlog(db);
     db.close();
 
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     expect(store.db.pragma('user_version', { simple: true })).toBe(SCHEMA_VERSION);
     expect(store.requests.fixed('L-7', 'chunk')).toMatchObject({ afterId: 0, lastId: 3, pointIds: [1, 2, 3], key: 'k-1', dropped: 0 });
     expect([...store.iterateReadings('L-7')]).toHaveLength(5);
@@ -53,12 +47,12 @@ describe('a buffer of schema 10, as 0.1.0 at d925e15 made it', () => {
 
 describe('a buffer of schema 11 made by a version that had requests.dropped in step 7 -> 8', () => {
   it('opens and migrates without adding the column twice', () => {
-    const db = new Database(path);
+    const db = new Database(tmp.buffer);
     migrate(db, 11);
     if (!columns(db, 'requests').includes('dropped')) db.exec('ALTER TABLE requests ADD COLUMN dropped INTEGER NOT NULL DEFAULT 0');
     db.close();
 
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     expect(store.db.pragma('user_version', { simple: true })).toBe(SCHEMA_VERSION);
     expect(columns(store.db, 'requests').filter((c) => c === 'dropped')).toHaveLength(1);
     store.close();

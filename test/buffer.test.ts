@@ -1,55 +1,48 @@
 import { spawn } from 'node:child_process';
-import { chownSync, mkdirSync, readdirSync, readlinkSync, statSync, truncateSync } from 'node:fs';
+import { chownSync, mkdirSync, readdirSync, readlinkSync, rmSync, statSync, truncateSync } from 'node:fs';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { ADMITTED_EVERY_MS, Ingest } from '../src/admission/ingest.js';
 import { MIGRATIONS, migrate, openDatabase, PAGE_SIZE, SCHEMA_VERSION } from '../src/buffer/db.js';
 import { planFor } from '../src/buffer/disk.js';
 import { DEFAULT_RESERVE_KB, Store } from '../src/buffer/store.js';
 import { configSchema } from '../src/config/schema.js';
 import { createLogger } from '../src/log.js';
-import { agentConfig, ROOT, runCli, tempDir, walCommits } from './helpers.js';
+import { agentConfig, ROOT, runCli, walCommits, tempFixture, jsonLogger } from './helpers.js';
 
-let tmp: ReturnType<typeof tempDir>;
-let path: string;
-beforeEach(() => {
-  tmp = tempDir();
-  path = join(tmp.dir, 'buffer.db');
-});
-afterEach(() => tmp.cleanup());
+const tmp = tempFixture();
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 const reading = (i: number, resourceId = 'TRUCK-1') => ({ resourceId, timeMs: 1_700_000_000_000 + i * 1000, lat: 41 + i / 1000, lon: -87, temperatureC: 2 });
 
 describe('buffer file', () => {
   it('is a WAL database at the current schema version', () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     expect(store.db.pragma('journal_mode', { simple: true })).toBe('wal');
     expect(store.db.pragma('user_version', { simple: true })).toBe(SCHEMA_VERSION);
     store.close();
   });
 
   it('migrates one step at a time from an older file and keeps its rows', () => {
-    const db = new Database(path);
+    const db = new Database(tmp.buffer);
     migrate(db, 1); // a file as version 1 of the agent left it
     db.prepare("INSERT INTO loads (load_number, resource_id, resource_type, started_ms) VALUES ('L1', 'T1', 'Truck', 1)").run();
     db.close();
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     expect(store.db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.length);
     expect(store.getLoad('L1')?.resourceId).toBe('T1');
     store.close();
   });
 
   it('moves a version 3 file to acknowledgement by cursor: its waiting readings stay waiting, readings are found by resource', () => {
-    const db = new Database(path);
+    const db = new Database(tmp.buffer);
     migrate(db, 3);
     db.prepare("INSERT INTO loads (load_number, resource_id, resource_type, started_ms) VALUES ('L1', 'T1', 'Truck', 1)").run();
     const insert = db.prepare("INSERT INTO readings (resource_id, load_number, time_ms, lat, lon) VALUES ('T1', 'L1', ?, 41, -87)");
     for (let i = 0; i < 3; i++) insert.run(1_700_000_000_000 + i);
     db.close();
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     expect(store.db.pragma('user_version', { simple: true })).toBe(SCHEMA_VERSION);
     expect(store.getLoad('L1')?.ackedId).toBe(0);
     expect([...store.iterateReadings('L1')]).toHaveLength(3);
@@ -61,7 +54,7 @@ describe('buffer file', () => {
   });
 
   it('sets the page cache from buffer.cache_kb', () => {
-    const store = Store.open(path, { cacheKb: 1024 });
+    const store = Store.open(tmp.buffer, { cacheKb: 1024 });
     expect(store.db.pragma('cache_size', { simple: true })).toBe(-1024);
     store.close();
   });
@@ -72,13 +65,13 @@ describe('buffer file', () => {
     // name", or took the new buffer's WAL for another database's.
     const cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9');
     for (let round = 0; round < 5; round++) {
-      tmp.cleanup();
+      rmSync(tmp.dir, { recursive: true, force: true });
       mkdirSync(tmp.dir, { recursive: true });
       agentConfig(tmp.dir, 'http://127.0.0.1:9');
       // Commands that write: one that only reads creates no buffer (src/buffer/read.ts).
       const results = await Promise.all(Array.from({ length: 6 }, (_, i) => runCli(['load', 'start', `L${i}`, '--resource', `T${i}`, '--config', cfg])));
       for (const r of results) expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 0, stderr: '' });
-      const db = new Database(path, { readonly: true });
+      const db = new Database(tmp.buffer, { readonly: true });
       expect(db.pragma('user_version', { simple: true })).toBe(SCHEMA_VERSION);
       expect(db.prepare('SELECT count(*) FROM loads').pluck().get()).toBe(6);
       db.close();
@@ -86,25 +79,25 @@ describe('buffer file', () => {
   }, 60_000);
 
   it('a file really cut short is still refused as truncated, after looking again', () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     store.insertReadings(Array.from({ length: 2000 }, (_, i) => reading(i)));
     store.close();
-    truncateSync(path, 4096);
-    expect(() => openDatabase(path)).toThrow(/the buffer is corrupt \(truncated: 4096 bytes where its header says \d+\)/);
+    truncateSync(tmp.buffer, 4096);
+    expect(() => openDatabase(tmp.buffer)).toThrow(/the buffer is corrupt \(truncated: 4096 bytes where its header says \d+\)/);
   });
 
   it('refuses a file written by a newer agent instead of damaging it', () => {
-    const db = new Database(path);
+    const db = new Database(tmp.buffer);
     db.pragma(`user_version = ${SCHEMA_VERSION + 1}`);
     db.close();
-    expect(() => openDatabase(path)).toThrow(/written by a newer version of telematics-agent \(buffer schema \d+; this version understands up to \d+\); nothing was changed/);
+    expect(() => openDatabase(tmp.buffer)).toThrow(/written by a newer version of telematics-agent \(buffer schema \d+; this version understands up to \d+\); nothing was changed/);
   });
 });
 
 describe('page size', () => {
   it('a new buffer has 1 KB pages (less flash per commit); one made with 4 KB pages keeps them and works', () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     expect(store.db.pragma('page_size', { simple: true })).toBe(PAGE_SIZE);
     expect(PAGE_SIZE).toBe(1024);
     store.close();
@@ -123,9 +116,9 @@ describe('page size', () => {
 
 describe('checkpoints', () => {
   it('with the default reserve the WAL takes 1 MB before a checkpoint; a small disk gets an eighth of itself as reserve, half that as WAL', () => {
-    const { reserve_kb } = configSchema.parse({ api: { base_url: 'http://127.0.0.1:9', scac: 'TEST' }, buffer: { path }, sources: [{ type: 'simulator', resource_id: 'T1' }] }).buffer;
+    const { reserve_kb } = configSchema.parse({ api: { base_url: 'http://127.0.0.1:9', scac: 'TEST' }, buffer: { path: tmp.buffer }, sources: [{ type: 'simulator', resource_id: 'T1' }] }).buffer;
     expect(reserve_kb).toBe(DEFAULT_RESERVE_KB);
-    const store = Store.open(path, { reserveKb: reserve_kb });
+    const store = Store.open(tmp.buffer, { reserveKb: reserve_kb });
     // 1 KB pages: a checkpoint once 1,024 frames are in the WAL, which is cut back to 1 MB after it.
     // Measured at 1 Hz (docs/performance.md, 5 and 5a): 512 KB checkpoints twice as often, and
     // past about 1,000 frames (where the -shm index's frame entries leave its header's 4 KB
@@ -146,7 +139,7 @@ function walContent(db: Database.Database): { tables: string[]; commits: number 
 
 describe('what a commit of readings writes', () => {
   it('the readings, their index and the header page: not sqlite_sequence, not last_fix', () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     store.insertReadings([reading(1), reading(2)]);
     store.flushFixes();
@@ -157,12 +150,12 @@ describe('what a commit of readings writes', () => {
     store.flushFixes();
     store.db.pragma('wal_checkpoint(TRUNCATE)');
     store.flushFixes();
-    expect(statSync(`${path}-wal`).size).toBe(0);
+    expect(statSync(`${tmp.buffer}-wal`).size).toBe(0);
     store.close();
   });
 
   it("the daemon's state row rides in the next commit of readings; if it fails, the readings still commit", () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     const ingest = new Ingest(store, { batchSize: 100, flushIntervalMs: 60_000, keepWithoutLoad: false }, silent);
     ingest.admit(reading(1)); // the first is committed at once
@@ -205,7 +198,7 @@ describe('what a commit of readings writes', () => {
   });
 
   it('readings dropped from memory are counted in the commit that follows, not in a transaction of their own', () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     const ingest = new Ingest(store, { batchSize: 10_000, flushIntervalMs: 60_000, keepWithoutLoad: false, maxPending: 100 }, silent);
     ingest.admit(reading(0)); // the first is committed at once
@@ -227,7 +220,7 @@ describe('what a commit of readings writes', () => {
   });
 
   it('never gives a reading id twice: not after the newest reading is deleted, the table drains, or the file is reopened', () => {
-    let store = Store.open(path);
+    let store = Store.open(tmp.buffer);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     store.insertReadings([reading(1), reading(2), reading(3)]);
     const ids = () => [...store.iterateReadings('L1')].map((r) => r.id);
@@ -240,14 +233,14 @@ describe('what a commit of readings writes', () => {
     store.purgeAcked();
     expect(store.counts().readings).toBe(0);
     store.close();
-    store = Store.open(path);
+    store = Store.open(tmp.buffer);
     store.insertReadings([reading(5)]);
     expect(ids()).toEqual([5]);
     store.close();
   });
 
   it("knows each resource's newest fix before last_fix is brought forward, and after its readings are deleted", () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     store.insertReadings([reading(1), reading(2)]);
     const stored = () => store.db.prepare('SELECT resource_id, time_ms FROM last_fix').all();
@@ -265,7 +258,7 @@ describe('what a commit of readings writes', () => {
   });
 
   it('upgrades a version 5 file: ids go on past its sequence, its last fixes stay', () => {
-    const db = new Database(path);
+    const db = new Database(tmp.buffer);
     migrate(db, 5);
     db.prepare("INSERT INTO loads (load_number, resource_id, resource_type, started_ms) VALUES ('L1', 'TRUCK-1', 'Truck', 1)").run();
     const insert = db.prepare("INSERT INTO readings (resource_id, load_number, time_ms, lat, lon) VALUES ('TRUCK-1', 'L1', ?, 41, -87)");
@@ -273,7 +266,7 @@ describe('what a commit of readings writes', () => {
     db.prepare("INSERT INTO last_fix (resource_id, time_ms, lat, lon) VALUES ('TRUCK-1', ?, 41, -87)").run(reading(7).timeMs);
     db.prepare('DELETE FROM readings WHERE id > 5').run();
     db.close();
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     expect(store.db.prepare("SELECT sql FROM sqlite_master WHERE name = 'readings'").pluck().get()).not.toMatch(/AUTOINCREMENT/);
     expect(store.db.pragma('integrity_check', { simple: true })).toBe('ok');
     expect(store.lastFix('TRUCK-1')?.timeMs).toBe(reading(7).timeMs);
@@ -285,7 +278,7 @@ describe('what a commit of readings writes', () => {
 
 describe('delivery path', () => {
   it('finds retried readings through their marks, not by walking every reading', () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     const plan = (sql: string) => (store.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all() as Array<{ detail: string }>).map((r) => r.detail).join('; ');
     expect(plan('SELECT r.id FROM load_marks m JOIN readings r ON r.id = m.reading_id WHERE m.state = 2 ORDER BY r.id LIMIT 500')).not.toMatch(/SCAN r\b/);
     expect(plan('SELECT count(*) FROM readings WHERE state = 3 AND state <> 0')).toMatch(/USING (COVERING )?INDEX readings_parked/);
@@ -296,7 +289,7 @@ describe('delivery path', () => {
   const walFds = () =>
     readdirSync('/proc/self/fd').filter((fd) => {
       try {
-        return readlinkSync(`/proc/self/fd/${fd}`) === `${path}-wal`;
+        return readlinkSync(`/proc/self/fd/${fd}`) === `${tmp.buffer}-wal`;
       } catch {
         return false;
       }
@@ -304,7 +297,7 @@ describe('delivery path', () => {
 
   it('keeps the WAL open for syncing while the buffer is open, and closes it with the buffer', async () => {
     const before = walFds();
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     store.insertReadings([reading(1)], true);
     await store.syncCommits();
     await store.syncCommits();
@@ -316,7 +309,7 @@ describe('delivery path', () => {
 
   it('has nothing to sync with synchronous = FULL: every commit was synced as it ended', async () => {
     const before = walFds();
-    const store = Store.open(path, { synchronous: 'FULL' });
+    const store = Store.open(tmp.buffer, { synchronous: 'FULL' });
     store.insertReadings([reading(1)], true);
     await store.syncCommits();
     // SQLite's own descriptor only: no second one opened to fsync through.
@@ -331,7 +324,7 @@ describe('delivery path', () => {
 
 describe('readings', () => {
   it('keeps readings only for resources with an active load, unless told otherwise', () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     expect(store.insertReadings([reading(1)])).toBe(0);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     expect(store.insertReadings([reading(2), reading(3, 'OTHER')])).toBe(1);
@@ -344,7 +337,7 @@ describe('readings', () => {
   });
 
   it('deletes readings only up to the acknowledged id', () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     store.insertReadings([1, 2, 3, 4, 5].map((i) => reading(i)));
     const ids = [...store.iterateReadings('L1')].map((r) => r.id);
@@ -355,7 +348,7 @@ describe('readings', () => {
   });
 
   it('hides acknowledged readings at once and purges them later, keeping parked and unassigned rows', () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     store.startLoad({ loadNumber: 'L2', resourceId: 'TRUCK-2', resourceType: 'Truck', stops: [], nowMs: 1 });
     // Interleaved, as a depot writes them; one reading of a resource without a load kept too.
@@ -381,7 +374,7 @@ describe('readings', () => {
   });
 
   it('purges in slices that resume where they stopped, and after a reopen finds what a crash left', () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     store.insertReadings(Array.from({ length: 100 }, (_, i) => reading(i)));
     const ids = [...store.iterateReadings('L1')].map((r) => r.id);
@@ -396,7 +389,7 @@ describe('readings', () => {
     store.ackReadings('L1', ids[89], null);
     store.close(); // as if the process died before its next purge
 
-    const again = Store.open(path);
+    const again = Store.open(tmp.buffer);
     expect([...again.iterateReadings('L1')].map((r) => r.id)).toEqual(ids.slice(90));
     expect(again.purgeAcked()).toEqual({ deleted: 10, done: true });
     expect(again.db.prepare('SELECT count(*) FROM readings').pluck().get()).toBe(10);
@@ -404,7 +397,7 @@ describe('readings', () => {
   });
 
   it('orders loads by their oldest waiting reading', () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     for (const [l, r] of [
       ['A', 'T-A'],
       ['B', 'T-B'],
@@ -420,7 +413,7 @@ describe('readings', () => {
   });
 
   it('streams a long backlog page by page, and allows writes while the iterator is open', () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     store.insertReadings(Array.from({ length: 1000 }, (_, i) => reading(i)));
     let n = 0;
@@ -436,7 +429,7 @@ describe('readings', () => {
   });
 
   it('keeps the last fix of each resource, moved only forward in time, and never purged with the readings', () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     store.insertReadings([reading(1, 'LOOSE'), { resourceId: 'LOOSE', timeMs: 1_700_000_009_000, temperatureC: 3 }], true);
     expect(store.lastFix('LOOSE')?.timeMs).toBe(reading(1).timeMs);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
@@ -459,7 +452,7 @@ describe('readings', () => {
   });
 
   it('ingest commits in batches, rejects bad readings with a reason, and survives reopening', () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     const ingest = new Ingest(store, { batchSize: 3, flushIntervalMs: 1000, keepWithoutLoad: false }, silent);
     const gps = ingest.intake('gps', silent);
@@ -480,7 +473,7 @@ describe('readings', () => {
     expect(ingest.stats).toMatchObject({ accepted: 5, committed: 5, rejected: 3 });
     expect(mine).toEqual(reading(1)); // the caller's object is not tagged or changed
     store.close();
-    const again = Store.open(path);
+    const again = Store.open(tmp.buffer);
     expect(again.counts().readings).toBe(5);
     expect(again.db.prepare('SELECT source FROM readings ORDER BY id').pluck().all()).toEqual(['gps', 'reefer', null, 'gps', null]);
     again.close();
@@ -489,7 +482,7 @@ describe('readings', () => {
 
 describe('beside another writer', () => {
   it('dead-letter retry waits for a writer that holds the lock, then sees what it wrote (no SQLITE_BUSY)', async () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     store.insertReadings([reading(1)]);
     const [id] = [...store.iterateReadings('L1')].map((r) => r.id);
@@ -499,7 +492,7 @@ describe('beside another writer', () => {
       process.execPath,
       [
         '-e',
-        `const db = new (require('better-sqlite3'))(${JSON.stringify(path)}); db.exec('BEGIN IMMEDIATE'); db.prepare('UPDATE loads SET last_sample_ms = 7').run(); process.stdout.write('locked\\n'); setTimeout(() => { db.exec('COMMIT'); db.close(); }, 300);`,
+        `const db = new (require('better-sqlite3'))(${JSON.stringify(tmp.buffer)}); db.exec('BEGIN IMMEDIATE'); db.prepare('UPDATE loads SET last_sample_ms = 7').run(); process.stdout.write('locked\\n'); setTimeout(() => { db.exec('COMMIT'); db.close(); }, 300);`,
       ],
       { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] },
     );
@@ -516,18 +509,10 @@ describe('beside another writer', () => {
 
 describe('admission', () => {
   it('validates, judges the time, and counts and logs per source, once; the simulator is not judged', () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     const lines: Array<{ msg: string; rejected?: number; source?: string }> = [];
-    const log = createLogger({
-      level: 'info',
-      destination: new Writable({
-        write(chunk: Buffer, _enc, cb) {
-          for (const l of chunk.toString().split('\n')) if (l.trim()) lines.push(JSON.parse(l));
-          cb();
-        },
-      }),
-    });
+    const log = jsonLogger(lines, 'info');
     const ingest = new Ingest(store, { batchSize: 100, flushIntervalMs: 1000, keepWithoutLoad: false }, silent);
     const now = Date.parse('2026-11-22T12:00:00Z');
     const time = { clock: { earliest: () => now, latest: () => now }, maxFutureS: 300, maxPastDays: 30 };
@@ -560,7 +545,7 @@ describe('admission', () => {
 
 describe('ingest while commits fail', () => {
   it('caps what waits, commits it in batch_size transactions when room comes back, and counts the drops', async () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     // Room for this many more readings (the tmpfs case is test/disk-full.test.ts).
     let room = 0;
@@ -596,7 +581,7 @@ describe('ingest while commits fail', () => {
 
 describe('ingest listeners', () => {
   it('a listener that throws does not put a committed batch back in the queue', () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
     const ingest = new Ingest(store, { batchSize: 2, flushIntervalMs: 1000, keepWithoutLoad: false }, silent);
     ingest.onCommit(() => {
@@ -616,7 +601,7 @@ describe('ingest hands accepted readings on before they are committed', () => {
   it('every ADMITTED_EVERY_MS and before each commit, each reading once, however long the commit interval', () => {
     vi.useFakeTimers();
     try {
-      const store = Store.open(path);
+      const store = Store.open(tmp.buffer);
       store.startLoad({ loadNumber: 'L1', resourceId: 'TRUCK-1', resourceType: 'Truck', stops: [], nowMs: 1 });
       const ingest = new Ingest(store, { batchSize: 100, flushIntervalMs: 60_000, keepWithoutLoad: false }, silent);
       const handed: number[][] = [];
@@ -644,7 +629,7 @@ describe('ingest hands accepted readings on before they are committed', () => {
 
 describe('loads', () => {
   it('allows several active loads per resource, ends one alone, and explains refusals', () => {
-    const store = Store.open(path);
+    const store = Store.open(tmp.buffer);
     store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: 1 });
     store.startLoad({ loadNumber: 'L2', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: 2 });
     expect(store.activeLoadsOf('T1').map((l) => l.loadNumber)).toEqual(['L1', 'L2']);
@@ -679,7 +664,7 @@ describe('milestone durability', () => {
   it('commits a milestone with synchronous = FULL and gives the connection its level back', async () => {
     const { recordMilestone } = await import('../src/milestones/record.js');
     const { configSchema } = await import('../src/config/schema.js');
-    const store = Store.open(path, { synchronous: 'NORMAL' });
+    const store = Store.open(tmp.buffer, { synchronous: 'NORMAL' });
     store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: 1 });
     const seen: number[] = [];
     // Observe the level in force inside the milestone's transaction (the one-per-event check runs there).

@@ -5,22 +5,15 @@
  */
 import { existsSync, mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Store } from '../src/buffer/store.js';
-import { agentConfig, runCli, tempDir, writeFile } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { agentConfig, runCli, writeFile, cliFixture } from './helpers.js';
 
-let tmp: ReturnType<typeof tempDir>;
-let cfg: string;
-beforeEach(() => {
-  tmp = tempDir();
-  cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9');
-});
-afterEach(() => tmp.cleanup());
+const fx = cliFixture();
 
 describe('fleet send', () => {
   // A host that does not resolve: a command that got as far as connecting fails with 1.
   const send = (url: string, ...more: string[]) => {
-    const pw = writeFile(tmp.dir, 'bpw', 'broker-password-7f3a\n', 0o600);
+    const pw = writeFile(fx.dir, 'bpw', 'broker-password-7f3a\n', 0o600);
     return runCli(['fleet', 'send', '--url', url, '--device', 'd1', 'status', '--username', 'ops', '--password-file', pw, ...more]);
   };
 
@@ -59,23 +52,23 @@ describe('load start', () => {
     ['', '--resource: expected 1 to 64 characters, got ""'],
     ['T'.repeat(65), '--resource: expected 1 to 64 characters, got 65 characters'],
   ])('refuses the resource id %j with exit 65 before the buffer is made', async (resource, message) => {
-    const r = await runCli(['load', 'start', 'L1', '--resource', resource, '--config', cfg]);
+    const r = await runCli(['load', 'start', 'L1', '--resource', resource, '--config', fx.cfg]);
     expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 65, stderr: `error: ${message}\n` });
-    expect(existsSync(join(tmp.dir, 'buffer.db'))).toBe(false);
+    expect(existsSync(fx.buffer)).toBe(false);
   });
 
   it('refuses an empty load number even when api.load_number_pattern would take it', async () => {
-    const loose = agentConfig(tmp.dir, 'http://127.0.0.1:9', '', { api: 'load_number_pattern = ".*"' });
+    const loose = agentConfig(fx.dir, 'http://127.0.0.1:9', '', { api: 'load_number_pattern = ".*"' });
     const r = await runCli(['load', 'start', '', '--resource', 'T1', '--config', loose]);
     expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 65, stderr: 'error: <loadNumber>: expected 1 to 64 characters, got ""\n' });
-    expect(existsSync(join(tmp.dir, 'buffer.db'))).toBe(false);
+    expect(existsSync(fx.buffer)).toBe(false);
   });
 });
 
 describe('load start on a resource no source feeds', () => {
   const sources = '[[sources]]\ntype = "simulator"\nresource_id = "TRUCK-1"\n[[sources]]\ntype = "onewire"\nsensors = { "28-0316a2792aff" = "REEFER-1" }\n';
   it('starts it, and warns that it gets no positions, suggesting the configured id that differs only in case', async () => {
-    const fed = agentConfig(tmp.dir, 'http://127.0.0.1:9', sources);
+    const fed = agentConfig(fx.dir, 'http://127.0.0.1:9', sources);
     const typo = await runCli(['load', 'start', 'L1', '--resource', 'truck-1', '--config', fed]);
     expect(typo.code).toBe(0);
     expect(typo.stderr).toBe(
@@ -88,16 +81,16 @@ describe('load start on a resource no source feeds', () => {
   });
 
   it('says nothing when a source names the resource of each reading itself (exec, mqtt, module)', async () => {
-    const r = await runCli(['load', 'start', 'L1', '--resource', 'ANY-9', '--config', cfg]);
+    const r = await runCli(['load', 'start', 'L1', '--resource', 'ANY-9', '--config', fx.cfg]);
     expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 0, stderr: '' });
   });
 });
 
 describe('milestone', () => {
   it.each(['0', 'abc', '-1', '1.5', ''])('refuses --stop %j with exit 64 naming --stop, before the buffer is opened', async (stop) => {
-    const r = await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--stop', stop, '--config', cfg]);
+    const r = await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--stop', stop, '--config', fx.cfg]);
     expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 64, stderr: `error: --stop: expected a whole number from 1, got ${JSON.stringify(stop)}\n` });
-    expect(existsSync(join(tmp.dir, 'buffer.db'))).toBe(false);
+    expect(existsSync(join(fx.dir, 'buffer.db'))).toBe(false);
   });
 });
 
@@ -114,7 +107,7 @@ describe('sandbox', () => {
 
 describe('demo', () => {
   it.each(['abc', '0', '-5', '1000000', ''])('refuses --time-scale %j with exit 64 and leaves no directory behind', async (scale) => {
-    const own = join(tmp.dir, 'tmp');
+    const own = join(fx.dir, 'tmp');
     mkdirSync(own);
     const r = await runCli(['demo', '--time-scale', scale], { env: { TMPDIR: own } });
     expect({ code: r.code, stderr: r.stderr, stdout: r.stdout }).toEqual({
@@ -128,31 +121,24 @@ describe('demo', () => {
 
 describe('dead-letter retry', () => {
   function park(n: number): void {
-    const store = Store.open(join(tmp.dir, 'buffer.db'));
-    store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: 1 });
-    store.insertReadings(Array.from({ length: n }, (_, i) => ({ resourceId: 'T1', timeMs: Date.now() - 60_000 + i, lat: 41.8, lon: -87.6 })));
-    for (const r of [...store.iterateReadings('L1')]) store.parkReading(r.id, 'L1', 400, 'refused', {}, 1);
-    store.close();
+    fx.withBuffer((store) => {
+      store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: 1 });
+      store.insertReadings(Array.from({ length: n }, (_, i) => ({ resourceId: 'T1', timeMs: Date.now() - 60_000 + i, lat: 41.8, lon: -87.6 })));
+      for (const r of [...store.iterateReadings('L1')]) store.parkReading(r.id, 'L1', 400, 'refused', {}, 1);
+    });
   }
-  const deadLetters = () => {
-    const store = Store.open(join(tmp.dir, 'buffer.db'));
-    try {
-      return store.listDeadLetters().map((d) => d.id);
-    } finally {
-      store.close();
-    }
-  };
+  const deadLetters = () => fx.withBuffer((s) => s.listDeadLetters().map((d) => d.id));
 
   it('counts an id given twice once', async () => {
     park(2);
-    const r = await runCli(['dead-letter', 'retry', '--id', '1', '1', '--config', cfg]);
+    const r = await runCli(['dead-letter', 'retry', '--id', '1', '1', '--config', fx.cfg]);
     expect({ code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({ code: 0, stdout: '1 dead letter(s) put back in the queue\n', stderr: '' });
     expect(deadLetters()).toEqual([2]);
   });
 
   it('puts nothing back when one of the ids is not a dead letter: exit 65 naming it', async () => {
     park(2);
-    const r = await runCli(['dead-letter', 'retry', '--id', '2', '999', '7', '--config', cfg]);
+    const r = await runCli(['dead-letter', 'retry', '--id', '2', '999', '7', '--config', fx.cfg]);
     expect({ code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({
       code: 65,
       stdout: '',
@@ -164,7 +150,7 @@ describe('dead-letter retry', () => {
 
 describe('config problems', () => {
   it('name the file and line of a TOML syntax error, as every other problem does', async () => {
-    const bad = writeFile(tmp.dir, 'c.toml', '[api]\nscac = "ABCD"\ntimeout_s = = 5\n');
+    const bad = writeFile(fx.dir, 'c.toml', '[api]\nscac = "ABCD"\ntimeout_s = = 5\n');
     const r = await runCli(['validate-config', '--config', bad]);
     expect(r.code).toBe(78);
     expect(r.stderr).toMatch(new RegExp(`^${bad}: invalid configuration\n  ${bad}:3:13: TOML syntax error: `));

@@ -1,17 +1,10 @@
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Store } from '../src/buffer/store.js';
-import { agentConfig, BIN, cleanEnv, ROOT, runCli, tempDir, writeFile } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { BIN, cleanEnv, ROOT, runCli, writeFile, cliFixture } from './helpers.js';
 
-let tmp: ReturnType<typeof tempDir>;
-let cfg: string;
-beforeEach(() => {
-  tmp = tempDir();
-  cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9');
-});
-afterEach(() => tmp.cleanup());
+const fx = cliFixture();
 
 const COMMANDS = [['run'], ['validate-config'], ['status'], ['load'], ['load', 'start'], ['load', 'end'], ['load', 'list'], ['milestone'], ['milestone', 'list'], ['sandbox'], ['demo']];
 
@@ -45,7 +38,7 @@ describe('command line contract', () => {
   });
 
   it('rejects a missing required option with exit 64', async () => {
-    const r = await runCli(['load', 'start', 'L1', '--config', cfg]);
+    const r = await runCli(['load', 'start', 'L1', '--config', fx.cfg]);
     expect(r.code).toBe(64);
     expect(r.stderr).toContain("required option '-r, --resource <id>' not specified");
   });
@@ -54,85 +47,83 @@ describe('command line contract', () => {
 describe('loads and milestones from the command line', () => {
   it('starts, lists and ends loads', async () => {
     const stops = writeFile(
-      tmp.dir,
+      fx.dir,
       'stops.json',
       JSON.stringify([
         { sequence: 1, type: 'pickup', latitude: 41.8, longitude: -87.6 },
         { sequence: 2, type: 'delivery' },
       ]),
     );
-    const start = await runCli(['load', 'start', 'L-100', '--resource', 'TRAILER-7', '--resource-type', 'Trailer', '--stops', stops, '--config', cfg]);
+    const start = await runCli(['load', 'start', 'L-100', '--resource', 'TRAILER-7', '--resource-type', 'Trailer', '--stops', stops, '--config', fx.cfg]);
     expect(start.stderr).toBe('');
     expect(start.stdout).toBe('load L-100 started on TRAILER-7 (Trailer) with 2 stop(s)\n');
-    const list = await runCli(['load', 'list', '--json', '--config', cfg]);
+    const list = await runCli(['load', 'list', '--json', '--config', fx.cfg]);
     expect(JSON.parse(list.stdout)).toMatchObject([{ loadNumber: 'L-100', resourceId: 'TRAILER-7', resourceType: 'Trailer', nextStop: 1, endedMs: null }]);
     // A second load on the same trailer (less than truckload): both active, each on its own.
-    const again = await runCli(['load', 'start', 'L-101', '--resource', 'TRAILER-7', '--config', cfg]);
+    const again = await runCli(['load', 'start', 'L-101', '--resource', 'TRAILER-7', '--config', fx.cfg]);
     expect(again.stderr).toBe('');
     expect(again.stdout).toBe('load L-101 started on TRAILER-7 (Truck) with 0 stop(s)\n');
-    expect((await runCli(['load', 'end', 'L-100', '--config', cfg])).stdout).toBe('load L-100 ended\n');
-    const left = JSON.parse((await runCli(['load', 'list', '--json', '--config', cfg])).stdout) as Array<{ loadNumber: string }>;
+    expect((await runCli(['load', 'end', 'L-100', '--config', fx.cfg])).stdout).toBe('load L-100 ended\n');
+    const left = JSON.parse((await runCli(['load', 'list', '--json', '--config', fx.cfg])).stdout) as Array<{ loadNumber: string }>;
     expect(left.map((l) => l.loadNumber)).toEqual(['L-101']);
-    expect((await runCli(['load', 'end', 'L-101', '--config', cfg])).stdout).toBe('load L-101 ended\n');
-    expect((await runCli(['load', 'list', '--config', cfg])).stdout).toBe('no active loads\n');
+    expect((await runCli(['load', 'end', 'L-101', '--config', fx.cfg])).stdout).toBe('load L-101 ended\n');
+    expect((await runCli(['load', 'list', '--config', fx.cfg])).stdout).toBe('no active loads\n');
   });
 
   it('warns at load start about a stop whose appointment ended long ago (a stops file copied from an old load)', async () => {
     const soon = new Date(Date.now() + 3_600_000).toISOString();
     const stops = writeFile(
-      tmp.dir,
+      fx.dir,
       'stops.json',
       JSON.stringify([
         { sequence: 1, type: 'pickup', latitude: 41.8, longitude: -87.6, appointment: { end: '2026-01-15T17:00:00-05:00' } },
         { sequence: 2, type: 'delivery', latitude: 39.77, longitude: -86.16, appointment: { end: soon } },
       ]),
     );
-    const r = await runCli(['load', 'start', 'L1', '--resource', 'T1', '--stops', stops, '--config', cfg]);
+    const r = await runCli(['load', 'start', 'L1', '--resource', 'T1', '--stops', stops, '--config', fx.cfg]);
     expect(r.code).toBe(0);
     expect(r.stderr).toMatch(/^warning: stop 1's appointment ended \d+ h ago \(2026-01-15T17:00:00-05:00\): a delay \(SD\) will be reported for it until the truck arrives; check the stops file's dates\n$/);
   });
 
   it('names the bad field of a stops file and exits 65', async () => {
     const stops = writeFile(
-      tmp.dir,
+      fx.dir,
       'stops.json',
       JSON.stringify([
         { sequence: 0, type: 'pickup' },
         { sequence: 2, type: 'lunch' },
       ]),
     );
-    const r = await runCli(['load', 'start', 'L1', '--resource', 'T1', '--stops', stops, '--config', cfg]);
+    const r = await runCli(['load', 'start', 'L1', '--resource', 'T1', '--stops', stops, '--config', fx.cfg]);
     expect(r.code).toBe(65);
     expect(r.stderr).toBe(`error: ${stops}: [0].sequence: expected a number >= 1, got 0\n${stops}: [1].type: expected one of "pickup", "delivery", "other", got "lunch"\n`);
   });
 
   it('commits a milestone before returning, and refuses one without a load without touching the buffer', async () => {
     // No fix yet: the time zone comes from the stop's position (Joliet, IL).
-    const stops = writeFile(tmp.dir, 'stops.json', JSON.stringify([{ sequence: 1, type: 'pickup', latitude: 41.52, longitude: -88.08 }]));
-    await runCli(['load', 'start', 'L1', '--resource', 'T1', '--stops', stops, '--config', cfg]);
+    const stops = writeFile(fx.dir, 'stops.json', JSON.stringify([{ sequence: 1, type: 'pickup', latitude: 41.52, longitude: -88.08 }]));
+    await runCli(['load', 'start', 'L1', '--resource', 'T1', '--stops', stops, '--config', fx.cfg]);
     // A fixed summer date (CDT), older than sources_time.max_past_days by now: --force sends it.
-    const ok = await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--stop', '1', '--time', '2026-07-01T09:30:00-05:00', '--city', 'Joliet', '--state', 'il', '--force', '--config', cfg]);
+    const ok = await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--stop', '1', '--time', '2026-07-01T09:30:00-05:00', '--city', 'Joliet', '--state', 'il', '--force', '--config', fx.cfg]);
     expect(ok.code).toBe(0);
     expect(ok.stdout).toBe(
       'milestone 1 (X3 for load L1, stop 1) committed: 2026-07-01 09:30:00-05:00 CDT (UTC-5) = 2026-07-01T14:30:00Z at Joliet, IL (place: command line); zone America/Chicago (of Joliet, IL); the running agent sends it within seconds\n',
     );
-    const unknownCode = await runCli(['milestone', '--load', 'L1', '--code', 'ZZ9', '--config', cfg]);
+    const unknownCode = await runCli(['milestone', '--load', 'L1', '--code', 'ZZ9', '--config', fx.cfg]);
     expect(unknownCode.code).toBe(65);
     expect(unknownCode.stderr).toMatch(/^error: event code ZZ9 is not in codes.events; .* add it to codes.events in the config; to send it once anyway, add --force\n$/);
-    const forced = await runCli(['milestone', '--load', 'L1', '--code', 'ZZ9', '--force', '--config', cfg]);
+    const forced = await runCli(['milestone', '--load', 'L1', '--code', 'ZZ9', '--force', '--config', fx.cfg]);
     expect(forced.code).toBe(0);
     expect(forced.stderr).toContain('warning: event code ZZ9 is not in codes.events; recorded anyway (--force): the service may refuse it\n');
 
-    const noLoad = await runCli(['milestone', '--load', 'NOPE', '--code', 'X3', '--config', cfg]);
+    const noLoad = await runCli(['milestone', '--load', 'NOPE', '--code', 'X3', '--config', fx.cfg]);
     expect(noLoad.code).toBe(65);
     expect(noLoad.stderr).toBe('error: load NOPE: no such load (start it with "load start NOPE --resource ID")\n');
-    const badTime = await runCli(['milestone', '--load', 'L1', '--code', 'AF', '--time', 'yesterday', '--config', cfg]);
+    const badTime = await runCli(['milestone', '--load', 'L1', '--code', 'AF', '--time', 'yesterday', '--config', fx.cfg]);
     expect(badTime.code).toBe(65);
     expect(badTime.stderr).toContain('--time: ');
 
-    const store = Store.open(`${tmp.dir}/buffer.db`);
-    const rows = store.listMilestones();
-    store.close();
+    const rows = fx.withBuffer((s) => s.listMilestones());
     expect(rows.map((m) => m.body.eventCode)).toEqual(['X3', 'ZZ9']);
     expect(rows[0].body).toMatchObject({
       eventCode: 'X3',
@@ -146,49 +137,44 @@ describe('loads and milestones from the command line', () => {
   });
 
   it('milestone list --load L reaches the list subcommand, whose --load is not taken by milestone itself', async () => {
-    await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg]);
-    const none = await runCli(['milestone', 'list', '--load', 'L1', '--config', cfg]);
+    await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', fx.cfg]);
+    const none = await runCli(['milestone', 'list', '--load', 'L1', '--config', fx.cfg]);
     expect(none).toMatchObject({ code: 0, stdout: 'no milestones for load L1\n', stderr: '' });
-    await runCli(['milestone', '--load', 'L1', '--code', 'X6', '--lat', '41.8781', '--lon', '-87.6298', '--config', cfg]);
-    const one = await runCli(['milestone', 'list', '--load', 'L1', '--json', '--config', cfg]);
+    await runCli(['milestone', '--load', 'L1', '--code', 'X6', '--lat', '41.8781', '--lon', '-87.6298', '--config', fx.cfg]);
+    const one = await runCli(['milestone', 'list', '--load', 'L1', '--json', '--config', fx.cfg]);
     expect(one.code).toBe(0);
     expect(JSON.parse(one.stdout)).toMatchObject([{ id: 1, code: 'X6', origin: 'manual', state: 'pending', attempts: 0, correlationId: null, eventCity: 'Chicago' }]);
     // --config given to the parent still applies.
-    expect((await runCli(['milestone', '--config', cfg, 'list', '--load', 'L1'])).stdout).toMatch(/^1\tX6\tstop -\t\S+\tmanual\tpending\t0 attempt\(s\)\t-\tcorrelation -\n$/);
-    const unknown = await runCli(['milestone', 'list', '--load', 'NOPE', '--config', cfg]);
+    expect((await runCli(['milestone', '--config', fx.cfg, 'list', '--load', 'L1'])).stdout).toMatch(/^1\tX6\tstop -\t\S+\tmanual\tpending\t0 attempt\(s\)\t-\tcorrelation -\n$/);
+    const unknown = await runCli(['milestone', 'list', '--load', 'NOPE', '--config', fx.cfg]);
     expect(unknown).toMatchObject({ code: 65, stderr: 'error: load NOPE: no such load\n' });
-    const missing = await runCli(['milestone', 'list', '--config', cfg]);
+    const missing = await runCli(['milestone', 'list', '--config', fx.cfg]);
     expect(missing.code).toBe(64);
     expect(missing.stderr).toContain("required option '-l, --load <loadNumber>' not specified");
   });
 
   it('status says the daemon is not running (exit 3) and shows queue and loads', async () => {
     // Before anything made a buffer, status only reads: it creates none.
-    const before = await runCli(['status', '--json', '--config', cfg]);
+    const before = await runCli(['status', '--json', '--config', fx.cfg]);
     expect(before.code).toBe(3);
-    expect(JSON.parse(before.stdout).daemon).toMatchObject({ running: false, note: `no buffer at ${join(tmp.dir, 'buffer.db')}: the daemon has never run with this config` });
-    expect(existsSync(join(tmp.dir, 'buffer.db'))).toBe(false);
-    await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg]);
-    const r = await runCli(['status', '--json', '--config', cfg]);
+    expect(JSON.parse(before.stdout).daemon).toMatchObject({ running: false, note: `no buffer at ${fx.buffer}: the daemon has never run with this config` });
+    expect(existsSync(fx.buffer)).toBe(false);
+    await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', fx.cfg]);
+    const r = await runCli(['status', '--json', '--config', fx.cfg]);
     expect(r.code).toBe(3);
     const s = JSON.parse(r.stdout);
     expect(s.daemon).toMatchObject({ running: false, note: 'the daemon has never run with this buffer' });
     expect(s.activeLoads).toMatchObject([{ loadNumber: 'L1', resourceId: 'T1', backlog: 0 }]);
     expect(s.queue).toMatchObject({ readings: 0, pendingMilestones: 0 });
-    const text = await runCli(['status', '--config', cfg]);
+    const text = await runCli(['status', '--config', fx.cfg]);
     expect(text.stdout).toContain('active loads: T1: L1 (Truck, 0 readings to send)');
   });
 
   it('several loads on one truck: each started beside the others, listed per resource with its backlog, ended alone', async () => {
-    const cli = (...args: string[]) => runCli([...args, '--config', cfg]);
+    const cli = (...args: string[]) => runCli([...args, '--config', fx.cfg]);
     const feed = (n: number) => {
-      const store = Store.open(join(tmp.dir, 'buffer.db'));
-      try {
-        const t = Date.now();
-        store.insertReadings(Array.from({ length: n }, (_, i) => ({ resourceId: 'TRUCK-1', timeMs: t + i, lat: 41.8, lon: -87.6 })));
-      } finally {
-        store.close();
-      }
+      const t = Date.now();
+      fx.withBuffer((s) => s.insertReadings(Array.from({ length: n }, (_, i) => ({ resourceId: 'TRUCK-1', timeMs: t + i, lat: 41.8, lon: -87.6 }))));
     };
     expect((await cli('load', 'start', 'L-A', '--resource', 'TRUCK-1')).stdout).toBe('load L-A started on TRUCK-1 (Truck) with 0 stop(s)\n');
     feed(3);

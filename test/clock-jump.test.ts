@@ -106,7 +106,7 @@ env = { LD_PRELOAD = "" }
     expect(await d.stop('SIGTERM')).toEqual({ code: 0, signal: null });
     const kept = (await status()).queue.readings;
     const again = run();
-    await waitFor(() => again.output().includes('"msg":"agent started"'), 15_000, 'the restart');
+    await again.started('the restart');
     const restarted = await waitFor(
       async () => {
         const s = await status();

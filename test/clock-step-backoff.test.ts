@@ -33,7 +33,7 @@ describe('a wall clock stepped back during a 429 backoff', () => {
     const fakeClock = fakeClockEnv(LIBFAKETIME!, clockFile);
     expect((await runCli(['load', 'start', 'L1', '-r', 'T1', '--config', cfg])).code).toBe(0);
     fx.daemon = startDaemon(['--config', cfg], fakeClock);
-    await waitFor(() => fx.daemon!.output().includes('"msg":"agent started"'), 15_000, 'the start');
+    await fx.daemon!.started('the start');
 
     const m = await runCli(['milestone', '--load', 'L1', '--code', 'X6', '--lat', '41.9', '--lon', '-87.7', '--config', cfg]);
     expect(m.code, m.stderr).toBe(0);

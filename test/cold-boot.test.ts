@@ -95,7 +95,7 @@ command = ["${script}"]
     expect((await runCli(['load', 'start', 'L1', '-r', 'T1', '--config', cfg], { env: fakeClock })).code).toBe(0);
 
     fx.daemon = startDaemon(['--config', cfg], fakeClock);
-    await waitFor(() => fx.daemon!.output().includes('"msg":"agent started"'), 15_000, 'the start');
+    await fx.daemon!.started('the start');
     // Temperatures come at once, stamped 12 h early: they wait for a GNSS time.
     await waitFor(() => fx.daemon!.output().includes('wait for the first one'), 10_000, 'the clock said unsynchronised');
 

@@ -1,14 +1,10 @@
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig, parseConfigText, resolveConfigPath, resolveSubscriptionKey } from '../src/config/load.js';
-import { ROOT, runCli, tempDir, writeFile } from './helpers.js';
+import { ROOT, runCli, writeFile, tempFixture } from './helpers.js';
 
-let tmp: ReturnType<typeof tempDir>;
-beforeEach(() => {
-  tmp = tempDir();
-});
-afterEach(() => tmp.cleanup());
+const tmp = tempFixture();
 
 /** Every config needs a source; tests about other tables add this one. */
 const SRC = '[[sources]]\ntype = "simulator"\nresource_id = "T1"\n';

@@ -12,7 +12,7 @@ import { CronError, CronSchedule, cronProblem } from '../src/cron.js';
 import { splayMs, TraceSchedule } from '../src/delivery/schedule.js';
 import { localTimeToInstant } from '../src/geo/timezone.js';
 import { Sandbox } from '../src/sandbox/server.js';
-import { TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, tempDir, waitFor, type Daemon } from './helpers.js';
+import { TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, waitFor, type Daemon, tempFixture } from './helpers.js';
 
 const at = (iso: string) => Date.parse(iso);
 const isoOf = (ms: number | undefined) => (ms === undefined ? undefined : new Date(ms).toISOString());
@@ -274,15 +274,11 @@ describe('TraceSchedule on the cron', () => {
 });
 
 describe("the daemon's schedule in the machine's local time", () => {
-  let tmp: ReturnType<typeof tempDir>;
+  const tmp = tempFixture();
   let daemon: Daemon | undefined;
-  beforeEach(() => {
-    tmp = tempDir();
-  });
   afterEach(async () => {
     await daemon?.stop('SIGKILL');
     daemon = undefined;
-    tmp.cleanup();
   });
 
   /** The next push of a daemon with `0 6 * * *` under this TZ (from `status`), and its log. */

@@ -5,7 +5,7 @@
 import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ApiClient, type PostOutcome } from '../src/api/client.js';
+import type { ApiClient, PostOutcome } from '../src/api/client.js';
 import { COUNTER_DROPPED_AGE, COUNTER_DROPPED_DISK_FULL, COUNTER_DROPPED_SIZE, enforceBounds, withRoom } from '../src/buffer/bounds.js';
 import { Store } from '../src/buffer/store.js';
 import { configSchema, type Config } from '../src/config/schema.js';
@@ -13,13 +13,12 @@ import { classify } from '../src/delivery/classify.js';
 import { Sender } from '../src/delivery/sender.js';
 import { createLogger } from '../src/log.js';
 import { recordMilestone } from '../src/milestones/record.js';
-import { Sandbox, type SandboxEvent } from '../src/sandbox/server.js';
-import { TEST_KEY, TEST_SCAC, tempDir, waitFor } from './helpers.js';
+import type { SandboxEvent } from '../src/sandbox/server.js';
+import { TEST_KEY, TEST_SCAC, waitFor, daemonFixture } from './helpers.js';
+import { testClient } from './in-process-sender.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 const T0 = Date.UTC(2026, 5, 1, 12);
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
 let store: Store;
 let client: ApiClient | undefined;
 let sender: Sender | undefined;
@@ -27,23 +26,22 @@ let config: Config;
 let events: Array<SandboxEvent & { at: number }>;
 /** Called with each of the sandbox's events, after it is recorded. */
 let onEvent: ((e: SandboxEvent) => void) | undefined;
-
-beforeEach(async () => {
-  tmp = tempDir();
-  events = [];
-  onEvent = undefined;
-  sandbox = new Sandbox({
-    key: TEST_KEY,
-    scac: TEST_SCAC,
+const fx = daemonFixture({
+  sandbox: {
     onRequest: (e) => {
       events.push({ ...e, at: Date.now() });
       onEvent?.(e);
     },
-  });
-  const { url } = await sandbox.start();
+  },
+});
+
+beforeEach(async () => {
+  events = [];
+  onEvent = undefined;
+  const { url } = await fx.sandbox.start();
   config = configSchema.parse({
     api: { base_url: url, scac: TEST_SCAC, timeout_s: 2 },
-    buffer: { path: join(tmp.dir, 'b.db') },
+    buffer: { path: join(fx.tmp.dir, 'b.db') },
     sampling: { interval_s: 0 },
     delivery: { poll_interval_ms: 20, retry_initial_s: 0.05, retry_max_s: 0.2, max_traces_per_request: 100, drain_interval_ms: 0, auth_retry_s: 60 },
     sources: [{ type: 'simulator', resource_id: 'T1' }],
@@ -57,12 +55,10 @@ afterEach(async () => {
   sender = undefined;
   client = undefined;
   store.close();
-  await sandbox.stop();
-  tmp.cleanup();
 });
 
 function start(key = TEST_KEY) {
-  client = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: key, timeoutMs: 2000 });
+  client = testClient(config, key);
   sender = new Sender({ store, client, config, deviceId: 'dev', log: silent });
   sender.start();
   return sender;
@@ -70,13 +66,13 @@ function start(key = TEST_KEY) {
 function addReadings(n: number, from = 0) {
   store.insertReadings(Array.from({ length: n }, (_, i) => ({ resourceId: 'T1', timeMs: T0 + (from + i) * 1000, lat: 41.8, lon: -87.6 + (from + i) * 1e-5 })));
 }
-const pointIds = () => sandbox.traces.flatMap((t) => t.body.traces.map((p) => Number(p.references![0].value.split('-')[1])));
+const pointIds = () => fx.sandbox.traces.flatMap((t) => t.body.traces.map((p) => Number(p.references![0].value.split('-')[1])));
 const drained = () => store.counts().readings === 0 && store.counts().pendingMilestones === 0;
 
 describe('outage and recovery', () => {
   it('loses nothing: milestones first, then the newest position, then the backlog oldest first', async () => {
     addReadings(600);
-    sandbox.setFaults({ forceStatus: 503 });
+    fx.sandbox.setFaults({ forceStatus: 503 });
     const s = start();
     s.requestTracePush();
     recordMilestone(store, config, { loadNumber: 'L1', code: 'X3' });
@@ -85,15 +81,15 @@ describe('outage and recovery', () => {
     recordMilestone(store, config, { loadNumber: 'L1', code: 'AF' });
     expect(store.counts()).toMatchObject({ readings: 1000, pendingMilestones: 2, deadLetters: 0 });
 
-    sandbox.setFaults({ forceStatus: 0 });
+    fx.sandbox.setFaults({ forceStatus: 0 });
     await waitFor(drained, 10_000, 'the backlog drained after recovery');
     const accepted = events.filter((e) => e.status === 200);
     expect(accepted.slice(0, 2).map((e) => (e.body as { eventCode: string }).eventCode)).toEqual(['X3', 'AF']);
     const ids = pointIds();
     expect(ids[0]).toBe(1000); // where the truck is now, first
     expect(ids.slice(1)).toEqual(Array.from({ length: 999 }, (_, i) => i + 1)); // then oldest first
-    expect(sandbox.traces.slice(1).every((t) => t.body.traces.length <= 100)).toBe(true);
-    expect(sandbox.stats.duplicateTracePoints).toBe(0);
+    expect(fx.sandbox.traces.slice(1).every((t) => t.body.traces.length <= 100)).toBe(true);
+    expect(fx.sandbox.stats.duplicateTracePoints).toBe(0);
   });
 
   it('after an outage each load sends its newest position once, ahead of every backlog: a failure in the middle resumes, a refused one is parked', async () => {
@@ -102,13 +98,13 @@ describe('outage and recovery', () => {
       store.insertReadings(Array.from({ length: 250 }, (_, i) => ({ resourceId: t, timeMs: T0 + i * 1000, lat: 41.8, lon: -87.6 + i * 1e-5 })));
     }
     // Ids 1-250 are T1's, 251-500 T2's, 501-750 T3's: 250, 500 and 750 are the newest.
-    sandbox.setFaults({ rejectTraceRefs: ['dev-500'] });
+    fx.sandbox.setFaults({ rejectTraceRefs: ['dev-500'] });
     let failed = false;
     onEvent = (e) => {
       // The first newest position is in: the next request fails (an answer the agent retries).
       if (!failed && e.kind === 'trace' && e.status === 200) {
         failed = true;
-        sandbox.setFaults({ failNext: 1 });
+        fx.sandbox.setFaults({ failNext: 1 });
       }
     };
     const s = start();
@@ -117,18 +113,18 @@ describe('outage and recovery', () => {
     const traces = events.filter((e) => e.kind === 'trace');
     // L1's newest, a failure (L2's newest), L2's newest again and refused, L3's newest: then the backlogs.
     expect(traces.slice(0, 4).map((e) => e.status)).toEqual([200, 503, 400, 200]);
-    const accepted = sandbox.traces.map((t) => t.body.traces.map((p) => p.references![0].value));
+    const accepted = fx.sandbox.traces.map((t) => t.body.traces.map((p) => p.references![0].value));
     expect(accepted.slice(0, 2)).toEqual([['dev-250'], ['dev-750']]);
     expect(accepted.slice(2).every((points) => points.length > 1)).toBe(true);
     const ids = pointIds();
     expect(ids.sort((a, b) => a - b)).toEqual(Array.from({ length: 750 }, (_, i) => i + 1).filter((id) => id !== 500));
-    expect(sandbox.stats.duplicateTracePoints).toBe(0);
+    expect(fx.sandbox.stats.duplicateTracePoints).toBe(0);
     expect(store.listDeadLetters().map((d) => d.recordId)).toEqual([500]);
   });
 
   it('honours Retry-After on 429 instead of its own shorter backoff', async () => {
     addReadings(5);
-    sandbox.setFaults({ throttleNext: 1, retryAfter: '1' });
+    fx.sandbox.setFaults({ throttleNext: 1, retryAfter: '1' });
     const s = start();
     s.requestTracePush();
     await waitFor(drained, 5000, 'delivery after the 429');
@@ -140,7 +136,7 @@ describe('outage and recovery', () => {
 
   it('never follows a redirect: the data stays and the problem is reported as configuration', async () => {
     addReadings(5);
-    sandbox.setFaults({ forceStatus: 301, redirectTo: 'http://127.0.0.1:9/elsewhere' });
+    fx.sandbox.setFaults({ forceStatus: 301, redirectTo: 'http://127.0.0.1:9/elsewhere' });
     const s = start();
     s.requestTracePush();
     await waitFor(() => s.status.consecutiveFailures >= 2, 5000, 'two refused attempts');
@@ -153,7 +149,7 @@ describe('outage and recovery', () => {
   it('a captive portal answering 200 with its page delivers nothing: the records stay and go to the service after it', async () => {
     addReadings(5);
     recordMilestone(store, config, { loadNumber: 'L1', code: 'X3' });
-    sandbox.setFaults({ portalNext: 3 });
+    fx.sandbox.setFaults({ portalNext: 3 });
     const s = start();
     s.requestTracePush();
     await waitFor(() => (s.status.failures.intercepted ?? 0) >= 1, 5000, 'the portal page answered');
@@ -162,7 +158,7 @@ describe('outage and recovery', () => {
     expect(s.status.lastAnswer).toBe('HTTP 200 (a web page, not the service)');
     await waitFor(drained, 10_000, 'delivery after the portal');
     expect(s.status.failures.intercepted).toBe(3);
-    expect(sandbox.milestones.map((m) => m.body.loadNumber)).toEqual(['L1']);
+    expect(fx.sandbox.milestones.map((m) => m.body.loadNumber)).toEqual(['L1']);
     expect(pointIds().sort((a, b) => a - b)).toEqual([1, 2, 3, 4, 5]);
     expect(s.status.lastAnswer).toMatch(/^HTTP 2\d\d$/);
   });
@@ -186,7 +182,7 @@ describe('poison records', () => {
   it('parks the one refused point of a batch of 500 and delivers the other 499 in the same cycle', async () => {
     config.delivery.max_traces_per_request = 500;
     addReadings(500);
-    sandbox.setFaults({ rejectTraceRefs: ['dev-250'] });
+    fx.sandbox.setFaults({ rejectTraceRefs: ['dev-250'] });
     const s = start();
     s.requestTracePush();
     await s.kick();
@@ -203,7 +199,7 @@ describe('poison records', () => {
     expect(events.filter((e) => e.status === 400).length).toBeLessThanOrEqual(10);
 
     // The operator fixes the cause and puts it back: it goes out as its own point.
-    sandbox.setFaults({ rejectTraceRefs: [] });
+    fx.sandbox.setFaults({ rejectTraceRefs: [] });
     expect(store.retryDeadLetters('all')).toBe(1);
     await waitFor(() => pointIds().includes(250), 5000, 'the retried point');
     expect(store.counts()).toMatchObject({ deadLetters: 0, retryReadings: 0 });
@@ -213,16 +209,16 @@ describe('poison records', () => {
     recordMilestone(store, config, { loadNumber: 'L1', code: 'X3' });
     store.startLoad({ loadNumber: 'L2', resourceId: 'T2', resourceType: 'Truck', stops: [], nowMs: T0 });
     recordMilestone(store, config, { loadNumber: 'L2', code: 'X3' });
-    sandbox.setFaults({ rejectLoads: ['L1'] });
+    fx.sandbox.setFaults({ rejectLoads: ['L1'] });
     start();
-    await waitFor(() => sandbox.milestones.length === 1 && store.counts().pendingMilestones === 0, 5000, 'L2 delivered');
-    expect(sandbox.milestones[0].body.loadNumber).toBe('L2');
+    await waitFor(() => fx.sandbox.milestones.length === 1 && store.counts().pendingMilestones === 0, 5000, 'L2 delivered');
+    expect(fx.sandbox.milestones[0].body.loadNumber).toBe('L2');
     expect(store.listDeadLetters()).toMatchObject([{ kind: 'milestone', loadNumber: 'L1', status: 400 }]);
   });
 
   it('halves the chunk size on 413 and delivers everything', async () => {
     addReadings(90);
-    sandbox.setFaults({ maxTracesPerRequest: 30 });
+    fx.sandbox.setFaults({ maxTracesPerRequest: 30 });
     const s = start();
     s.requestTracePush();
     await waitFor(drained, 5000, 'delivery in smaller chunks');
@@ -243,10 +239,10 @@ describe('credentials refused', () => {
     expect(s.status.nextAttemptMs! - Date.now()).toBeGreaterThan(50_000); // slow retries: auth_retry_s
     // No hammering while paused: delivery passes (as the poll timer starts them) send nothing.
     for (let i = 0; i < 5; i++) await s.kick();
-    expect(sandbox.stats.unauthorized).toBe(1);
+    expect(fx.sandbox.stats.unauthorized).toBe(1);
     expect(store.counts()).toMatchObject({ readings: 10, pendingMilestones: 1, deadLetters: 0 });
 
-    const fixed = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });
+    const fixed = testClient(config);
     s.updateConfig(config, fixed);
     await waitFor(drained, 5000, 'delivery with the new key');
     expect(s.status.paused).toBeNull();
@@ -258,27 +254,27 @@ describe('idempotency', () => {
   it('a retry after a lost answer carries the same idempotency key, for traces and milestones', async () => {
     addReadings(20);
     recordMilestone(store, config, { loadNumber: 'L1', code: 'X3' });
-    sandbox.setFaults({ loseResponseNext: 1 });
+    fx.sandbox.setFaults({ loseResponseNext: 1 });
     const s = start();
     await waitFor(() => store.counts().pendingMilestones === 0, 5000, 'the milestone after its lost answer');
-    sandbox.setFaults({ loseResponseNext: 1 });
+    fx.sandbox.setFaults({ loseResponseNext: 1 });
     s.requestTracePush();
     await waitFor(drained, 5000, 'the traces after their lost answer');
-    expect(sandbox.stats.duplicateRequests).toBe(2);
-    expect(sandbox.milestones).toHaveLength(2);
-    expect(sandbox.milestones[0].idempotencyKey).toBe(sandbox.milestones[1].idempotencyKey);
-    expect(sandbox.traces[0].idempotencyKey).toBe(sandbox.traces[1].idempotencyKey);
-    expect(JSON.stringify(sandbox.traces[0].body)).toBe(JSON.stringify(sandbox.traces[1].body));
+    expect(fx.sandbox.stats.duplicateRequests).toBe(2);
+    expect(fx.sandbox.milestones).toHaveLength(2);
+    expect(fx.sandbox.milestones[0].idempotencyKey).toBe(fx.sandbox.milestones[1].idempotencyKey);
+    expect(fx.sandbox.traces[0].idempotencyKey).toBe(fx.sandbox.traces[1].idempotencyKey);
+    expect(JSON.stringify(fx.sandbox.traces[0].body)).toBe(JSON.stringify(fx.sandbox.traces[1].body));
   });
 });
 
 describe('a request is fixed before it is sent', () => {
   /** Each trace request the service took: its key and the readings behind its points. */
-  const requests = () => sandbox.traces.map((t) => ({ key: t.idempotencyKey, ids: t.body.traces.map((p) => Number(p.references![0].value.split('-')[1])) }));
+  const requests = () => fx.sandbox.traces.map((t) => ({ key: t.idempotencyKey, ids: t.body.traces.map((p) => Number(p.references![0].value.split('-')[1])) }));
 
   it('a retry after a lost answer carries exactly the points of the first try under its key; readings committed meanwhile go in the next request', async () => {
     addReadings(3);
-    sandbox.setFaults({ loseResponseNext: 1 });
+    fx.sandbox.setFaults({ loseResponseNext: 1 });
     let lost = false;
     onEvent = (e) => {
       // Committed while the retry waits for its backoff: before, the retry took them too, under a new key.
@@ -300,7 +296,7 @@ describe('a request is fixed before it is sent', () => {
 
   it('after a crash between the answer and its acknowledgement, the restarted agent repeats the same request, not a larger one', async () => {
     addReadings(3);
-    const crashed = join(tmp.dir, 'crashed.db');
+    const crashed = join(fx.tmp.dir, 'crashed.db');
     onEvent = (e) => {
       // The disk as a kill -9 leaves it the moment the service has taken the request: the
       // answer is on its way, the acknowledgement not yet written.
@@ -324,13 +320,13 @@ describe('a request is fixed before it is sent', () => {
     expect(requests()).toHaveLength(3);
     expect(repeat).toEqual(first);
     expect(next.ids).toEqual([4, 5]);
-    expect(sandbox.stats.duplicateRequests).toBe(1);
+    expect(fx.sandbox.stats.duplicateRequests).toBe(1);
   });
 
   it('the newest position sent ahead of a backlog is repeated alone after a lost answer, under its key', async () => {
     // A backlog of more than one chunk (100 points): the newest position goes first, alone.
     addReadings(250);
-    sandbox.setFaults({ loseResponseNext: 1 });
+    fx.sandbox.setFaults({ loseResponseNext: 1 });
     let lost = false;
     onEvent = (e) => {
       if (e.problem?.includes('answer was lost') && !lost) {
@@ -356,9 +352,9 @@ describe('409 Conflict', () => {
   it('to a repeat of a trace request: the service has the points; acknowledged, counted as duplicates, never dead-lettered', async () => {
     addReadings(30);
     // The first try's answer is lost; its repeat is answered 409.
-    sandbox.setFaults({ dropNext: 1 });
+    fx.sandbox.setFaults({ dropNext: 1 });
     onEvent = (e) => {
-      if (e.status === 0) sandbox.setFaults({ forceStatus: 409 });
+      if (e.status === 0) fx.sandbox.setFaults({ forceStatus: 409 });
     };
     const s = start();
     s.requestTracePush();
@@ -370,7 +366,7 @@ describe('409 Conflict', () => {
 
   it('to a trace request that never went out before: no repeat, so a refusal; parked with its answer, not counted as delivered', async () => {
     addReadings(4);
-    sandbox.setFaults({ forceStatus: 409 });
+    fx.sandbox.setFaults({ forceStatus: 409 });
     const s = start();
     s.requestTracePush();
     await waitFor(drained, 5000, 'the readings parked');
@@ -384,7 +380,7 @@ describe('409 Conflict', () => {
   it('with conflict_is_delivered = false: refused, the points parked with the answer and its headers', async () => {
     config.delivery.conflict_is_delivered = false;
     addReadings(2);
-    sandbox.setFaults({ forceStatus: 409 });
+    fx.sandbox.setFaults({ forceStatus: 409 });
     const s = start();
     s.requestTracePush();
     await waitFor(drained, 5000, 'the readings parked');

@@ -17,7 +17,7 @@
  * The real sender and a real SQLite file against a service that deduplicates by key.
  */
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { ApiClient } from '../src/api/client.js';
 import { Store } from '../src/buffer/store.js';
 import { type Config, configSchema } from '../src/config/schema.js';
@@ -25,20 +25,16 @@ import { Sender } from '../src/delivery/sender.js';
 import { createLogger } from '../src/log.js';
 import { recordMilestone } from '../src/milestones/record.js';
 import { type Act, type DedupService, dedupService, type Got } from './dedup-service.js';
-import { TEST_KEY, TEST_SCAC, tempDir, waitFor } from './helpers.js';
+import { TEST_KEY, TEST_SCAC, waitFor, tempFixture } from './helpers.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 const T0 = Date.UTC(2026, 5, 1, 12);
-let tmp: ReturnType<typeof tempDir>;
+const tmp = tempFixture();
 let service: DedupService | undefined;
 let store: Store;
 let client: ApiClient | undefined;
 let sender: Sender | undefined;
 let config: Config;
-
-beforeEach(() => {
-  tmp = tempDir();
-});
 afterEach(async () => {
   await sender?.stop();
   await client?.close();
@@ -47,7 +43,6 @@ afterEach(async () => {
   store.close();
   await service?.close();
   service = undefined;
-  tmp.cleanup();
 });
 
 async function setup(plan: (g: Got) => Act | undefined, onRequest?: (g: Got) => void, opts = { timeoutS: 2, maxTraces: 5 }): Promise<DedupService> {

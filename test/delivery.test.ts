@@ -1,18 +1,17 @@
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ApiClient } from '../src/api/client.js';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { ApiClient } from '../src/api/client.js';
 import { Store } from '../src/buffer/store.js';
 import { backoffMs, classify, retryAfterMs } from '../src/delivery/classify.js';
 import { Sender } from '../src/delivery/sender.js';
 import { configSchema, type Config } from '../src/config/schema.js';
 import { createLogger } from '../src/log.js';
 import { recordMilestone } from '../src/milestones/record.js';
-import { Sandbox } from '../src/sandbox/server.js';
-import { TEST_KEY, TEST_SCAC, tempDir, waitFor } from './helpers.js';
+import { TEST_SCAC, waitFor, daemonFixture } from './helpers.js';
+import { testClient } from './in-process-sender.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
+const fx = daemonFixture();
 let store: Store;
 let sender: Sender;
 let client: ApiClient;
@@ -22,16 +21,16 @@ let config: Config;
 const T0 = Date.UTC(2026, 5, 1, 12);
 
 async function setup(baseUrl?: string) {
-  const { url } = await sandbox.start();
+  const { url } = await fx.sandbox.start();
   config = configSchema.parse({
     api: { base_url: baseUrl ?? url, scac: TEST_SCAC, timeout_s: 2 },
-    buffer: { path: join(tmp.dir, 'b.db') },
+    buffer: { path: join(fx.tmp.dir, 'b.db') },
     sampling: { interval_s: 0 },
     delivery: { poll_interval_ms: 50, retry_initial_s: 0.1, retry_max_s: 0.3 },
     sources: [{ type: 'simulator', resource_id: 'T1' }],
   });
   store = Store.open(config.buffer.path);
-  client = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });
+  client = testClient(config);
   sender = new Sender({ store, client, config, deviceId: 'dev', log: silent });
   store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [{ sequence: 1, type: 'pickup' }], nowMs: T0 });
 }
@@ -39,11 +38,6 @@ async function setup(baseUrl?: string) {
 function addReadings(n: number) {
   store.insertReadings(Array.from({ length: n }, (_, i) => ({ resourceId: 'T1', timeMs: T0 + i * 1000, lat: 41.8, lon: -87.6 + i * 1e-4, temperatureC: 3 })));
 }
-
-beforeEach(() => {
-  tmp = tempDir();
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
-});
 afterEach(async () => {
   await sender?.stop();
   await client?.close();
@@ -51,8 +45,6 @@ afterEach(async () => {
   (sender as unknown) = undefined;
   (client as unknown) = undefined;
   (store as unknown) = undefined;
-  await sandbox.stop();
-  tmp.cleanup();
 });
 
 describe('sender against the sandbox', () => {
@@ -60,8 +52,8 @@ describe('sender against the sandbox', () => {
     await setup();
     sender.start();
     recordMilestone(store, config, { loadNumber: 'L1', code: 'X3', stop: 1 });
-    await waitFor(() => sandbox.milestones.length === 1, 3000, 'the milestone');
-    const got = sandbox.milestones[0];
+    await waitFor(() => fx.sandbox.milestones.length === 1, 3000, 'the milestone');
+    const got = fx.sandbox.milestones[0];
     expect(got.headers.carrierscac).toBe(TEST_SCAC);
     expect(got.headers.accept).toBe('application/json');
     expect(got.headers['content-type']).toBe('application/json');
@@ -78,16 +70,16 @@ describe('sender against the sandbox', () => {
     sender.start();
     // A whole delivery pass: milestones are immediate; traces wait for the schedule.
     await sender.kick();
-    expect(sandbox.milestones).toHaveLength(1);
-    expect(sandbox.traces).toHaveLength(0);
+    expect(fx.sandbox.milestones).toHaveLength(1);
+    expect(fx.sandbox.traces).toHaveLength(0);
     sender.requestTracePush();
     await waitFor(() => store.counts().readings === 0, 5000, 'the backlog drained');
     // A backlog longer than one chunk: the newest position goes first, then oldest first.
-    expect(sandbox.traces.map((t) => t.body.traces.length)).toEqual([1, 40, 40, 19]);
-    const ids = sandbox.traces.map((t) => t.body.traces.map((p) => Number(p.references![0].value.split('-')[1])));
+    expect(fx.sandbox.traces.map((t) => t.body.traces.length)).toEqual([1, 40, 40, 19]);
+    const ids = fx.sandbox.traces.map((t) => t.body.traces.map((p) => Number(p.references![0].value.split('-')[1])));
     expect(ids[0]).toEqual([100]);
     expect(ids.slice(1).flat()).toEqual(Array.from({ length: 99 }, (_, i) => i + 1));
-    expect(sandbox.stats.duplicateTracePoints).toBe(0);
+    expect(fx.sandbox.stats.duplicateTracePoints).toBe(0);
   });
 
   it('drains a depot backlog one chunk per load in turn, oldest first, then deletes what was delivered', async () => {
@@ -106,8 +98,8 @@ describe('sender against the sandbox', () => {
     sender.requestTracePush();
     await waitFor(() => store.counts().readings === 0, 5000, 'the backlog drained');
     await sender.idle();
-    expect(sandbox.traces.map((t) => `${t.body.loadNumber}:${t.body.traces.length}`)).toEqual(['L1:1', 'L2:1', 'L1:10', 'L2:10', 'L1:10', 'L2:10', 'L1:4', 'L2:4']);
-    expect(sandbox.stats.duplicateTracePoints).toBe(0);
+    expect(fx.sandbox.traces.map((t) => `${t.body.loadNumber}:${t.body.traces.length}`)).toEqual(['L1:1', 'L2:1', 'L1:10', 'L2:10', 'L1:10', 'L2:10', 'L1:4', 'L2:4']);
+    expect(fx.sandbox.stats.duplicateTracePoints).toBe(0);
     // Delivered rows are purged after the push, not just hidden.
     expect(store.db.prepare('SELECT count(*) FROM readings').pluck().get()).toBe(0);
   });
@@ -123,7 +115,7 @@ describe('sender against the sandbox', () => {
       n += 1;
     };
     for (let i = 0; i < 30; i++) add();
-    sandbox.setFaults({ latencyMs: 20 });
+    fx.sandbox.setFaults({ latencyMs: 20 });
     const feeding = setInterval(() => {
       for (let i = 0; i < 5; i++) add();
     }, 5);
@@ -135,7 +127,7 @@ describe('sender against the sandbox', () => {
       clearInterval(feeding);
     }
     // Everything buffered when the push began went out; what came later waits for the next.
-    const sent = new Set(sandbox.traces.flatMap((t) => t.body.traces.map((p) => `${t.body.loadNumber}:${p.time.dateTime}`)));
+    const sent = new Set(fx.sandbox.traces.flatMap((t) => t.body.traces.map((p) => `${t.body.loadNumber}:${p.time.dateTime}`)));
     expect(sent.size).toBeGreaterThanOrEqual(90);
     expect(store.counts().readings).toBeGreaterThan(0);
   });
@@ -144,18 +136,18 @@ describe('sender against the sandbox', () => {
     await setup();
     addReadings(10);
     recordMilestone(store, config, { loadNumber: 'L1', code: 'X3' });
-    sandbox.setFaults({ failNext: 3 });
+    fx.sandbox.setFaults({ failNext: 3 });
     sender.start();
     sender.requestTracePush();
     // The service's last answer is there for status and the fleet: the 503, then the success.
     await waitFor(() => sender.status.lastAnswer === 'HTTP 503', 5000, 'a 503 as the last answer');
-    await waitFor(() => sandbox.stats.faults.failed === 3, 5000, 'three 503s');
-    await waitFor(() => sandbox.milestones.length === 1 && store.counts().readings === 0, 5000, 'delivery after the 503s');
+    await waitFor(() => fx.sandbox.stats.faults.failed === 3, 5000, 'three 503s');
+    await waitFor(() => fx.sandbox.milestones.length === 1 && store.counts().readings === 0, 5000, 'delivery after the 503s');
     expect(sender.status.failures.retry).toBe(3);
     expect(sender.status.lastError).toContain('HTTP 503');
     expect(sender.status.lastAnswer).toMatch(/^HTTP 20\d$/);
     expect(sender.status.lastAnswerMs).toBeGreaterThanOrEqual(sender.status.lastErrorMs!);
-    expect(sandbox.traces.flatMap((t) => t.body.traces)).toHaveLength(10);
+    expect(fx.sandbox.traces.flatMap((t) => t.body.traces)).toHaveLength(10);
   });
 
   it('keeps records while nothing listens and reports a network error', async () => {
@@ -178,7 +170,9 @@ describe('sender against the sandbox', () => {
     recordMilestone(store, config, { loadNumber: 'L1', code: 'AF', stop: 1 });
     sender.requestTracePush();
     await sender.kick();
-    const order = [...sandbox.milestones.map((m) => ({ at: m.at, what: String(m.body.eventCode) })), ...sandbox.traces.map((t) => ({ at: t.at, what: 'trace' }))].sort((a, b) => a.at - b.at).map((x) => x.what);
+    const order = [...fx.sandbox.milestones.map((m) => ({ at: m.at, what: String(m.body.eventCode) })), ...fx.sandbox.traces.map((t) => ({ at: t.at, what: 'trace' }))]
+      .sort((a, b) => a.at - b.at)
+      .map((x) => x.what);
     expect(order).toEqual(['X3', 'AF', 'trace']);
   });
 });

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { Store } from '../src/buffer/store.js';
-import { BIN, agentConfig, cleanEnv, runCli, startDaemon, waitFor, type CliResult, type Daemon, daemonFixture } from './helpers.js';
+import { BIN, agentConfig, cleanEnv, NOBODY, nobodyCannot, runCli, startDaemon, waitFor, type CliResult, type Daemon, daemonFixture } from './helpers.js';
 
 let children: ChildProcess[] = [];
 let mounts: string[] = [];
@@ -35,8 +35,6 @@ function daemon(cfg: string): Daemon {
   fx.daemon = d;
   return d;
 }
-
-const started = (d: Daemon, what = 'the daemon to start') => waitFor(() => d.output().includes('"msg":"agent started"'), 15_000, what);
 
 /** agentConfig with the buffer somewhere else, and extra lines in [buffer]. */
 function configWith(dir: string, url: string, buffer: string, bufferLines = '', extra = '', opts: Parameters<typeof agentConfig>[3] = {}): string {
@@ -67,7 +65,7 @@ describe('one daemon per buffer', () => {
     const cfg = agentConfig(fx.tmp.dir, url);
     const buffer = join(fx.tmp.dir, 'buffer.db');
     const first = daemon(cfg);
-    await started(first, 'the first daemon');
+    await first.started('the first daemon');
 
     // Refused at once, not queued behind the lock: a second run that waited for it would never
     // end while the first runs, and runCli's timeout would fail the test.
@@ -86,7 +84,7 @@ describe('one daemon per buffer', () => {
     // A kill -9 leaves no stale lock: the kernel dropped it with the process.
     expect(await first.stop('SIGKILL')).toEqual({ code: null, signal: 'SIGKILL' });
     const third = daemon(cfg);
-    await started(third, 'a new daemon after the first was killed');
+    await third.started('a new daemon after the first was killed');
     expect(third.child.exitCode).toBeNull();
   }, 40_000);
 });
@@ -140,14 +138,6 @@ describe('a buffer that cannot be opened', () => {
   }, 30_000);
 
   describe('as an unprivileged user (uid 65534)', () => {
-    const NOBODY = 65534;
-    /** Why nobody cannot run the checkout from here, or undefined when it can. */
-    function nobodyCannot(): string | undefined {
-      if (!isRoot) return 'switching to uid 65534 needs root';
-      const r = spawnSync(process.execPath, [BIN, '--version'], { uid: NOBODY, gid: NOBODY, encoding: 'utf8' });
-      return r.status === 0 ? undefined : `uid 65534 cannot run ${BIN} here (the checkout is not readable by it: ${(r.stderr || r.error?.message || '').trim().split('\n')[0]})`;
-    }
-
     /** A directory, config and key nobody can read: tempDir makes its directory 0700. */
     function nobodyConfig(buffer: string): string {
       chmodSync(fx.tmp.dir, 0o755);
@@ -159,25 +149,7 @@ describe('a buffer that cannot be opened', () => {
       return cfg;
     }
 
-    function runAsNobody(args: string[]): Promise<CliResult> {
-      return new Promise((resolve, reject) => {
-        const child = spawn(process.execPath, [BIN, ...args], { uid: NOBODY, gid: NOBODY, env: cleanEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
-        children.push(child);
-        let stdout = '';
-        let stderr = '';
-        child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-        child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-        const timer = setTimeout(() => {
-          child.kill('SIGKILL');
-          reject(new Error(`${args.join(' ')} as uid ${NOBODY} did not end; output: ${stdout}${stderr}`));
-        }, 10_000);
-        child.on('error', reject);
-        child.on('close', (code, signal) => {
-          clearTimeout(timer);
-          resolve({ code, signal, stdout, stderr });
-        });
-      });
-    }
+    const runAsNobody = (args: string[]) => runCli(args, { uid: NOBODY, timeoutMs: 10_000 });
 
     it('a directory of root, 0755: validate-config exits 78 and run 73, both naming the user and the directory', async (ctx) => {
       const why = nobodyCannot();
@@ -210,7 +182,7 @@ describe('a buffer that cannot be opened', () => {
       const cfg = nobodyConfig(buffer);
       // `sudo telematics-agent run` once, for a look.
       const asRoot = daemon(cfg);
-      await started(asRoot, 'the daemon run by root');
+      await asRoot.started('the daemon run by root');
       expect(await asRoot.stop('SIGTERM')).toEqual({ code: 0, signal: null });
       for (const f of ['buffer.db', 'buffer.db.lock']) expect(statSync(join(dir, f)).uid, f).toBe(NOBODY);
 
@@ -257,7 +229,7 @@ describe('a WAL of another database', () => {
     mkdirSync(dirB);
     const cfgB = agentConfig(dirB, url);
     const b = daemon(cfgB);
-    await started(b, 'daemon B');
+    await b.started('daemon B');
     expect((await runCli(['load', 'start', 'LB', '-r', 'TB', '--config', cfgB])).code).toBe(0);
     // The daemon puts its identity page into each new WAL generation within a second; give
     // it that long (a version without it goes on after the wait, and fails below).
@@ -302,7 +274,7 @@ describe('a WAL of another database', () => {
 
     const moveCfg = configWith(fx.tmp.dir, url, buffer, 'on_corrupt = "move-aside"');
     const d = daemon(moveCfg);
-    await started(d);
+    await d.started();
     const line = d
       .output()
       .split('\n')
@@ -374,7 +346,7 @@ describe('a corrupt buffer moved aside and salvaged', () => {
     corruptMiddleOfReadings(buffer);
 
     const second = daemon(cfg);
-    await started(second, 'the daemon on a fresh buffer');
+    await second.started('the daemon on a fresh buffer');
     const movedTo = movedAside(second, buffer);
     expect(second.child.exitCode).toBeNull();
 
@@ -424,7 +396,7 @@ describe('a corrupt buffer moved aside and salvaged', () => {
     // The check at start (src/buffer/check.ts) finds it: moved aside, running on a fresh buffer.
     fx.sandbox.setFaults({ failureRate: 0 });
     const second = daemon(cfg);
-    await started(second, 'the daemon on a fresh buffer');
+    await second.started('the daemon on a fresh buffer');
     expect(second.child.exitCode, second.output()).toBeNull();
     const movedTo = movedAside(second, buffer);
     expect(fx.sandbox.stats.tracePoints).toBe(0);

@@ -170,7 +170,7 @@ stop_timeout_s = 20
 `,
     );
     const d = daemon(cfg);
-    await waitFor(() => d.output().includes('"msg":"agent started"'), 15_000, 'the daemon to start');
+    await d.started('the daemon to start');
     // The source's lines name it once: a log reader keeps one of two equal keys.
     const rejected = await waitFor(
       () =>

@@ -80,7 +80,7 @@ enabled = false
     const reached = (load: string, ...expected: string[]) => waitFor(() => JSON.stringify(codes(load)) === JSON.stringify(expected), 30_000, `${load}: ${expected.join(' ')}`);
 
     fx.daemon = startDaemon(['--config', cfg]);
-    await waitFor(() => fx.daemon!.output().includes('"msg":"agent started"'), 15_000, 'the daemon');
+    await fx.daemon!.started('the daemon');
     await cli('load', 'start', 'L-A', '--resource', 'TRUCK-1', '--stops', stops('a.json', GARY));
     await reached('L-A', 'X3@1');
     // B joins the truck at the same dock while A is on it: its own arrival there.

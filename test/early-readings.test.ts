@@ -187,7 +187,7 @@ describe('through the daemon and the CLI', () => {
     const cfg = agentConfig(fx.tmp.dir, fx.sandbox.url, `[[sources]]\ntype = "module"\nname = "t1"\npath = "${source}"\n`, { traces: '* * * * * *', sampling: 0 });
     store.close();
     fx.daemon = startDaemon(['--config', cfg]);
-    await waitFor(() => fx.daemon!.output().includes('"msg":"agent started"'), 15_000, 'the daemon');
+    await fx.daemon!.started('the daemon');
     // Two seconds of T1 with no load.
     await new Promise((r) => setTimeout(r, 2000));
     const startMs = Date.now();

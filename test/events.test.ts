@@ -7,49 +7,35 @@ import Database from 'better-sqlite3';
 import { readdirSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Store } from '../src/buffer/store.js';
+import { describe, expect, it } from 'vitest';
 import { defaultDeviceId, loadConfig } from '../src/config/load.js';
 import { createLogger } from '../src/log.js';
 import { MilestoneDetector } from '../src/milestones/detector.js';
 import type { Stop } from '../src/milestones/stops.js';
 import type { Reading } from '../src/reading.js';
 import { Sandbox } from '../src/sandbox/server.js';
-import { agentConfig, ROOT, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
+import { agentConfig, ROOT, runCli, startDaemon, TEST_KEY, TEST_SCAC, waitFor, writeFile, type Daemon, cliFixture } from './helpers.js';
 
 const CHICAGO = { lat: 41.8781, lon: -87.6298 };
 const HERMOSILLO = { lat: 29.0729, lon: -110.9559 };
 
-let tmp: ReturnType<typeof tempDir>;
-let cfg: string;
-let buffer: string;
-beforeEach(() => {
-  tmp = tempDir();
-  // Milestones typed with fixed dates of 2026 (a winter time in Chicago), recorded long after:
-  // the bound on how old a typed time may be (sources_time.max_past_days) is raised for them.
-  cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9', '[sources_time]\nmax_past_days = 3650\n');
-  buffer = join(tmp.dir, 'buffer.db');
-});
-afterEach(() => tmp.cleanup());
+// Milestones typed with fixed dates of 2026 (a winter time in Chicago), recorded long after:
+// the bound on how old a typed time may be (sources_time.max_past_days) is raised for them.
+const fx = cliFixture('[sources_time]\nmax_past_days = 3650\n');
 
-const cli = (args: string[], env: NodeJS.ProcessEnv = { TZ: 'UTC' }) => runCli([...args, '--config', cfg], { env });
+const cli = (args: string[], env: NodeJS.ProcessEnv = { TZ: 'UTC' }) => runCli([...args, '--config', fx.cfg], { env });
 
 /**
  * A load on T1, started before the fixes these tests feed (`T0`): a load's window begins at
  * its start, by reading time, and a fix from before it is not the load's.
  */
 async function startLoad(loadNumber = 'L1', stops: Stop[] = [{ sequence: 1, type: 'pickup', latitude: CHICAGO.lat, longitude: CHICAGO.lon }]) {
-  const store = Store.open(buffer);
-  try {
-    store.startLoad({ loadNumber, resourceId: 'T1', resourceType: 'Truck', stops, nowMs: T0 - 60_000 });
-  } finally {
-    store.close();
-  }
+  fx.withBuffer((s) => s.startLoad({ loadNumber, resourceId: 'T1', resourceType: 'Truck', stops, nowMs: T0 - 60_000 }));
 }
 
 /** Every row of the tables a refused command must leave alone. */
 function snapshot(): Record<string, unknown[]> {
-  const db = new Database(buffer, { readonly: true, fileMustExist: true });
+  const db = new Database(fx.buffer, { readonly: true, fileMustExist: true });
   try {
     return Object.fromEntries(['loads', 'milestones', 'stop_state', 'readings', 'last_fix', 'dead_letters'].map((t) => [t, db.prepare(`SELECT * FROM ${t} ORDER BY rowid`).all()]));
   } finally {
@@ -58,12 +44,7 @@ function snapshot(): Record<string, unknown[]> {
 }
 
 function milestones() {
-  const store = Store.open(buffer);
-  try {
-    return store.listMilestones();
-  } finally {
-    store.close();
-  }
+  return fx.withBuffer((s) => s.listMilestones());
 }
 
 /** `Date` as a wall-clock time in `zone`, without an offset, as a driver would type it. */
@@ -84,9 +65,7 @@ describe('--time without an offset is read in the zone of the place (item 3)', (
 
   it("the last fix's zone when there is no stop; a typed offset is kept as typed", async () => {
     await startLoad('L1', []);
-    const store = Store.open(buffer);
-    store.insertReadings([{ resourceId: 'T1', timeMs: Date.now() - 60_000, lat: HERMOSILLO.lat, lon: HERMOSILLO.lon }]);
-    store.close();
+    fx.withBuffer((s) => s.insertReadings([{ resourceId: 'T1', timeMs: Date.now() - 60_000, lat: HERMOSILLO.lat, lon: HERMOSILLO.lon }]));
     // Two minutes ago on Hermosillo's clock (UTC-7 all year): the fix is a minute old, so it
     // is where the milestone happened, and its zone reads the time.
     const whenMs = Math.floor((Date.now() - 120_000) / 1000) * 1000;
@@ -142,9 +121,8 @@ function arriveAndLeave(): { arrive: Reading[]; leave: Reading[] } {
 }
 
 function detect(batches: Reading[][], log = silent): void {
-  const store = Store.open(buffer);
-  try {
-    const config = loadConfig(cfg).config;
+  const config = loadConfig(fx.cfg).config;
+  fx.withBuffer((store) => {
     const d = new MilestoneDetector(
       store,
       () => config,
@@ -155,9 +133,7 @@ function detect(batches: Reading[][], log = silent): void {
       store.insertReadings(b);
       d.process(b);
     }
-  } finally {
-    store.close();
-  }
+  });
 }
 
 describe('one milestone per load, code and stop (item 4)', () => {
@@ -200,9 +176,7 @@ describe('one milestone per load, code and stop (item 4)', () => {
       ['AF', 1, 'detected'],
     ]);
     expect(logged).toContain('X3 for stop 1 was recorded already (milestone 1); not reported again');
-    const store = Store.open(buffer);
-    expect(store.stopStates('L1').get(1)?.state).toBe('departed');
-    store.close();
+    expect(fx.withBuffer((s) => s.stopStates('L1').get(1)?.state)).toBe('departed');
 
     const twice = await cli(['milestone', '--load', 'L1', '--code', 'X3', '--stop', '1']);
     expect(twice.code).toBe(65);
@@ -213,7 +187,7 @@ describe('one milestone per load, code and stop (item 4)', () => {
 describe('detection is atomic (item 5)', () => {
   it('a failing stop-state write takes the milestone with it; after the fault, exactly one X3', async () => {
     await startLoad();
-    const db = new Database(buffer);
+    const db = new Database(fx.buffer);
     db.exec(`CREATE TRIGGER fail_state_insert BEFORE INSERT ON stop_state BEGIN SELECT RAISE(ABORT, 'disk error'); END;
              CREATE TRIGGER fail_state_update BEFORE UPDATE ON stop_state BEGIN SELECT RAISE(ABORT, 'disk error'); END;`);
     const { arrive, leave } = arriveAndLeave();
@@ -273,7 +247,7 @@ describe('codes are checked, not just warned about (item 6)', () => {
   });
 
   it('a code added to codes.events in the config (any case) is accepted', async () => {
-    writeFile(tmp.dir, 'agent.toml', readFileSync(cfg, 'utf8').replace('[delivery]', '[codes]\nevents = ["x3", "AF", "X1", "D1", "CD", "SD", "zz"]\n[delivery]'));
+    writeFile(fx.dir, 'agent.toml', readFileSync(fx.cfg, 'utf8').replace('[delivery]', '[codes]\nevents = ["x3", "AF", "X1", "D1", "CD", "SD", "zz"]\n[delivery]'));
     expect((await cli(['validate-config'])).code).toBe(0);
     await startLoad('L1', []);
     expect((await cli(['milestone', '--load', 'L1', '--code', 'ZZ'])).code).toBe(0);
@@ -290,11 +264,11 @@ describe('codes are checked, not just warned about (item 6)', () => {
     expect(snapshot()).toEqual(before);
 
     // biome-ignore lint/correctness/noEmptyCharacterClassInRegex: [^] is any character, newlines included: from [[sources]] to the end.
-    const bad = writeFile(tmp.dir, 'bad.toml', readFileSync(cfg, 'utf8').replace(/\[\[sources\]\][^]*$/, '[[sources]]\ntype = "simulator"\nresource_id = "T1"\nresource_type = "car"\n'));
+    const bad = writeFile(fx.dir, 'bad.toml', readFileSync(fx.cfg, 'utf8').replace(/\[\[sources\]\][^]*$/, '[[sources]]\ntype = "simulator"\nresource_id = "T1"\nresource_type = "car"\n'));
     const v = await runCli(['validate-config', '--config', bad]);
     expect(v.code).toBe(78);
     expect(v.stderr).toContain(`  ${bad}:${readFileSync(bad, 'utf8').split('\n').indexOf('resource_type = "car"') + 1}: sources[0].resource_type: expected one of Truck, Trailer, Driver, got "car"\n`);
-    const ok = writeFile(tmp.dir, 'ok.toml', readFileSync(bad, 'utf8').replace('"car"', '"driver"'));
+    const ok = writeFile(fx.dir, 'ok.toml', readFileSync(bad, 'utf8').replace('"car"', '"driver"'));
     const json = JSON.parse((await runCli(['validate-config', '--json', '--config', ok])).stdout) as { sources: Array<{ resource_type: string }> };
     expect(json.sources[0].resource_type).toBe('Driver');
   });
@@ -319,9 +293,7 @@ describe('load numbers are checked where they are typed (item 7)', () => {
   });
 
   it('a load the buffer holds already (started before the pattern was checked) still has its arrivals detected', async () => {
-    const store = Store.open(buffer);
-    store.startLoad({ loadNumber: 'PO#1', resourceId: 'T1', resourceType: 'Truck', stops: [{ sequence: 1, type: 'pickup', latitude: CHICAGO.lat, longitude: CHICAGO.lon }], nowMs: T0 - 60_000 });
-    store.close();
+    await startLoad('PO#1');
     detect([arriveAndLeave().arrive]);
     expect(milestones().map((m) => [m.loadNumber, m.code, m.origin])).toEqual([['PO#1', 'X3', 'detected']]);
     // Typed by hand, it is refused.
@@ -331,7 +303,7 @@ describe('load numbers are checked where they are typed (item 7)', () => {
   });
 
   it('a pattern of its own: year-prefixed numbers only', async () => {
-    cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9', '', { api: "load_number_pattern = '^20\\d{2}-\\d{6}$'" });
+    fx.cfg = agentConfig(fx.dir, 'http://127.0.0.1:9', '', { api: "load_number_pattern = '^20\\d{2}-\\d{6}$'" });
     const r = await cli(['load', 'start', 'L1', '--resource', 'T1']);
     expect(r.code).toBe(65);
     expect(r.stderr).toContain('error: load number "L1" does not match api.load_number_pattern ^20\\d{2}-\\d{6}$');
@@ -339,7 +311,7 @@ describe('load numbers are checked where they are typed (item 7)', () => {
     expect((await cli(['milestone', '--load', '2026-000123', '--code', 'X6'])).code).toBe(0);
     expect((await cli(['milestone', '--load', '2026-00012', '--code', 'X6'])).code).toBe(65);
 
-    cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9', '', { api: 'load_number_pattern = "(["' });
+    fx.cfg = agentConfig(fx.dir, 'http://127.0.0.1:9', '', { api: 'load_number_pattern = "(["' });
     const v = await cli(['validate-config']);
     expect(v.code).toBe(78);
     expect(v.stderr).toMatch(/ {2}\S+agent\.toml:\d+: api\.load_number_pattern: expected a regular expression \(.*\)/);
@@ -348,10 +320,10 @@ describe('load numbers are checked where they are typed (item 7)', () => {
 
 describe('device ids unique across a fleet (item 9)', () => {
   it('host name plus the first 8 hex digits of the machine id; the host name alone without one', () => {
-    const id = writeFile(tmp.dir, 'machine-id', '3D1219C7C4C5404AAA1F6D2A48ADFDA4\n');
+    const id = writeFile(fx.dir, 'machine-id', '3D1219C7C4C5404AAA1F6D2A48ADFDA4\n');
     expect(defaultDeviceId('raspberrypi', id)).toBe('raspberrypi-3d1219c7');
-    expect(defaultDeviceId('raspberrypi', join(tmp.dir, 'none'))).toBe('raspberrypi');
-    expect(defaultDeviceId('raspberrypi', writeFile(tmp.dir, 'empty', ''))).toBe('raspberrypi');
+    expect(defaultDeviceId('raspberrypi', join(fx.dir, 'none'))).toBe('raspberrypi');
+    expect(defaultDeviceId('raspberrypi', writeFile(fx.dir, 'empty', ''))).toBe('raspberrypi');
     expect(defaultDeviceId('x'.repeat(80), id)).toBe(`${'x'.repeat(55)}-3d1219c7`);
     expect(readFileSync(join(ROOT, 'config', 'agent.example.toml'), 'utf8')).toMatch(/host\s+name plus the first 8 hex digits of \/etc\/machine-id/);
   });
@@ -361,12 +333,12 @@ describe('device ids unique across a fleet (item 9)', () => {
     const { url } = await sandbox.start();
     let daemon: Daemon | undefined;
     try {
-      cfg = agentConfig(tmp.dir, url, '[[sources]]\ntype = "simulator"\nresource_id = "T1"\ntime_scale = 20\n', { deviceId: null, traces: '* * * * * *', sampling: 0 });
+      fx.cfg = agentConfig(fx.dir, url, '[[sources]]\ntype = "simulator"\nresource_id = "T1"\ntime_scale = 20\n', { deviceId: null, traces: '* * * * * *', sampling: 0 });
       const expected = defaultDeviceId();
       expect(expected).not.toBe(hostname()); // this machine has a machine id
       expect((await cli(['validate-config'])).stdout).toContain(`(device ${expected}, `);
       expect((await cli(['load', 'start', 'L1', '--resource', 'T1'])).code).toBe(0);
-      daemon = startDaemon(['--config', cfg]);
+      daemon = startDaemon(['--config', fx.cfg]);
       await waitFor(() => sandbox.stats.tracePoints >= 2, 20_000, 'trace points');
       const ids = sandbox.traces.flatMap((t) => t.body.traces.map((p) => p.references!.find((r) => r.name === 'traceId')!.value));
       for (const v of ids) expect(v).toMatch(new RegExp(`^${expected.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}-\\d+$`));

@@ -11,9 +11,8 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { connect, type IClientOptions, type MqttClient } from 'mqtt';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Sandbox } from '../src/sandbox/server.js';
-import { agentConfig, type Daemon, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile } from './helpers.js';
+import { afterEach, describe, expect, it } from 'vitest';
+import { agentConfig, runCli, startDaemon, waitFor, writeFile, daemonFixture } from './helpers.js';
 import { FLEET_ACL } from './fleet-acl.js';
 import { makePki } from './pki.js';
 import { Broker, NO_MOSQUITTO } from './sources/mosquitto.js';
@@ -39,26 +38,16 @@ interface Reply {
 }
 
 describe.skipIf(NO_MOSQUITTO)('the fleet link (real mosquitto with ACLs, real daemon, real sandbox)', () => {
-  let tmp: ReturnType<typeof tempDir>;
   let broker: Broker;
-  let daemon: Daemon | undefined;
-  let sandbox: Sandbox;
   const clients: MqttClient[] = [];
-  beforeEach(() => {
-    tmp = tempDir('ta-fleet-');
-    sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
-  });
-  afterEach(async () => {
+  const fx = daemonFixture({ prefix: 'ta-fleet-', afterStop: () => broker?.stop() });
+  // Before the daemon stops (vitest runs after-hooks last registered first).
+  afterEach(() => {
     for (const c of clients.splice(0)) c.end(true);
-    await daemon?.stop('SIGKILL');
-    daemon = undefined;
-    await broker?.stop();
-    await sandbox.stop();
-    tmp.cleanup();
   });
 
   async function startBroker(opts: ConstructorParameters<typeof Broker>[2] = { users: USERS, acl: FLEET_ACL }): Promise<Broker> {
-    broker = new Broker(join(tmp.dir, 'broker'), await freePort(), opts);
+    broker = new Broker(join(fx.tmp.dir, 'broker'), await freePort(), opts);
     await broker.start();
     return broker;
   }
@@ -94,17 +83,17 @@ describe.skipIf(NO_MOSQUITTO)('the fleet link (real mosquitto with ACLs, real da
   }
 
   function fleetConfig(extra = '', fleet = ''): string {
-    writeFile(tmp.dir, 'fleet-password', `${USERS['truck-a']}\n`, 0o600);
+    writeFile(fx.tmp.dir, 'fleet-password', `${USERS['truck-a']}\n`, 0o600);
     return agentConfig(
-      tmp.dir,
-      sandbox.url,
+      fx.tmp.dir,
+      fx.sandbox.url,
       `[milestones]
 dwell_s = 0
 min_fixes = 2
 [fleet]
 url = "${broker.url}"
 username = "truck-a"
-password_file = "${join(tmp.dir, 'fleet-password')}"
+password_file = "${join(fx.tmp.dir, 'fleet-password')}"
 keepalive_s = 5
 status_interval_s = 5
 ${fleet}
@@ -114,11 +103,11 @@ ${extra}`,
   }
 
   const run = (cfg: string) => {
-    daemon = startDaemon(['--config', cfg]);
-    return waitFor(() => daemon!.output().includes('connected to the fleet broker'), 15_000, 'the daemon on the fleet broker');
+    fx.daemon = startDaemon(['--config', cfg]);
+    return waitFor(() => fx.daemon!.output().includes('connected to the fleet broker'), 15_000, 'the daemon on the fleet broker');
   };
 
-  const buffer = () => join(tmp.dir, 'buffer.db');
+  const buffer = () => join(fx.tmp.dir, 'buffer.db');
   const countOf = (sql: string) => {
     const db = new Database(buffer(), { readonly: true });
     try {
@@ -130,8 +119,8 @@ ${extra}`,
 
   it('a load assigned over MQTT gets its traces and its detected arrival delivered, and status tells the desk', async () => {
     await startBroker();
-    await sandbox.start();
-    const source = writeFile(tmp.dir, 'parked.mjs', PARKED);
+    await fx.sandbox.start();
+    const source = writeFile(fx.tmp.dir, 'parked.mjs', PARKED);
     await run(fleetConfig(`[[sources]]\ntype = "module"\nname = "parked"\npath = "${source}"\n`));
     const d = await dispatch();
     const status = await watch(d, 'fleet/truck-a/status');
@@ -143,8 +132,8 @@ ${extra}`,
       stops: [{ sequence: 1, type: 'pickup', latitude: 41.8781, longitude: -87.6298, radiusM: 300 }],
     });
     expect(reply).toEqual({ commandId: 'c-1', ok: true, status: 0, message: 'load L-100 started on TRUCK-A (Truck) with 1 stop(s)' });
-    await waitFor(() => sandbox.traces.some((t) => t.body.loadNumber === 'L-100'), 20_000, 'traces of L-100 at the sandbox');
-    await waitFor(() => sandbox.milestones.some((m) => m.body.loadNumber === 'L-100' && m.body.eventCode === 'X3'), 20_000, 'the detected arrival');
+    await waitFor(() => fx.sandbox.traces.some((t) => t.body.loadNumber === 'L-100'), 20_000, 'traces of L-100 at the sandbox');
+    await waitFor(() => fx.sandbox.milestones.some((m) => m.body.loadNumber === 'L-100' && m.body.eventCode === 'X3'), 20_000, 'the detected arrival');
     // The status names the load, its backlog and the last fix with its place.
     const s = await waitFor(
       () => status.find((x) => (x.body.loads as Array<{ loadNumber: string }> | undefined)?.some((l) => l.loadNumber === 'L-100') && (x.body.lastFixes as unknown[]).length > 0),
@@ -157,7 +146,7 @@ ${extra}`,
     // A milestone by hand, as the CLI records one.
     const m = await send(d, 'truck-a', 'milestone', { commandId: 'c-2', loadNumber: 'L-100', eventCode: 'AF', stopsequenceNumber: 1 });
     expect(m).toMatchObject({ commandId: 'c-2', ok: true, status: 0 });
-    await waitFor(() => sandbox.milestones.some((x) => x.body.eventCode === 'AF'), 15_000, 'the AF milestone');
+    await waitFor(() => fx.sandbox.milestones.some((x) => x.body.eventCode === 'AF'), 15_000, 'the AF milestone');
     // The last push and the service's answer to it.
     const answered = await waitFor(() => status.find((x) => (x.body.lastPush as { answer?: string } | undefined)?.answer && (x.body.lastPush as { at?: string }).at), 15_000, 'a status with the last answer');
     expect(answered.body.lastPush).toMatchObject({ at: expect.any(String), lastSuccessAt: expect.any(String), answer: expect.stringMatching(/^HTTP 20\d$/), answerAt: expect.any(String), error: null });
@@ -169,21 +158,21 @@ ${extra}`,
     const end = await send(d, 'truck-a', 'load-end', { commandId: 'c-3', loadNumber: 'L-100' });
     expect(end).toEqual({ commandId: 'c-3', ok: true, status: 0, message: 'load L-100 ended' });
     // A clean stop says offline itself.
-    expect(await daemon!.stop('SIGTERM')).toEqual({ code: 0, signal: null });
+    expect(await fx.daemon!.stop('SIGTERM')).toEqual({ code: 0, signal: null });
     await waitFor(() => status.find((x) => x.body.online === false), 5000, 'online: false');
     expect(status.find((x) => x.body.online === false)!.body.reason).toBe('stopped');
   });
 
   it('a command delivered twice, and again after a restart, is applied once and answered with its first answer', async () => {
     await startBroker();
-    await sandbox.start();
+    await fx.sandbox.start();
     const cfg = fleetConfig();
     await run(cfg);
     const d = await dispatch();
     const cmd = { commandId: 'sd-1', loadNumber: 'L-7', eventCode: 'SD', reasonCode: 'AO', time: new Date(Math.floor(Date.now() / 1000) * 1000 - 3_600_000).toISOString() };
     // The operator's CLI, as dispatch would: its exit status is the answer's.
-    const file = writeFile(tmp.dir, 'load.json', JSON.stringify({ commandId: 'ls-1', loadNumber: 'L-7', resourceId: 'T7' }));
-    const pw = writeFile(tmp.dir, 'dispatch-pw', `${USERS.dispatch}\n`);
+    const file = writeFile(fx.tmp.dir, 'load.json', JSON.stringify({ commandId: 'ls-1', loadNumber: 'L-7', resourceId: 'T7' }));
+    const pw = writeFile(fx.tmp.dir, 'dispatch-pw', `${USERS.dispatch}\n`);
     const sent = await runCli(['fleet', 'send', '--url', broker.url, '--username', 'dispatch', '--password-file', pw, '--device', 'truck-a', 'load-start', '--file', file]);
     expect(sent.code, sent.stderr).toBe(0);
     expect(JSON.parse(sent.stdout)).toEqual({ commandId: 'ls-1', ok: true, status: 0, message: 'load L-7 started on T7 (Truck) with 0 stop(s)' });
@@ -214,20 +203,20 @@ ${extra}`,
       status: 0,
       message: 'load L-7 started on T7 (Truck) with 0 stop(s)',
     });
-    await daemon!.stop('SIGTERM');
+    await fx.daemon!.stop('SIGTERM');
     await run(cfg);
     expect(await send(d, 'truck-a', 'milestone', cmd)).toEqual(first);
     expect(countOf("SELECT count(*) AS n FROM milestones WHERE code = 'SD'")).toBe(1);
     expect(countOf('SELECT count(*) AS n FROM loads')).toBe(1);
-    expect(daemon!.output()).toContain('fleet command seen before');
+    expect(fx.daemon!.output()).toContain('fleet command seen before');
   });
 
   it('a command sent while the agent is away is applied when it is back (persistent session)', async () => {
     await startBroker();
-    await sandbox.start();
+    await fx.sandbox.start();
     const cfg = fleetConfig();
     await run(cfg);
-    await daemon!.stop('SIGTERM');
+    await fx.daemon!.stop('SIGTERM');
     const d = await dispatch();
     const replies = await watch(d, 'fleet/truck-a/reply/away-1');
     await d.publishAsync('fleet/truck-a/cmd/load-start', JSON.stringify({ commandId: 'away-1', loadNumber: 'L-AWAY', resourceId: 'T1', resourceType: 'trailer' }), { qos: 1 });
@@ -240,7 +229,7 @@ ${extra}`,
 
   it('answers a malformed, oversized, invalid or unknown command with an error and keeps running', async () => {
     await startBroker();
-    await sandbox.start();
+    await fx.sandbox.start();
     await run(fleetConfig('', 'max_command_bytes = 2048'));
     const d = await dispatch();
     expect(await send(d, 'truck-a', 'load-start', '{"commandId": "bad-1", "loadNumber": ')).toMatchObject({ commandId: 'bad-1', ok: false, status: 64, message: expect.stringContaining('not JSON') });
@@ -266,13 +255,13 @@ ${extra}`,
     expect(rt[0]).toMatchObject({ body: { commandId: 's-1', ok: true, status: 0, message: 'status published' }, correlation: 'corr-9' });
     // Still running, still taking commands.
     expect(await send(d, 'truck-a', 'load-start', { commandId: 'ok-1', loadNumber: 'L-1', resourceId: 'T1' })).toMatchObject({ ok: true });
-    expect(daemon!.child.exitCode).toBeNull();
-    expect(daemon!.output()).toContain('fleet command refused');
+    expect(fx.daemon!.child.exitCode).toBeNull();
+    expect(fx.daemon!.output()).toContain('fleet command refused');
   });
 
   it('a response topic holding a wildcard is not published to: the broker would drop the link and hand the command over again, for ever', async () => {
     await startBroker();
-    await sandbox.start();
+    await fx.sandbox.start();
     await run(fleetConfig());
     const d = await dispatch();
     const replies = await watch(d, 'fleet/truck-a/reply/+');
@@ -280,22 +269,22 @@ ${extra}`,
     await d.publishAsync('fleet/truck-a/cmd/status', JSON.stringify({ commandId: 'wild-1' }), { qos: 1, properties: { responseTopic: 'fleet/truck-a/reply/#', correlationData: Buffer.from('c') } });
     await waitFor(() => replies.find((r) => r.body.commandId === 'wild-1'), 10_000, 'the answer on reply/wild-1');
     await new Promise((r) => setTimeout(r, 4000));
-    expect(daemon!.output().split('connected to the fleet broker').length - 1).toBe(1);
+    expect(fx.daemon!.output().split('connected to the fleet broker').length - 1).toBe(1);
     expect(replies.filter((r) => r.body.commandId === 'wild-1').map((r) => r.topic)).toEqual(['fleet/truck-a/reply/wild-1']);
-    expect(daemon!.output()).toContain('not a topic the answer can be published to');
+    expect(fx.daemon!.output()).toContain('not a topic the answer can be published to');
     expect(await send(d, 'truck-a', 'status', { commandId: 'after-1' })).toMatchObject({ ok: true, status: 0 });
   });
 
   it('a status or an answer the broker’s ACL refuses is logged as an error naming the topic and the user, once a connection', async () => {
     await startBroker();
-    await sandbox.start();
+    await fx.sandbox.start();
     // The device logs in as truck-b, but its topics are truck-a's: the ACL (user = device id) refuses them.
-    const pw = writeFile(tmp.dir, 'b-password', `${USERS['truck-b']}\n`, 0o600);
-    const cfg = agentConfig(tmp.dir, sandbox.url, `[fleet]\nurl = "${broker.url}"\nusername = "truck-b"\npassword_file = "${pw}"\nstatus_interval_s = 5\n`, { deviceId: 'truck-a' });
+    const pw = writeFile(fx.tmp.dir, 'b-password', `${USERS['truck-b']}\n`, 0o600);
+    const cfg = agentConfig(fx.tmp.dir, fx.sandbox.url, `[fleet]\nurl = "${broker.url}"\nusername = "truck-b"\npassword_file = "${pw}"\nstatus_interval_s = 5\n`, { deviceId: 'truck-a' });
     await run(cfg);
     const refused = () =>
-      daemon!
-        .output()
+      fx
+        .daemon!.output()
         .split('\n')
         .filter((l) => l.includes('refuses what this device publishes'))
         .map((l) => JSON.parse(l) as { level: number; msg: string });
@@ -305,14 +294,14 @@ ${extra}`,
     expect(refused()[0].level).toBe(50);
     expect(refused()[0].msg).toContain('fleet/truck-a/status');
     expect(refused()[0].msg).toContain('truck-b');
-    expect(daemon!.output()).not.toContain(USERS['truck-b']);
+    expect(fx.daemon!.output()).not.toContain(USERS['truck-b']);
   });
 
   it('a broker that closes the link soon after accepting it (a cloned device with the same client id) is not fought every second', async () => {
     await startBroker();
-    await sandbox.start();
+    await fx.sandbox.start();
     await run(fleetConfig());
-    const connects = () => daemon!.output().split('connected to the fleet broker').length - 1;
+    const connects = () => fx.daemon!.output().split('connected to the fleet broker').length - 1;
     // The clone: same user, same client id, back 300 ms after each time it is thrown off;
     // mosquitto closes the older connection of a client id without a word.
     const clone = connect(broker.url, { protocolVersion: 5, clientId: 'telematics-agent-truck-a', username: 'truck-a', password: USERS['truck-a'], clean: false, reconnectPeriod: 300 });
@@ -321,13 +310,13 @@ ${extra}`,
     clone.end(true);
     // Backing off from 1 s (full jitter) the link comes back about 5 times in 12 s; it came back 20.
     expect(connects()).toBeLessThanOrEqual(9);
-    const line = daemon!
-      .output()
+    const line = fx
+      .daemon!.output()
       .split('\n')
       .find((l) => l.includes('closed by the broker'));
     expect(JSON.parse(line ?? '{}').msg).toContain('telematics-agent-truck-a');
     // Back once the clone is gone (its session, expiring at once, took the link's with it), and answering.
-    const out = () => daemon!.output();
+    const out = () => fx.daemon!.output();
     await waitFor(() => out().lastIndexOf('connected to the fleet broker') > out().lastIndexOf('closed by the broker'), 150_000, 'the link back once the clone is gone');
     await new Promise((r) => setTimeout(r, 500));
     expect(await send(await dispatch(), 'truck-a', 'status', { commandId: 'back-1' })).toMatchObject({ ok: true });
@@ -335,7 +324,7 @@ ${extra}`,
 
   it('`status` says whether the link is up, and why not when the broker is gone', async () => {
     await startBroker();
-    await sandbox.start();
+    await fx.sandbox.start();
     const cfg = fleetConfig();
     await run(cfg);
     const fleetRow = async () => (await runCli(['status', '--config', cfg])).stdout.split('\n').find((l) => l.startsWith('fleet link:'));
@@ -350,10 +339,10 @@ ${extra}`,
 
   it('`fleet send` to a device the broker holds no session for says nothing is queued, instead of waiting for an answer', async () => {
     await startBroker();
-    await sandbox.start();
+    await fx.sandbox.start();
     await run(fleetConfig());
-    await daemon!.stop('SIGTERM'); // truck-a's session stays at the broker, and takes commands
-    const pw = writeFile(tmp.dir, 'dispatch-pw', `${USERS.dispatch}\n`);
+    await fx.daemon!.stop('SIGTERM'); // truck-a's session stays at the broker, and takes commands
+    const pw = writeFile(fx.tmp.dir, 'dispatch-pw', `${USERS.dispatch}\n`);
     const sendTo = (device: string) => runCli(['fleet', 'send', '--url', broker.url, '--username', 'dispatch', '--password-file', pw, '--device', device, '--timeout', '2', 'status', '--json', '{}']);
     const typo = await sendTo('truck-zz');
     expect(typo.code).toBe(1);
@@ -366,12 +355,12 @@ ${extra}`,
 
   it('a reload that changes [fleet] reconnects without telling the desk the agent stopped', async () => {
     const status = await online();
-    const cfg = join(tmp.dir, 'agent.toml');
-    writeFile(tmp.dir, 'agent.toml', readFileSync(cfg, 'utf8').replace('status_interval_s = 5', 'status_interval_s = 6'));
+    const cfg = join(fx.tmp.dir, 'agent.toml');
+    writeFile(fx.tmp.dir, 'agent.toml', readFileSync(cfg, 'utf8').replace('status_interval_s = 5', 'status_interval_s = 6'));
     const seen = status.length;
-    daemon!.child.kill('SIGHUP');
-    await waitFor(() => daemon!.output().includes('configuration reloaded'), 10_000, 'the reload');
-    await waitFor(() => daemon!.output().split('connected to the fleet broker').length > 2, 10_000, 'the new connection');
+    fx.daemon!.child.kill('SIGHUP');
+    await waitFor(() => fx.daemon!.output().includes('configuration reloaded'), 10_000, 'the reload');
+    await waitFor(() => fx.daemon!.output().split('connected to the fleet broker').length > 2, 10_000, 'the new connection');
     await waitFor(() => status.slice(seen).find((s) => s.body.online === true), 10_000, 'the status of the new connection');
     expect(status.slice(seen).filter((s) => s.body.online === false)).toEqual([]);
   });
@@ -379,7 +368,7 @@ ${extra}`,
   /** A linked daemon that said it is online, and dispatch watching its status. */
   async function online() {
     await startBroker();
-    await sandbox.start();
+    await fx.sandbox.start();
     await run(fleetConfig());
     const d = await dispatch();
     const status = await watch(d, 'fleet/truck-a/status');
@@ -391,7 +380,7 @@ ${extra}`,
     const status = await online();
     await new Promise((r) => setTimeout(r, 3000));
     const killedAt = Date.now();
-    daemon!.child.kill('SIGKILL');
+    fx.daemon!.child.kill('SIGKILL');
     const will = await waitFor(() => status.find((s) => s.body.online === false), 15_000, 'the Last Will');
     expect(Date.now() - killedAt).toBeLessThanOrEqual(5 * 1.5 * 1000 + 500);
     expect(will.body).toMatchObject({ online: false, deviceId: 'truck-a', reason: 'connection lost' });
@@ -402,11 +391,11 @@ ${extra}`,
   it('the Last Will says offline when the agent goes silent without closing its connection (a power cut: SIGSTOP), and it is back online after', async () => {
     const status = await online();
     // Frozen: the socket stays open and says nothing; only the broker's keepalive (5 s x 1.5) can tell.
-    daemon!.child.kill('SIGSTOP');
+    fx.daemon!.child.kill('SIGSTOP');
     const will = await waitFor(() => status.find((s) => s.body.online === false), 15_000, 'the Last Will');
     expect(will.body).toMatchObject({ online: false, deviceId: 'truck-a', reason: 'connection lost' });
     const seen = status.length;
-    daemon!.child.kill('SIGCONT');
+    fx.daemon!.child.kill('SIGCONT');
     await waitFor(() => status.slice(seen).find((s) => s.body.online === true), 20_000, 'online again');
   });
 
@@ -433,7 +422,7 @@ ${extra}`,
   });
 
   it('connects over TLS with a client certificate made by openssl', async () => {
-    const pkiDir = join(tmp.dir, 'pki');
+    const pkiDir = join(fx.tmp.dir, 'pki');
     mkdirSync(pkiDir);
     const pki = makePki(pkiDir);
     // The device's certificate, CN = its device id (mosquitto takes it as the user name).
@@ -441,14 +430,14 @@ ${extra}`,
     openssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=truck-a', '-keyout', 'device.key', '-out', 'device.csr');
     openssl('x509', '-req', '-in', 'device.csr', '-CA', 'test-ca.pem', '-CAkey', 'test-ca.key', '-CAcreateserial', '-days', '2', '-out', 'device.pem');
     await startBroker({ tls: { cert: pki.cert, key: pki.key, clientCa: pki.caFile }, acl: FLEET_ACL });
-    await sandbox.start();
-    const cfg = agentConfig(tmp.dir, sandbox.url, `[fleet]\nurl = "${broker.url}"\nca_file = "${pki.caFile}"\ncert_file = "${join(pkiDir, 'device.pem')}"\nkey_file = "${join(pkiDir, 'device.key')}"\n`, {
+    await fx.sandbox.start();
+    const cfg = agentConfig(fx.tmp.dir, fx.sandbox.url, `[fleet]\nurl = "${broker.url}"\nca_file = "${pki.caFile}"\ncert_file = "${join(pkiDir, 'device.pem')}"\nkey_file = "${join(pkiDir, 'device.key')}"\n`, {
       deviceId: 'truck-a',
     });
     await run(cfg);
     // Without a certificate the broker refuses the connection.
     await expect(client({ ca: [pki.cert], clientId: 'no-cert', connectTimeout: 3000 })).rejects.toThrow();
-    expect(daemon!.output()).not.toContain('BEGIN');
+    expect(fx.daemon!.output()).not.toContain('BEGIN');
   });
 });
 

@@ -22,6 +22,20 @@ function capture() {
   return { stream, text: () => text };
 }
 
+/** A stand-in agent for healthProblems: nothing queued, no trouble; `more` gives its sources and clock. */
+function idleAgent(more: { sources: Source[]; clockState: () => unknown }): Agent {
+  return {
+    sender: { status: {} },
+    store: { counts: () => ({ readings: 0, pendingMilestones: 0 }) },
+    pushIntervalMs: () => 900_000,
+    startedAt: 0,
+    ingest: { stats: { trouble: null } },
+    config: { health: { source_silent_s: 300 } },
+    pageView: () => undefined,
+    ...more,
+  } as unknown as Agent;
+}
+
 /** Prometheus text format: `name{labels} value` lines into a map. */
 function parseMetrics(text: string): Map<string, number> {
   const m = new Map<string, number>();
@@ -144,18 +158,11 @@ describe('source silence', () => {
       stop: async () => undefined,
       health: () => ({ healthy: true, readings: 60, rejected: 0, lastReadingMs: 0, finished: false, ...h }),
     });
-    const agent = {
-      sender: { status: {} },
-      store: { counts: () => ({ readings: 0, pendingMilestones: 0 }) },
-      pushIntervalMs: () => 900_000,
-      startedAt: 0,
-      ingest: { stats: { trouble: null } },
-      config: { health: { source_silent_s: 300 } },
+    const agent = idleAgent({
       clockState: () => ({ state: 'synchronised', from: 'test', offsetMs: 0, held: 0, heldExpired: 0 }),
-      pageView: () => undefined,
       // The detail no longer decides: a file whose name holds "finished" is still watched.
       sources: [source('replay', { finished: true, detail: 'end of file after 315 lines' }), source('gps', { detail: 'reading /tmp/finished.nmea (fifo)' })],
-    } as unknown as Agent;
+    });
     expect(healthProblems(agent, 301_000)).toEqual(['source gps silent for more than 300 s']);
   });
 });
@@ -178,17 +185,10 @@ describe('logs', () => {
 
 describe('the system clock', () => {
   it('is a problem once readings were kept with the time of a clock not synchronised', () => {
-    const agent = {
-      sender: { status: {} },
-      store: { counts: () => ({ readings: 0, pendingMilestones: 0 }) },
-      pushIntervalMs: () => 900_000,
-      startedAt: 0,
-      ingest: { stats: { trouble: null } },
-      config: { health: { source_silent_s: 300 } },
+    const agent = idleAgent({
       sources: [],
       clockState: () => ({ state: 'unsynchronised', from: 'the kernel (timedatectl)', offsetMs: null, held: 2, heldExpired: 0 }),
-      pageView: () => undefined,
-    } as unknown as Agent;
+    });
     // Waiting for the first fix is not yet a problem...
     expect(healthProblems(agent, 1000)).toEqual([]);
     // ...readings kept with a wrong time are.

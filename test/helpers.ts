@@ -1,10 +1,12 @@
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach } from 'vitest';
 import { Store } from '../src/buffer/store.js';
+import { createLogger, type Logger } from '../src/log.js';
 import { Sandbox, type SandboxOptions } from '../src/sandbox/server.js';
 
 export const ROOT = resolve(import.meta.dirname, '..');
@@ -28,12 +30,16 @@ export interface CliResult {
   stderr: string;
 }
 
-/** Run the real CLI as a child process, with no stdin, and wait for it. */
-export function runCli(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<CliResult> {
+/**
+ * Run the real CLI as a child process, with no stdin, and wait for it; killed after
+ * `timeoutMs`. `uid`: as that user, with the group of the same number (needs root).
+ */
+export function runCli(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number; uid?: number } = {}): Promise<CliResult> {
   return new Promise((resolvePromise, reject) => {
     const child = spawn(process.execPath, [BIN, ...args], {
       env: { ...cleanEnv(), ...opts.env },
       stdio: ['ignore', 'pipe', 'pipe'],
+      ...(opts.uid === undefined ? {} : { uid: opts.uid, gid: opts.uid }),
     });
     let stdout = '';
     let stderr = '';
@@ -51,6 +57,16 @@ export function runCli(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutM
   });
 }
 
+/** The unprivileged user (nobody) tests run commands as. */
+export const NOBODY = 65534;
+
+/** Why uid 65534 cannot run the checkout's bin here, or undefined when it can. */
+export function nobodyCannot(): string | undefined {
+  if (process.getuid?.() !== 0) return 'switching to uid 65534 needs root';
+  const r = spawnSync(process.execPath, [BIN, '--version'], { uid: NOBODY, gid: NOBODY, encoding: 'utf8' });
+  return r.status === 0 ? undefined : `uid 65534 cannot run ${BIN} here (the checkout is not readable by it: ${(r.stderr || r.error?.message || '').trim().split('\n')[0]})`;
+}
+
 /** Environment without variables that would change which config or key the CLI uses. */
 export function cleanEnv(): NodeJS.ProcessEnv {
   const env = { ...process.env };
@@ -64,6 +80,8 @@ export function cleanEnv(): NodeJS.ProcessEnv {
 export interface Daemon {
   child: ChildProcess;
   output: () => string;
+  /** Waits for the daemon's "agent started" log line, and gives it parsed. */
+  started: <T = Record<string, unknown>>(what?: string) => Promise<T>;
   stop: (signal?: NodeJS.Signals) => Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
@@ -80,6 +98,19 @@ export function startDaemon(args: string[], env: NodeJS.ProcessEnv = {}, nodeArg
   return {
     child,
     output: () => out,
+    started: async (what = 'the daemon to start') => {
+      // Whole lines only: the last piece may be a line still being written.
+      const line = await waitFor(
+        () =>
+          out
+            .split('\n')
+            .slice(0, -1)
+            .find((l) => l.includes('"msg":"agent started"')),
+        15_000,
+        what,
+      );
+      return JSON.parse(line);
+    },
     stop: async (signal = 'SIGTERM') => {
       if (child.exitCode === null && child.signalCode === null) child.kill(signal);
       const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
@@ -116,6 +147,17 @@ export function findLibfaketime(): string | undefined {
  */
 export function fakeClockEnv(lib: string, file: string): NodeJS.ProcessEnv {
   return { LD_PRELOAD: lib, FAKETIME_TIMESTAMP_FILE: file, FAKETIME_NO_CACHE: '1', FAKETIME_DONT_FAKE_MONOTONIC: '1' };
+}
+
+/** A logger at `level` whose lines (pino's JSON) are parsed into `into`, for assertions. */
+export function jsonLogger<T>(into: T[], level: 'debug' | 'info' = 'debug'): Logger {
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      for (const line of chunk.toString().split('\n')) if (line.trim()) into.push(JSON.parse(line));
+      cb();
+    },
+  });
+  return createLogger({ level, destination: sink });
 }
 
 export const TEST_KEY = 'test-key-0123456789abcdef';
@@ -188,6 +230,84 @@ export function daemonFixture<D extends Stoppable = Daemon>(
     set daemon(d) {
       current = d;
       if (d && !started.includes(d)) started.push(d);
+    },
+  };
+}
+
+export interface TempFixture {
+  /** This test's directory, removed after it. */
+  readonly dir: string;
+  /** `buffer.db` in that directory: the buffer agentConfig's config names. */
+  readonly buffer: string;
+  /** `fn` with that buffer open, closed after (withStoreAt). */
+  withBuffer: <T>(fn: (store: Store) => T) => T;
+}
+
+/**
+ * A fresh directory for each test of the suite it is called in (registers beforeEach and
+ * afterEach), removed after the test. Hooks the file registers after this call run after its
+ * beforeEach and before its afterEach (vitest stacks after-hooks), so they may use the
+ * directory to the end.
+ */
+export function tempFixture(prefix?: string): TempFixture {
+  let tmp: ReturnType<typeof tempDir> | undefined;
+  beforeEach(() => {
+    tmp = tempDir(prefix);
+  });
+  afterEach(() => {
+    tmp?.cleanup();
+    tmp = undefined;
+  });
+  const dir = () => {
+    if (!tmp) throw new Error('tempFixture: used outside a test');
+    return tmp.dir;
+  };
+  return {
+    get dir() {
+      return dir();
+    },
+    get buffer() {
+      return join(dir(), 'buffer.db');
+    },
+    withBuffer: (fn) => withStoreAt(join(dir(), 'buffer.db'), fn),
+  };
+}
+
+/** A base_url where no service answers (the discard port): for commands that never deliver. */
+export const NO_SERVICE = 'http://127.0.0.1:9';
+
+export interface CliFixture extends TempFixture {
+  /** This test's config (agentConfig, no service behind it); a test may write another here. */
+  cfg: string;
+}
+
+/**
+ * tempFixture with agentConfig's config written in the directory before each test, for
+ * commands that work on the buffer and the config alone. `extra` and `opts` go to agentConfig.
+ */
+export function cliFixture(extra = '', opts: Parameters<typeof agentConfig>[3] = {}): CliFixture {
+  const tmp = tempFixture();
+  let cfg: string | undefined;
+  beforeEach(() => {
+    cfg = agentConfig(tmp.dir, NO_SERVICE, extra, opts);
+  });
+  afterEach(() => {
+    cfg = undefined;
+  });
+  return {
+    get dir() {
+      return tmp.dir;
+    },
+    get buffer() {
+      return tmp.buffer;
+    },
+    withBuffer: tmp.withBuffer,
+    get cfg() {
+      if (cfg === undefined) throw new Error('cliFixture: used outside a test');
+      return cfg;
+    },
+    set cfg(path) {
+      cfg = path;
     },
   };
 }

@@ -7,6 +7,11 @@ import { TEST_KEY, TEST_SCAC } from './helpers.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 
+/** The real client of `config`'s service, with the test key unless `key` says another. */
+export function testClient(config: Config, key = TEST_KEY): ApiClient {
+  return new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: key, timeoutMs: 2000 });
+}
+
 /**
  * The real client and sender of `config` in-process, with the test key, for a test that writes
  * a buffer file through its own ingest and pushes when it chooses: `get` starts them on first
@@ -18,7 +23,7 @@ export function inProcessSender(store: Store, config: Config): { get: () => Send
   return {
     get: () => {
       if (!sender) {
-        client = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });
+        client = testClient(config);
         sender = new Sender({ store, client, config, deviceId: 'dev', log: silent });
         sender.start();
       }

@@ -73,7 +73,7 @@ describe('a problem with the key', () => {
     const cfg = agentConfig(fx.tmp.dir, url);
     const good = readFileSync(cfg, 'utf8');
     const d = daemon(cfg);
-    await waitFor(() => d.output().includes('agent started'), 15_000, 'the start');
+    await d.started('the start');
 
     writeFileSync(join(fx.tmp.dir, 'key'), Buffer.from('K\xffEY\x01SECRET\n', 'latin1'));
     d.child.kill('SIGHUP');

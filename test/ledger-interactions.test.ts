@@ -8,22 +8,22 @@
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Ingest } from '../src/admission/ingest.js';
-import { ApiClient } from '../src/api/client.js';
+import type { ApiClient } from '../src/api/client.js';
 import { COUNTER_DROPPED_NO_FIX } from '../src/buffer/chunk-ack.js';
 import { Store } from '../src/buffer/store.js';
 import { configSchema, type Config } from '../src/config/schema.js';
 import { Sender } from '../src/delivery/sender.js';
 import { createLogger } from '../src/log.js';
 import type { Reading } from '../src/reading.js';
-import { Sandbox, type SandboxEvent } from '../src/sandbox/server.js';
-import { TEST_KEY, TEST_SCAC, tempDir, waitFor } from './helpers.js';
+import type { SandboxEvent } from '../src/sandbox/server.js';
+import { TEST_SCAC, waitFor, daemonFixture } from './helpers.js';
+import { testClient } from './in-process-sender.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 const MIN = 60_000;
 const H = 60 * MIN;
 
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
+const fx = daemonFixture({ sandbox: { onRequest: (e) => events.push(e) } });
 let store: Store | undefined;
 let ingest: Ingest | undefined;
 let client: ApiClient | undefined;
@@ -32,13 +32,11 @@ let config: Config;
 let events: SandboxEvent[];
 
 beforeEach(async () => {
-  tmp = tempDir();
   events = [];
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC, onRequest: (e) => events.push(e) });
-  const { url } = await sandbox.start();
+  const { url } = await fx.sandbox.start();
   config = configSchema.parse({
     api: { base_url: url, scac: TEST_SCAC, timeout_s: 2 },
-    buffer: { path: join(tmp.dir, 'b.db') },
+    buffer: { path: join(fx.tmp.dir, 'b.db') },
     sampling: { interval_s: 60 },
     delivery: { poll_interval_ms: 20, retry_initial_s: 0.05, retry_max_s: 0.2, drain_interval_ms: 0 },
     sources: [{ type: 'simulator', resource_id: 'T1' }],
@@ -54,8 +52,6 @@ afterEach(async () => {
   ingest = undefined;
   store?.close();
   store = undefined;
-  await sandbox.stop();
-  tmp.cleanup();
 });
 
 function db(): Store {
@@ -63,7 +59,7 @@ function db(): Store {
   return store;
 }
 function start(): Sender {
-  client = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });
+  client = testClient(config);
   sender = new Sender({ store: db(), client, config, deviceId: 'dev', log: silent });
   sender.start();
   return sender;
@@ -71,8 +67,8 @@ function start(): Sender {
 const fixAt = (timeMs: number, resourceId = 'T1'): Reading => ({ resourceId, timeMs, lat: 41.8, lon: -87.6 + (timeMs % H) / 1e8 });
 const tempAt = (timeMs: number, temperatureC: number, resourceId = 'T1'): Reading => ({ resourceId, timeMs, temperatureC });
 /** The traceId of every point of every accepted trace request, by request. */
-const requestRefs = () => sandbox.traces.map((t) => t.body.traces.map((p) => p.references![0].value));
-const points = () => sandbox.traces.flatMap((t) => t.body.traces);
+const requestRefs = () => fx.sandbox.traces.map((t) => t.body.traces.map((p) => p.references![0].value));
+const points = () => fx.sandbox.traces.flatMap((t) => t.body.traces);
 const traceEvents = () => events.filter((e) => e.kind === 'trace');
 const readingIds = () => db().db.prepare('SELECT id FROM readings ORDER BY id').pluck().all() as number[];
 const devIds = (ids: number[]) => ids.map((id) => `dev-${id}`);
@@ -86,19 +82,19 @@ describe('a fixed request meets a lost answer, a 503 and new readings', () => {
     store.insertReadings([0, 1, 2, 3, 4, 5].map((m) => fixAt(T0 + m * MIN)));
 
     // The service takes the first request (ids 1-6), but its answer is lost.
-    sandbox.setFaults({ loseResponseNext: 1 });
+    fx.sandbox.setFaults({ loseResponseNext: 1 });
     const s = start();
     s.requestTracePush();
     await s.kick();
     await s.idle();
-    expect(sandbox.traces).toHaveLength(1);
-    const key = sandbox.traces[0].idempotencyKey!;
+    expect(fx.sandbox.traces).toHaveLength(1);
+    const key = fx.sandbox.traces[0].idempotencyKey!;
     expect(key).toBeTruthy();
     expect(store.requests.fixed('L1', 'chunk')).toMatchObject({ pointIds: range(1, 6), key });
 
     // The truck moves on (ids 7-9), and the retry of the request meets a 503 (held until seen).
     store.insertReadings([7, 8, 9].map((m) => fixAt(T0 + m * MIN)));
-    sandbox.setFaults({ forceStatus: 503 });
+    fx.sandbox.setFaults({ forceStatus: 503 });
     s.requestTracePush();
     await waitFor(() => traceEvents().some((e) => e.status === 503), 5000, 'the retry to meet a 503');
     await waitFor(() => s.status.consecutiveFailures >= 2, 5000, 'the 503 to be taken as a failure');
@@ -106,11 +102,11 @@ describe('a fixed request meets a lost answer, a 503 and new readings', () => {
     // The 503 leaves the request as it was fixed: the same points, the same key.
     expect(store.requests.fixed('L1', 'chunk')).toMatchObject({ pointIds: range(1, 6), key });
 
-    sandbox.setFaults({ forceStatus: 0 });
+    fx.sandbox.setFaults({ forceStatus: 0 });
     await waitFor(
       () => {
         s.requestTracePush();
-        return sandbox.traces.length >= 3 && store.requests.fixed('L1', 'chunk') === undefined && store.backlogs(['L1']).get('L1') === 0;
+        return fx.sandbox.traces.length >= 3 && store.requests.fixed('L1', 'chunk') === undefined && store.backlogs(['L1']).get('L1') === 0;
       },
       5000,
       'the repeated request and the new readings to be taken',
@@ -118,7 +114,7 @@ describe('a fixed request meets a lost answer, a 503 and new readings', () => {
     await s.idle();
 
     expect(requestRefs()).toEqual([devIds(range(1, 6)), devIds(range(1, 6)), devIds([7, 8, 9])]);
-    const keys = sandbox.traces.map((t) => t.idempotencyKey);
+    const keys = fx.sandbox.traces.map((t) => t.idempotencyKey);
     expect(keys[1]).toBe(key);
     expect(keys[2]).toBeTruthy();
     expect(keys[2]).not.toBe(key);
@@ -129,8 +125,8 @@ describe('a fixed request meets a lost answer, a 503 and new readings', () => {
     expect(statuses.slice(1, -2).length).toBeGreaterThanOrEqual(1);
     expect(statuses.slice(-2)).toEqual([200, 200]);
     // Only the repeated request's points are duplicates, and only once.
-    expect(sandbox.stats.duplicateTracePoints).toBe(6);
-    expect(sandbox.stats.duplicateRequests).toBe(1);
+    expect(fx.sandbox.stats.duplicateTracePoints).toBe(6);
+    expect(fx.sandbox.stats.duplicateRequests).toBe(1);
   });
 });
 
@@ -207,7 +203,7 @@ describe('a trace request refused whole, then taken', () => {
 
     // The service refuses the load's requests now; temperatures without a fix (ids 4-9) and
     // fixes (ids 10-12) follow, and the load ends and is closed.
-    sandbox.setFaults({ rejectLoads: ['L1'] });
+    fx.sandbox.setFaults({ rejectLoads: ['L1'] });
     store.insertReadings([...range(5, 10).map((m) => tempAt(T0 + m * MIN, -17 + m / 10)), ...range(12, 14).map((m) => ({ resourceId: 'T1', timeMs: T0 + m * MIN, lat: 41.9, lon: -87.6 + m / 1000 }))]);
     store.endLoad('L1', T0 + 20 * MIN);
     store.closeEndedLoads(Date.now());
@@ -224,16 +220,16 @@ describe('a trace request refused whole, then taken', () => {
     store.purgeAcked();
     expect(readingIds()).toEqual(expect.arrayContaining(parkedIds));
 
-    sandbox.setFaults({ rejectLoads: [] });
-    await waitFor(() => sandbox.traces.length >= 2 && store.listDeadLetters().length === 0, 5000, 'the parked request to be taken');
+    fx.sandbox.setFaults({ rejectLoads: [] });
+    await waitFor(() => fx.sandbox.traces.length >= 2 && store.listDeadLetters().length === 0, 5000, 'the parked request to be taken');
     await s.idle();
 
-    expect(sandbox.traces).toHaveLength(2);
-    const retried = sandbox.traces[1].body.traces;
+    expect(fx.sandbox.traces).toHaveLength(2);
+    const retried = fx.sandbox.traces[1].body.traces;
     expect(retried.map((p) => p.references![0].value)).toEqual(devIds(parkedIds));
     // The temperature-only readings (ids 4-9, minutes 5-10) went with their own temperatures.
     expect(retried.slice(0, 6).map((p) => p.temperature?.value)).toEqual(range(5, 10).map((m) => -17 + m / 10));
-    expect(sandbox.stats.duplicateTracePoints).toBe(0);
+    expect(fx.sandbox.stats.duplicateTracePoints).toBe(0);
     expect(store.counters()[COUNTER_DROPPED_NO_FIX] ?? 0).toBe(0);
     expect(store.backlogs(['L1']).get('L1') ?? 0).toBe(0);
 
@@ -250,7 +246,7 @@ describe('a trace request refused whole, then taken', () => {
   it('a kept traceId (readings.trace_id, e.g. salvaged) survives the retry of a parked request', async () => {
     const store = db();
     const T0 = Date.now() - 3 * H;
-    sandbox.setFaults({ rejectLoads: ['L1'] });
+    fx.sandbox.setFaults({ rejectLoads: ['L1'] });
     store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: T0 });
     store.insertReadings([
       ...range(0, 5).map((m) => ({ resourceId: 'T1', timeMs: T0 + m * MIN, lat: 41.8, lon: -87.6 + m / 1000, temperatureC: -18 })),
@@ -268,16 +264,16 @@ describe('a trace request refused whole, then taken', () => {
     const parked = store.listDeadLetters();
     expect(parked).toHaveLength(1);
     expect(parked[0].recordIds).toEqual(range(1, 12));
-    expect(sandbox.traces).toHaveLength(0);
+    expect(fx.sandbox.traces).toHaveLength(0);
 
-    sandbox.setFaults({ rejectLoads: [] });
-    await waitFor(() => sandbox.traces.length >= 1 && store.listDeadLetters().length === 0, 5000, 'the parked request to be taken');
+    fx.sandbox.setFaults({ rejectLoads: [] });
+    await waitFor(() => fx.sandbox.traces.length >= 1 && store.listDeadLetters().length === 0, 5000, 'the parked request to be taken');
     await s.idle();
 
-    expect(sandbox.traces).toHaveLength(1);
+    expect(fx.sandbox.traces).toHaveLength(1);
     const refs = requestRefs()[0];
     expect(refs).toEqual(['dev-1', 'dev-2', 'olddev-77', ...devIds(range(4, 12))]);
     expect(refs).not.toContain('dev-3');
-    expect(sandbox.traces[0].body.traces[2].temperature).toBeTruthy();
+    expect(fx.sandbox.traces[0].body.traces[2].temperature).toBeTruthy();
   });
 });

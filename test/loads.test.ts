@@ -24,24 +24,20 @@ import { MilestoneDetector } from '../src/milestones/detector.js';
 import { recordMilestone } from '../src/milestones/record.js';
 import type { Reading } from '../src/reading.js';
 import { Sandbox } from '../src/sandbox/server.js';
-import { ROOT, TEST_KEY, TEST_SCAC, tempDir, waitFor } from './helpers.js';
+import { ROOT, TEST_KEY, TEST_SCAC, waitFor, tempFixture } from './helpers.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 /** 10:00 in Chicago (CDT). */
 const TEN = Date.UTC(2026, 5, 1, 15);
 const MIN = 60_000;
 
-let tmp: ReturnType<typeof tempDir>;
-let path: string;
+const tmp = tempFixture();
 let store: Store;
 beforeEach(() => {
-  tmp = tempDir();
-  path = join(tmp.dir, 'buffer.db');
-  store = Store.open(path);
+  store = Store.open(tmp.buffer);
 });
 afterEach(() => {
   store.close();
-  tmp.cleanup();
 });
 
 const at = (timeMs: number, resourceId = 'TRUCK-1'): Reading => ({ resourceId, timeMs, lat: 41.8 + (timeMs - TEN) / 1e9, lon: -87.6 });
@@ -253,7 +249,7 @@ describe('each load its traces and its milestones', () => {
     const { url } = await sandbox.start();
     const cfg = configSchema.parse({
       api: { base_url: url, scac: TEST_SCAC, timeout_s: 2 },
-      buffer: { path },
+      buffer: { path: tmp.buffer },
       sampling: { interval_s: 0 },
       delivery: { poll_interval_ms: 50, max_traces_per_request: 4 },
       sources: [{ type: 'simulator', resource_id: 'TRUCK-1' }],
@@ -301,7 +297,7 @@ describe('salvage of a buffer with several loads on one truck', () => {
     store.markSent('B', [a[5]]); // B's newest went ahead
     store.close();
     const old = join(tmp.dir, 'old.db');
-    copyFileSync(path, old);
+    copyFileSync(tmp.buffer, old);
     store = Store.open(join(tmp.dir, 'fresh.db'));
     const report = salvage(old, store);
     expect(report).toMatchObject({ loads: 2, readings: 4, deadLetters: 1, skippedDelivered: 2, skippedNoLoad: 0 });
@@ -348,14 +344,14 @@ describe('a buffer of schema 6 (written by the previous version) migrates in pla
 
   it('keeps every reading with its load: nothing queued is lost or sent again, and what comes next goes to the active load', async () => {
     store.close();
-    copyFileSync(fixture, path);
-    const old = before(path);
+    copyFileSync(fixture, tmp.buffer);
+    const old = before(tmp.buffer);
     expect(old.waiting.LA.length).toBeGreaterThan(10);
     expect(old.waiting.LB.length).toBeGreaterThan(5);
     expect(old.parked).toHaveLength(1);
     expect(old.retry).toHaveLength(1);
 
-    store = Store.open(path);
+    store = Store.open(tmp.buffer);
     expect(store.db.pragma('user_version', { simple: true })).toBe(SCHEMA_VERSION);
     expect(store.db.pragma('integrity_check', { simple: true })).toBe('ok');
     // Each load has exactly what it had, in order; delivered rows stay delivered.
@@ -379,7 +375,7 @@ describe('a buffer of schema 6 (written by the previous version) migrates in pla
     const { url } = await sandbox.start();
     const config = configSchema.parse({
       api: { base_url: url, scac: TEST_SCAC, timeout_s: 2 },
-      buffer: { path },
+      buffer: { path: tmp.buffer },
       sampling: { interval_s: 0 },
       delivery: { poll_interval_ms: 50, retry_initial_s: 0.1, retry_max_s: 0.3 },
       sources: [{ type: 'simulator', resource_id: 'T1' }],

@@ -7,14 +7,12 @@
  * writing and pruning the history. The failure this guards against: a driver's X1 typed two
  * hours late went out without a place although the buffer knew where the truck had been.
  */
-import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { Store } from '../src/buffer/store.js';
 import { formatTime } from '../src/geo/timezone.js';
 import type { Reading } from '../src/reading.js';
 import { Sandbox } from '../src/sandbox/server.js';
-import { agentConfig, type Daemon, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile, withStoreAt } from './helpers.js';
+import { agentConfig, type Daemon, runCli, startDaemon, TEST_KEY, TEST_SCAC, waitFor, writeFile, tempFixture } from './helpers.js';
 
 /** Santiago de Querétaro (America/Mexico_City, UTC-6) and Hermosillo (America/Hermosillo, UTC-7). */
 const QUERETARO = { lat: 20.5888, lon: -100.3899 };
@@ -24,16 +22,9 @@ const HOUR = 3_600_000;
 
 type Body = { eventCity?: string; eventState?: string; time: { dateTime: string; timeZoneCode: string; timeZoneOffset: string } };
 
-let tmp: ReturnType<typeof tempDir>;
-let buffer: string;
-beforeEach(() => {
-  tmp = tempDir();
-  buffer = join(tmp.dir, 'buffer.db');
-});
-afterEach(() => tmp.cleanup());
+const tmp = tempFixture();
 
-const withBuffer = <T>(fn: (store: Store) => T): T => withStoreAt(buffer, fn);
-const bodyOf = (id: number) => withBuffer((s) => s.listMilestones().find((m) => m.id === id)!.body as unknown as Body);
+const bodyOf = (id: number) => tmp.withBuffer((s) => s.listMilestones().find((m) => m.id === id)!.body as unknown as Body);
 const idOf = (stdout: string) => Number(/^milestone (\d+) /.exec(stdout)![1]);
 const isoZ = (ms: number) => new Date(ms).toISOString().replace(/\.\d+Z$/, 'Z');
 
@@ -43,7 +34,7 @@ describe('a milestone typed after the event (CLI against a buffer file)', () => 
   /** T1 in Querétaro three hours ago (a fix every 10 s for 5 minutes), in Hermosillo now. */
   beforeEach(() => {
     cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9', '[milestones]\nmax_fix_age_s = 600\n');
-    withBuffer((s) => {
+    tmp.withBuffer((s) => {
       s.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: now - 4 * HOUR });
       const then: Reading[] = Array.from({ length: 30 }, (_, i) => ({ resourceId: 'T1', timeMs: now - 3 * HOUR + i * 10_000, ...QUERETARO }));
       s.insertReadings([...then, { resourceId: 'T1', timeMs: now - 30_000, ...HERMOSILLO }]);
@@ -124,7 +115,7 @@ setInterval(() => { if (process.ppid !== parent) process.exit(0); }, 500);
     );
     const source = `[[sources]]\ntype = "exec"\nname = "gps"\ncommand = [${JSON.stringify(process.execPath)}, ${JSON.stringify(script)}]\n`;
     const cfg = agentConfig(tmp.dir, url, `[milestones]\nmax_fix_age_s = 600\n[history]\ninterval_s = 60\nkeep_days = 7\n${source}`, { traces: '* * * * * *', sampling: 0 });
-    withBuffer((s) => {
+    tmp.withBuffer((s) => {
       s.startLoad({ loadNumber: 'L-QRO', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: now - 3 * HOUR });
       // A position of 20 days ago, older than keep_days.
       s.db.prepare('INSERT INTO positions (resource_id, t_s, lat_e5, lon_e5) VALUES (?, ?, ?, ?)').run('T1', Math.floor((now - 20 * 86_400_000) / 1000), 4_100_000, -8_750_000);
@@ -134,7 +125,7 @@ setInterval(() => { if (process.ppid !== parent) process.exit(0); }, 500);
     // Every reading delivered and purged: the buffer holds no reading to place it from.
     await waitFor(() => sandbox.stats.tracePoints >= 5, 20_000, 'the five positions at the sandbox');
     const query = <T>(sql: string) => {
-      const db = new Database(buffer, { readonly: true, fileMustExist: true });
+      const db = new Database(tmp.buffer, { readonly: true, fileMustExist: true });
       try {
         return db.prepare(sql).all() as T[];
       } finally {

@@ -103,18 +103,10 @@ describe('the place of a milestone recorded from the command line, end to end', 
     const cfg = agentConfig(fx.tmp.dir, url, `[health]\nlisten = "127.0.0.1:0"\n[loads]\nkeep_unassigned_s = 0\n${positions('T2', HERMOSILLO, 0, marker)}`, { flushMs: 60_000 });
     fx.daemon = startDaemon(['--config', cfg], CHICAGO_CLI);
     await waitFor(() => existsSync(marker), 15_000, 'the exec source printing');
-    const started = await waitFor(
-      () =>
-        fx
-          .daemon!.output()
-          .split('\n')
-          .find((l) => l.includes('"msg":"agent started"')),
-      15_000,
-      'the agent started',
-    );
-    const metrics = `http://127.0.0.1:${(JSON.parse(started) as { health: number }).health}/metrics`;
+    const started = await fx.daemon.started<{ health: number }>('the agent started');
+    const metrics = `http://127.0.0.1:${started.health}/metrics`;
     // The start log says which zone the device is in, and where it came from.
-    expect(JSON.parse(started)).toMatchObject({ timeZone: 'America/Chicago', timeZoneFrom: 'TZ' });
+    expect(started).toMatchObject({ timeZone: 'America/Chicago', timeZoneFrom: 'TZ' });
     await waitFor(async () => /^telematics_readings_pending [1-9]/m.test(await (await fetch(metrics)).text()), 10_000, "a fix of T2 in the daemon's memory");
 
     expect((await runCli(['load', 'start', 'L-HMO', '--resource', 'T2', '--config', cfg])).code).toBe(0);

@@ -6,15 +6,13 @@
  * appointment in 9999 were all recorded and delivered; a milestone typed with `-05:00` and no
  * fix went out in UTC-5 while the log said "in the device's zone".
  */
-import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { Store } from '../src/buffer/store.js';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { type Config, configSchema } from '../src/config/schema.js';
 import { Commands } from '../src/fleet/commands.js';
 import { formatTime } from '../src/geo/timezone.js';
 import { createLogger } from '../src/log.js';
 import { perform } from '../src/ui/actions.js';
-import { agentConfig, daemonFixture, runCli, startDaemon, tempDir, waitFor, withStoreAt } from './helpers.js';
+import { agentConfig, daemonFixture, runCli, startDaemon, waitFor, cliFixture } from './helpers.js';
 
 const CHICAGO = { lat: 41.8781, lon: -87.6298 };
 const UTC_DEVICE = { TZ: 'UTC' };
@@ -23,14 +21,11 @@ const DAY_MS = 86_400_000;
 const typed = (ms: number) => new Date(Math.floor(ms / 60_000) * 60_000).toISOString().replace('.000Z', 'Z');
 
 describe('a typed milestone time older than a load can be', () => {
-  let tmp: ReturnType<typeof tempDir>;
-  let cfg: string;
+  const fx = cliFixture();
   let config: Config;
   beforeEach(() => {
-    tmp = tempDir();
-    cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9');
     config = configSchema.parse({ api: { scac: 'ABCD' }, sources: [{ type: 'simulator', resource_id: 'T1' }] });
-    withBuffer((s) => {
+    fx.withBuffer((s) => {
       s.startLoad({
         loadNumber: 'L-1001',
         resourceId: 'T1',
@@ -41,11 +36,9 @@ describe('a typed milestone time older than a load can be', () => {
       s.insertReadings([{ resourceId: 'T1', timeMs: Date.now() - 60_000, lat: CHICAGO.lat, lon: CHICAGO.lon }]);
     });
   });
-  afterEach(() => tmp.cleanup());
 
-  const withBuffer = <T>(fn: (store: Store) => T): T => withStoreAt(join(tmp.dir, 'buffer.db'), fn);
-  const milestone = (args: string[]) => runCli(['milestone', '--load', 'L-1001', ...args, '--config', cfg], { env: UTC_DEVICE });
-  const recorded = () => withBuffer((s) => s.listMilestones('L-1001'));
+  const milestone = (args: string[]) => runCli(['milestone', '--load', 'L-1001', ...args, '--config', fx.cfg], { env: UTC_DEVICE });
+  const recorded = () => fx.withBuffer((s) => s.listMilestones('L-1001'));
 
   it.each([
     ['the epoch', ['--code', 'X6', '--stop', '1', '--force', '--time', '1970-01-01T00:00Z'], '1970-01-01T00:00:00Z'],
@@ -80,7 +73,7 @@ describe('a typed milestone time older than a load can be', () => {
   });
 
   it("the fleet link's milestone and the driver's page: the same rule (they cannot force)", () => {
-    const reply = withBuffer(
+    const reply = fx.withBuffer(
       (store) =>
         new Commands(
           store,
@@ -90,7 +83,7 @@ describe('a typed milestone time older than a load can be', () => {
     );
     expect(reply).toMatchObject({ ok: false, status: 65, message: expect.stringContaining('2016-11-26T08:00:00Z is before 2025-01-01') });
     const old = typed(Date.now() - 45 * DAY_MS);
-    const page = withBuffer((store) =>
+    const page = fx.withBuffer((store) =>
       perform(
         { store, config, sender: { status: undefined as never, kick: async () => {} }, ingest: { newestFix: () => undefined } },
         { load: 'L-1001', stop: '1', action: 'arrive', time: formatTime(new Date(Date.parse(old)), 'America/Chicago', 'local').dateTime.slice(0, 16) },

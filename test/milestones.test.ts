@@ -10,7 +10,7 @@ import type { Stop } from '../src/milestones/stops.js';
 import type { Reading } from '../src/reading.js';
 import { BUILTIN_ROUTES } from '../src/sources/routes.js';
 import { SimulatorModel, seededRandom } from '../src/sources/simulator.js';
-import { tempDir } from './helpers.js';
+import { tempFixture } from './helpers.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 const route = BUILTIN_ROUTES['chicago-indianapolis'];
@@ -18,17 +18,15 @@ const PICKUP = route[0];
 const DELIVERY = route[route.length - 2];
 const T0 = Date.UTC(2026, 2, 10, 14); // 09:00 CDT in Chicago, the week DST started
 
-let tmp: ReturnType<typeof tempDir>;
+const tmp = tempFixture();
 let store: Store;
 let config: Config;
 beforeEach(() => {
-  tmp = tempDir();
   store = Store.open(join(tmp.dir, 'b.db'));
   config = configSchema.parse({ api: { scac: 'ABCD' }, sources: [{ type: 'simulator', resource_id: 'TRUCK-1' }] });
 });
 afterEach(() => {
   store.close();
-  tmp.cleanup();
 });
 
 function startLoad(stops: Stop[]) {

@@ -3,8 +3,6 @@
  * go through the real admission into a real buffer file, and each stored row carries the
  * resource's total in km.
  */
-import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Ingest } from '../src/admission/ingest.js';
 import type { OdometerOptions } from '../src/admission/odometer.js';
@@ -13,12 +11,11 @@ import { TrustedClock } from '../src/clock.js';
 import { parseConfigText } from '../src/config/load.js';
 import { simulatorSourceSchema } from '../src/config/schema.js';
 import { distanceM } from '../src/geo/distance.js';
-import { createLogger } from '../src/log.js';
 import type { Reading } from '../src/reading.js';
 import { horizontalErrorM } from '../src/sources/gpsd.js';
 import { RunningSources } from '../src/sources/running.js';
 import { SimulatorModel, seededRandom } from '../src/sources/simulator.js';
-import { tempDir, waitFor } from './helpers.js';
+import { waitFor, jsonLogger, tempFixture } from './helpers.js';
 import { NMEA_LOG } from './sources/support.js';
 
 const T0 = Date.parse('2026-03-02T14:00:00Z');
@@ -26,35 +23,24 @@ const T0 = Date.parse('2026-03-02T14:00:00Z');
 const LIMITS = { minSpeedKmh: 3, maxSpeedKmh: 200 };
 const GNSS: OdometerOptions = { ...LIMITS };
 
-let dir: string;
-let cleanup: () => void;
-let path: string;
+const tmp = tempFixture();
 let logs: Array<{ level: number; msg: string } & Record<string, unknown>>;
 const open: Array<{ close(): void }> = [];
 
 beforeEach(() => {
-  ({ dir, cleanup } = tempDir());
-  path = join(dir, 'buffer.db');
   logs = [];
 });
 afterEach(() => {
   while (open.length) open.pop()!.close();
-  cleanup();
 });
 
 function logger() {
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, cb) {
-      for (const line of chunk.toString().split('\n')) if (line.trim()) logs.push(JSON.parse(line));
-      cb();
-    },
-  });
-  return createLogger({ level: 'debug', destination: sink });
+  return jsonLogger(logs);
 }
 
 /** A buffer and its admission, as the daemon has them (readings kept without a load unless said). */
 function agent(opts: { keepWithoutLoad?: boolean; now?: () => number } = {}) {
-  const store = Store.open(path);
+  const store = Store.open(tmp.buffer);
   open.push(store);
   const log = logger();
   const ingest = new Ingest(store, { batchSize: 500, flushIntervalMs: 60_000, keepWithoutLoad: opts.keepWithoutLoad ?? true }, log, opts.now);
@@ -293,7 +279,7 @@ device = "${NMEA_LOG}"
 odometer_start_km = 1000
 `,
       'agent.toml',
-      dir,
+      tmp.dir,
     );
     const { store, ingest, log } = agent();
     const running = new RunningSources(ingest, new TrustedClock(), log);

@@ -3,49 +3,22 @@
  * buffer, `status` as monitoring scripts read it, and buffer files that are private to the
  * user that runs the agent.
  */
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { Sandbox } from '../src/sandbox/server.js';
-import { agentConfig, BIN, type CliResult, cleanEnv, runCli, startDaemon, TEST_SCAC, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
+import { agentConfig, BIN, type CliResult, cleanEnv, NOBODY, nobodyCannot, runCli, startDaemon, TEST_SCAC, waitFor, writeFile, type Daemon, tempFixture } from './helpers.js';
 
-const NOBODY = 65534;
-const isRoot = process.getuid?.() === 0;
-
-let tmp: ReturnType<typeof tempDir>;
+const tmp = tempFixture();
 let children: ChildProcess[] = [];
 let daemons: Daemon[] = [];
-beforeEach(() => {
-  tmp = tempDir();
-});
 afterEach(async () => {
   for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
   children = [];
   for (const d of daemons) await d.stop('SIGKILL');
   daemons = [];
-  tmp.cleanup();
 });
-
-/** Why uid 65534 cannot run the checkout here, or undefined when it can. */
-function nobodyCannot(): string | undefined {
-  if (!isRoot) return 'switching to uid 65534 needs root';
-  const r = spawnSync(process.execPath, [BIN, '--version'], { uid: NOBODY, gid: NOBODY, encoding: 'utf8' });
-  return r.status === 0 ? undefined : `uid 65534 cannot run ${BIN} here: ${(r.stderr || r.error?.message || '').trim().split('\n')[0]}`;
-}
-
-function runAs(uid: number, args: string[]): Promise<CliResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { uid, gid: uid, env: cleanEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
-    children.push(child);
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
-  });
-}
 
 /** A config every user can read, its buffer in `state/` (made by the test, as it says). */
 function sharedConfig(): { cfg: string; state: string; buffer: string } {
@@ -66,7 +39,7 @@ describe('commands run by a user who may not use the buffer', () => {
     expect((await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg])).code).toBe(0);
     expect(existsSync(buffer)).toBe(true);
 
-    const r = await runAs(NOBODY, ['status', '--config', cfg]);
+    const r = await runCli(['status', '--config', cfg], { uid: NOBODY });
     expect(r.code).toBe(73);
     expect(r.stdout).toBe('');
     expect(r.stderr).toBe(
@@ -74,7 +47,7 @@ describe('commands run by a user who may not use the buffer', () => {
     );
     // A directory it may look into, a file it may not read: the same.
     chmodSync(state, 0o755);
-    const file = await runAs(NOBODY, ['status', '--json', '--config', cfg]);
+    const file = await runCli(['status', '--json', '--config', cfg], { uid: NOBODY });
     expect(file.code).toBe(73);
     expect(file.stderr).toContain(`cannot read the buffer: user nobody (uid ${NOBODY}) cannot read ${buffer} (EACCES)`);
     expect(file.stderr).toContain(`sudo -u telematics-agent telematics-agent status --json --config ${cfg}`);
@@ -89,9 +62,9 @@ describe('commands run by a user who may not use the buffer', () => {
     // The operator is in the service's group: reads, does not write.
     chownSync(state, 0, NOBODY);
     chownSync(buffer, 0, NOBODY);
-    expect((await runAs(NOBODY, ['status', '--config', cfg])).code).toBe(3);
+    expect((await runCli(['status', '--config', cfg], { uid: NOBODY })).code).toBe(3);
 
-    const r = await runAs(NOBODY, ['milestone', '--load', 'L1', '--code', 'X3', '--lat', '41.88', '--lon', '-87.63', '--config', cfg]);
+    const r = await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--lat', '41.88', '--lon', '-87.63', '--config', cfg], { uid: NOBODY });
     expect(r.code).toBe(73);
     expect(r.stderr).not.toContain('readonly database');
     expect(r.stderr).toContain(`${buffer}: cannot write the buffer: user nobody (uid ${NOBODY}) cannot write to ${state} (EACCES)`);
@@ -101,11 +74,11 @@ describe('commands run by a user who may not use the buffer', () => {
     // the files read-only and refused only the write ("attempt to write a readonly database", exit 1).
     const d = startDaemon(['--config', cfg], { TELEMATICS_AGENT_SUBSCRIPTION_KEY: 'k' });
     daemons.push(d);
-    await waitFor(() => d.output().includes('"msg":"agent started"'), 15_000, 'the daemon');
+    await d.started('the daemon');
     await waitFor(() => existsSync(`${buffer}-wal`) && existsSync(`${buffer}-shm`), 10_000, 'the -wal and -shm');
     for (const f of [`${buffer}-wal`, `${buffer}-shm`]) chownSync(f, 0, NOBODY);
     chmodSync(state, 0o770);
-    const beside = await runAs(NOBODY, ['milestone', '--load', 'L1', '--code', 'X3', '--lat', '41.88', '--lon', '-87.63', '--config', cfg]);
+    const beside = await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--lat', '41.88', '--lon', '-87.63', '--config', cfg], { uid: NOBODY });
     expect(beside.stderr).not.toContain('readonly database');
     expect(beside.stderr).toContain(`${buffer}: cannot write the buffer: user nobody (uid ${NOBODY}) cannot read and write ${buffer} (EACCES)`);
     expect(beside.stderr).toContain('run the command as that user: sudo -u telematics-agent telematics-agent milestone');
@@ -153,7 +126,7 @@ describe('status exit statuses, for monitoring scripts', () => {
       const cfg = agentConfig(tmp.dir, url);
       const d = startDaemon(['--config', cfg]);
       daemons.push(d);
-      await waitFor(() => d.output().includes('"msg":"agent started"'), 15_000, 'the daemon');
+      await d.started('the daemon');
       expect((await statusOf(cfg, (s) => s.daemon.running)).code).toBe(0);
       await runCli(['load', 'start', 'L1', '--resource', 'T1', '--config', cfg]);
       await runCli(['milestone', '--load', 'L1', '--code', 'X3', '--lat', '41.88', '--lon', '-87.63', '--config', cfg]);
@@ -173,7 +146,7 @@ describe('status exit statuses, for monitoring scripts', () => {
       const cfg = agentConfig(tmp.dir, url, `[[sources]]\ntype = "module"\nname = "sick"\npath = "${path}"\n`);
       const d = startDaemon(['--config', cfg]);
       daemons.push(d);
-      await waitFor(() => d.output().includes('"msg":"agent started"'), 15_000, 'the daemon');
+      await d.started('the daemon');
       const r = await statusOf(cfg, (s) => s.daemon.running);
       expect(r.code).toBe(6);
       expect(JSON.parse(r.stdout).sources).toMatchObject([{ name: 'sick', healthy: false }]);

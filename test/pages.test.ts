@@ -7,7 +7,7 @@
 import { readFileSync, renameSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { PAGE_SIZE } from '../src/buffer/db.js';
 import { columnsOf, decodeRecord } from '../src/buffer/pages.js';
 import { checkAhead } from '../src/buffer/check.js';
@@ -19,16 +19,12 @@ import { DAEMON_STATE_KEY } from '../src/daemon-state.js';
 import { BufferError } from '../src/errors.js';
 import { createLogger } from '../src/log.js';
 import { recordMilestone } from '../src/milestones/record.js';
-import { agentConfig, runCli, TEST_SCAC, tempDir } from './helpers.js';
+import { agentConfig, runCli, TEST_SCAC, tempFixture } from './helpers.js';
 
 const config = configSchema.parse({ api: { base_url: 'http://127.0.0.1:9', scac: TEST_SCAC }, sources: [{ type: 'simulator', resource_id: 'T1' }] });
 
 const T0 = Date.UTC(2026, 10, 1, 12);
-let tmp: ReturnType<typeof tempDir>;
-beforeEach(() => {
-  tmp = tempDir();
-});
-afterEach(() => tmp.cleanup());
+const tmp = tempFixture();
 
 type Row = { id: number; resource_id: string; time_ms: number; lat: number | null; lon: number | null; temp_c: number | null; state: number };
 

@@ -15,25 +15,21 @@ import { positionAt } from '../src/buffer/position-at.js';
 import { Store } from '../src/buffer/store.js';
 import type { Reading } from '../src/reading.js';
 import { configSchema } from '../src/config/schema.js';
-import { tempDir } from './helpers.js';
+import { tempFixture } from './helpers.js';
 
 const T0 = Date.UTC(2026, 10, 25, 12); // on a minute boundary
 const MIN = 60_000;
 const DAY = 86_400_000;
 const ON: HistoryOptions = { intervalS: 60, keepDays: 14 };
 
-let tmp: ReturnType<typeof tempDir>;
+const tmp = tempFixture();
 let store: Store;
-let path: string;
 beforeEach(() => {
-  tmp = tempDir();
-  path = join(tmp.dir, 'buffer.db');
-  store = Store.open(path);
+  store = Store.open(tmp.buffer);
   store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: T0 - 30 * DAY });
 });
 afterEach(() => {
   store.close();
-  tmp.cleanup();
 });
 
 const rows = (resource = 'T1') =>
@@ -56,7 +52,7 @@ describe('the position history is written with the fixes', () => {
     // A late reading of an interval already written adds nothing, nor does a second process's
     // commit (its own hint empty): the table itself is asked.
     commit(fixes(T0 + 30_000, 1));
-    const other = Store.open(path);
+    const other = Store.open(tmp.buffer);
     try {
       other.insertReadings(fixes(T0 + 45_000, 1), false, undefined, undefined, undefined, undefined, ON);
     } finally {

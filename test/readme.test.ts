@@ -5,8 +5,8 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { agentConfig, ROOT, runCli, tempDir } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { agentConfig, ROOT, runCli, tempFixture } from './helpers.js';
 
 const README = readFileSync(join(ROOT, 'README.md'), 'utf8');
 const section = (title: string) => {
@@ -15,11 +15,7 @@ const section = (title: string) => {
   return s;
 };
 
-let tmp: ReturnType<typeof tempDir>;
-beforeEach(() => {
-  tmp = tempDir();
-});
-afterEach(() => tmp.cleanup());
+const tmp = tempFixture();
 
 describe('README', () => {
   it('"Try it on your machine": every command that reads the config names it (--config), in the blocks and in the text', () => {

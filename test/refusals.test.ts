@@ -9,7 +9,7 @@
 import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ApiClient } from '../src/api/client.js';
+import type { ApiClient } from '../src/api/client.js';
 import type { TraceBody } from '../src/api/schemas.js';
 import { salvage } from '../src/buffer/salvage.js';
 import { Store } from '../src/buffer/store.js';
@@ -18,14 +18,15 @@ import { Sender } from '../src/delivery/sender.js';
 import { createLogger } from '../src/log.js';
 import { recordMilestone } from '../src/milestones/record.js';
 import { Sandbox, type SandboxEvent } from '../src/sandbox/server.js';
-import { TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, tempDir, waitFor, type Daemon } from './helpers.js';
+import { TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, waitFor, type Daemon, tempFixture } from './helpers.js';
+import { testClient } from './in-process-sender.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 const T0 = Date.UTC(2026, 5, 1, 12);
 /** What the sandbox answers to every body of a load it was told to refuse (`rejectLoads`). */
 const L1_REFUSED = 'HTTP 400: {"error":"refused","problems":["loadNumber: L1 is not a load of this carrier"]}';
 
-let tmp: ReturnType<typeof tempDir>;
+const tmp = tempFixture();
 let sandbox: Sandbox;
 let store: Store;
 let client: ApiClient | undefined;
@@ -48,7 +49,6 @@ async function setUp(opts: { strict?: boolean; retryMaxS: number; api?: Record<s
 }
 
 beforeEach(() => {
-  tmp = tempDir();
   events = [];
 });
 afterEach(async () => {
@@ -58,11 +58,10 @@ afterEach(async () => {
   client = undefined;
   store?.close();
   await sandbox?.stop();
-  tmp.cleanup();
 });
 
 function start(config: Config) {
-  client = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });
+  client = testClient(config);
   sender = new Sender({ store, client, config, deviceId: 'dev', log: silent });
   sender.start();
   return sender;

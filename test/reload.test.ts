@@ -6,29 +6,17 @@
  */
 import { request } from 'node:http';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Agent, changedSettings } from '../src/agent.js';
 import { KEY_NEEDS_RESTART } from '../src/cli/commands/run.js';
 import { CREDENTIAL_NAME, type LoadedConfig } from '../src/config/load.js';
 import { configSchema, restartSettings, type Config } from '../src/config/schema.js';
 import { createLogger } from '../src/log.js';
-import { Sandbox } from '../src/sandbox/server.js';
-import { type Daemon, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile, agentConfig } from './helpers.js';
+import { type Daemon, startDaemon, TEST_KEY, TEST_SCAC, waitFor, writeFile, agentConfig, daemonFixture } from './helpers.js';
 import { makePki } from './pki.js';
 
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
-let agent: Agent | undefined;
-beforeEach(() => {
-  tmp = tempDir('ta-reload-');
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
-});
-afterEach(async () => {
-  await agent?.stop();
-  agent = undefined;
-  await sandbox.stop();
-  tmp.cleanup();
-});
+// The in-process agent is this fixture's daemon: stopped after each test.
+const fx = daemonFixture<Agent>({ prefix: 'ta-reload-' });
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 
@@ -45,7 +33,7 @@ const lineWith = (d: Daemon, text: string, what: string) =>
   );
 
 function moduleSource(name: string): string {
-  return writeFile(tmp.dir, `${name}.mjs`, 'export function createSource() { return { start() {}, stop() {} }; }\n');
+  return writeFile(fx.tmp.dir, `${name}.mjs`, 'export function createSource() { return { start() {}, stop() {} }; }\n');
 }
 
 /** Two configs that differ in every setting there is. */
@@ -53,7 +41,7 @@ function configs(url: string): { a: Config; b: Config } {
   const a = configSchema.parse({
     device_id: 'dev-a',
     api: { base_url: url, scac: TEST_SCAC, subscription_key: TEST_KEY, timeout_s: 5 },
-    buffer: { path: join(tmp.dir, 'a.db'), flush_interval_ms: 5000 },
+    buffer: { path: join(fx.tmp.dir, 'a.db'), flush_interval_ms: 5000 },
     health: { listen: '127.0.0.1:0' },
     ui: { listen: '127.0.0.1:0' },
     log: { level: 'info' },
@@ -68,12 +56,12 @@ function configs(url: string): { a: Config; b: Config } {
       milestone_path: '/m',
       trace_path: '/t',
       scac: 'WXYZ',
-      subscription_key_file: join(tmp.dir, 'key-b'),
+      subscription_key_file: join(fx.tmp.dir, 'key-b'),
       subscription_key: 'other-inline-key',
       timeout_s: 7,
       connect_timeout_s: 3,
       proxy: 'direct',
-      ca_file: makePki(tmp.dir).caFile,
+      ca_file: makePki(fx.tmp.dir).caFile,
       date_time_format: 'utc',
       temperature_unit: 'F',
       extra_fields: { source: 'carrier' },
@@ -85,7 +73,7 @@ function configs(url: string): { a: Config; b: Config } {
       tls_hello: 'node',
     },
     buffer: {
-      path: join(tmp.dir, 'b.db'),
+      path: join(fx.tmp.dir, 'b.db'),
       on_corrupt: 'move-aside',
       reserve_kb: 512,
       max_pending: 777,
@@ -136,9 +124,9 @@ function configs(url: string): { a: Config; b: Config } {
     // makePki above wrote server.pem and server.key beside the CA.
     ui: {
       listen: '127.0.0.2:0',
-      pin_file: writeFile(tmp.dir, 'pin', '2468\n', 0o600),
-      tls_cert: join(tmp.dir, 'server.pem'),
-      tls_key: join(tmp.dir, 'server.key'),
+      pin_file: writeFile(fx.tmp.dir, 'pin', '2468\n', 0o600),
+      tls_cert: join(fx.tmp.dir, 'server.pem'),
+      tls_key: join(fx.tmp.dir, 'server.key'),
       allow_plaintext: true,
       language: 'fr',
     },
@@ -152,10 +140,10 @@ function configs(url: string): { a: Config; b: Config } {
       url: 'mqtt://127.0.0.2:1',
       client_id: 'b-fleet',
       username: 'dev-b',
-      password_file: join(tmp.dir, 'fleet-password'),
-      ca_file: join(tmp.dir, 'fleet-ca.pem'),
-      cert_file: join(tmp.dir, 'fleet-cert.pem'),
-      key_file: join(tmp.dir, 'fleet-key.pem'),
+      password_file: join(fx.tmp.dir, 'fleet-password'),
+      ca_file: join(fx.tmp.dir, 'fleet-ca.pem'),
+      cert_file: join(fx.tmp.dir, 'fleet-cert.pem'),
+      key_file: join(fx.tmp.dir, 'fleet-key.pem'),
       topic_prefix: 'carrier/dev-b',
       status_interval_s: 10,
       keepalive_s: 30,
@@ -183,14 +171,14 @@ function get(port: number, path: string, host = '127.0.0.1'): Promise<number> {
 
 describe('reload (SIGHUP)', () => {
   it('every setting either takes effect in the part that uses it, or is named as waiting for a restart', async () => {
-    const { url } = await sandbox.start();
+    const { url } = await fx.sandbox.start();
     const { a, b } = configs(url);
     // The two configs really differ in every setting the schema has.
     const every = [...new Set([...changedSettings(a, {}), ...changedSettings({}, b)])];
     expect(changedSettings(a, b).sort()).toEqual(every.sort());
     expect(every.length).toBeGreaterThan(70);
 
-    agent = new Agent(loaded(a), { key: TEST_KEY, origin: 'test' }, silent);
+    const agent = (fx.daemon = new Agent(loaded(a), { key: TEST_KEY, origin: 'test' }, silent));
     await agent.start();
     const before = agent.effectiveSettings();
     const oldHealthPort = agent.healthPort!;
@@ -257,11 +245,11 @@ describe('reload (SIGHUP)', () => {
   });
 
   it('a reload that turns on record_without_load keeps readings without a load from then on', async () => {
-    const { url } = await sandbox.start();
+    const { url } = await fx.sandbox.start();
     const a = structuredClone(configs(url).a);
     // Not even for a load started late (loads.keep_unassigned_s).
     a.loads.keep_unassigned_s = 0;
-    agent = new Agent(loaded(a), { key: TEST_KEY, origin: 'test' }, silent);
+    const agent = (fx.daemon = new Agent(loaded(a), { key: TEST_KEY, origin: 'test' }, silent));
     await agent.start();
     agent.ingest.admit({ resourceId: 'LOOSE', timeMs: Date.now(), lat: 41.8, lon: -87.6 });
     agent.ingest.flush(true);
@@ -276,11 +264,11 @@ describe('reload (SIGHUP)', () => {
   });
 
   it('the daemon logs which changed settings wait for a restart', async () => {
-    const { url } = await sandbox.start();
-    const cfg = agentConfig(tmp.dir, url);
+    const { url } = await fx.sandbox.start();
+    const cfg = agentConfig(fx.tmp.dir, url);
     const d = startDaemon(['--config', cfg]);
     try {
-      await waitFor(() => d.output().includes('agent started'), 15_000, 'the daemon to start');
+      await d.started();
       const { readFileSync, writeFileSync } = await import('node:fs');
       const text = readFileSync(cfg, 'utf8').replace('device_id = "test-device"', 'device_id = "renamed"').replace('poll_interval_ms = 100', 'poll_interval_ms = 250');
       writeFileSync(cfg, text);
@@ -300,13 +288,13 @@ describe('reload (SIGHUP)', () => {
   });
 
   it('refuses a reload whose source file is not there, naming it, and runs on with the config it had', async () => {
-    const { url } = await sandbox.start();
-    const cfg = agentConfig(tmp.dir, url);
+    const { url } = await fx.sandbox.start();
+    const cfg = agentConfig(fx.tmp.dir, url);
     const d = startDaemon(['--config', cfg]);
     try {
-      await waitFor(() => d.output().includes('agent started'), 15_000, 'the daemon to start');
+      await d.started();
       const { readFileSync, writeFileSync } = await import('node:fs');
-      const route = join(tmp.dir, 'route.gpx');
+      const route = join(fx.tmp.dir, 'route.gpx');
       writeFileSync(cfg, `${readFileSync(cfg, 'utf8')}\n[[sources]]\ntype = "simulator"\nresource_id = "T9"\nroute = "${route}"\n`);
       d.child.kill('SIGHUP');
       const line = await lineWith(d, 'new configuration refused', 'the refusal');
@@ -320,18 +308,18 @@ describe('reload (SIGHUP)', () => {
   });
 
   it('reads the drop-ins again: a new one is applied, a bad one refused naming its file and line', async () => {
-    const { url } = await sandbox.start();
-    const cfg = agentConfig(tmp.dir, url);
+    const { url } = await fx.sandbox.start();
+    const cfg = agentConfig(fx.tmp.dir, url);
     const d = startDaemon(['--config', cfg]);
     try {
-      await waitFor(() => d.output().includes('agent started'), 15_000, 'the daemon to start');
+      await d.started();
       const { mkdirSync } = await import('node:fs');
-      mkdirSync(join(tmp.dir, 'agent.d'));
-      writeFile(join(tmp.dir, 'agent.d'), '50-poll.toml', '# faster\n[delivery]\npoll_interval_ms = 250\n');
+      mkdirSync(join(fx.tmp.dir, 'agent.d'));
+      writeFile(join(fx.tmp.dir, 'agent.d'), '50-poll.toml', '# faster\n[delivery]\npoll_interval_ms = 250\n');
       d.child.kill('SIGHUP');
       const line = await lineWith(d, 'configuration reloaded', 'the reload');
       expect(JSON.parse(line)).toMatchObject({ applied: ['delivery.poll_interval_ms'], needsRestart: [] });
-      const bad = writeFile(join(tmp.dir, 'agent.d'), '60-bad.toml', '[delivery]\n\npoll_interval_ms = -5\n');
+      const bad = writeFile(join(fx.tmp.dir, 'agent.d'), '60-bad.toml', '[delivery]\n\npoll_interval_ms = -5\n');
       d.child.kill('SIGHUP');
       const refused = await lineWith(d, 'new configuration refused', 'the refusal');
       expect(JSON.parse(refused).problems).toEqual([`${bad}:3: delivery.poll_interval_ms: expected a number > 0, got -5`]);
@@ -341,15 +329,15 @@ describe('reload (SIGHUP)', () => {
   });
 
   it('a SIGHUP while the agent starts is kept and done once it is up, not the death it is by default', async () => {
-    const { url } = await sandbox.start();
+    const { url } = await fx.sandbox.start();
     // A source that takes 2 s to start, and says when it begins: the agent is half-way up.
-    const mark = join(tmp.dir, 'starting');
+    const mark = join(fx.tmp.dir, 'starting');
     const slow = writeFile(
-      tmp.dir,
+      fx.tmp.dir,
       'slow-source.mjs',
       `import { writeFileSync } from 'node:fs';\nexport function createSource() { return { async start() { writeFileSync(${JSON.stringify(mark)}, 'x'); await new Promise((r) => setTimeout(r, 2000)); }, stop() {}, health: () => ({ healthy: true, readings: 0, rejected: 0, detail: 'slow' }) }; }\n`,
     );
-    const cfg = agentConfig(tmp.dir, url, `[[sources]]\ntype = "module"\nname = "slow"\npath = "${slow}"\n`);
+    const cfg = agentConfig(fx.tmp.dir, url, `[[sources]]\ntype = "module"\nname = "slow"\npath = "${slow}"\n`);
     const d = startDaemon(['--config', cfg]);
     try {
       const { existsSync } = await import('node:fs');
@@ -365,17 +353,17 @@ describe('reload (SIGHUP)', () => {
   });
 
   it('says at a reload that a key from the systemd credential is the copy made at the start', async () => {
-    const { url } = await sandbox.start();
+    const { url } = await fx.sandbox.start();
     // The key only as systemd hands it over: no key file in the config.
-    const cfg = agentConfig(tmp.dir, url);
+    const cfg = agentConfig(fx.tmp.dir, url);
     const { readFileSync, writeFileSync, mkdirSync } = await import('node:fs');
     writeFileSync(cfg, readFileSync(cfg, 'utf8').replace(/^subscription_key_file = .*$/m, ''));
-    const creds = join(tmp.dir, 'creds');
+    const creds = join(fx.tmp.dir, 'creds');
     mkdirSync(creds);
     writeFile(creds, CREDENTIAL_NAME, `${TEST_KEY}\n`, 0o400);
     const d = startDaemon(['--config', cfg], { CREDENTIALS_DIRECTORY: creds });
     try {
-      await waitFor(() => d.output().includes('agent started'), 15_000, 'the daemon to start');
+      await d.started();
       d.child.kill('SIGHUP');
       const line = await lineWith(d, KEY_NEEDS_RESTART, 'the note about the key');
       expect(JSON.parse(line)).toMatchObject({ level: 30, keyOrigin: `systemd credential (${join(creds, CREDENTIAL_NAME)})` });

@@ -5,19 +5,15 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { positionAt } from '../src/buffer/position-at.js';
 import { salvage } from '../src/buffer/salvage.js';
 import { Store } from '../src/buffer/store.js';
-import { ROOT, tempDir } from './helpers.js';
+import { ROOT, tempFixture } from './helpers.js';
 
 const T0 = Date.UTC(2026, 10, 20, 12);
 const MIN = 60_000;
-let tmp: ReturnType<typeof tempDir>;
-beforeEach(() => {
-  tmp = tempDir();
-});
-afterEach(() => tmp.cleanup());
+const tmp = tempFixture();
 
 describe('buffer salvage copies the position history', () => {
   it('of a buffer whose readings were delivered and purged: a time 2 h back is placed from it afterwards', () => {

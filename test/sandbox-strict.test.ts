@@ -7,16 +7,15 @@ import { spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Sandbox, type SandboxEvent } from '../src/sandbox/server.js';
-import { BIN, TEST_KEY, TEST_SCAC, agentConfig, cleanEnv, runCli, startDaemon, tempDir, waitFor, type Daemon } from './helpers.js';
+import { BIN, TEST_KEY, TEST_SCAC, agentConfig, cleanEnv, runCli, startDaemon, waitFor, type Daemon, tempFixture } from './helpers.js';
 
 const UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/;
 
-let tmp: ReturnType<typeof tempDir>;
+const tmp = tempFixture();
 let sandbox: Sandbox | undefined;
 let daemon: Daemon | undefined;
 let events: SandboxEvent[];
 beforeEach(() => {
-  tmp = tempDir();
   events = [];
 });
 afterEach(async () => {
@@ -24,7 +23,6 @@ afterEach(async () => {
   daemon = undefined;
   await sandbox?.stop();
   sandbox = undefined;
-  tmp.cleanup();
 });
 
 async function startSandbox(loadNumberPattern?: string): Promise<string> {

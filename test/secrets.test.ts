@@ -6,21 +6,16 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { inspect } from 'node:util';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { ApiClient } from '../src/api/client.js';
 import { Sandbox } from '../src/sandbox/server.js';
-import { TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, tempDir, waitFor, writeFile, type Daemon } from './helpers.js';
+import { TEST_KEY, TEST_SCAC, agentConfig, runCli, startDaemon, waitFor, writeFile, type Daemon, tempFixture } from './helpers.js';
 
-let tmp: ReturnType<typeof tempDir>;
+const tmp = tempFixture();
 let daemons: Daemon[] = [];
-
-beforeEach(() => {
-  tmp = tempDir();
-});
 afterEach(async () => {
   for (const d of daemons) await d.stop('SIGKILL');
   daemons = [];
-  tmp.cleanup();
 });
 
 function daemon(cfg: string, env: NodeJS.ProcessEnv = {}): Daemon {
@@ -56,7 +51,7 @@ mv ${dump}.tmp ${dump}
     // No key file: the agent itself takes the key from its environment.
     writeFileSync(base, readFileSync(base, 'utf8').replace(/^subscription_key_file = .*\n/m, ''));
     const d = daemon(base, { CREDENTIALS_DIRECTORY: creds, TELEMATICS_AGENT_SUBSCRIPTION_KEY: envKey });
-    await waitFor(() => d.output().includes('"msg":"agent started"'), 15_000, 'the daemon');
+    await d.started('the daemon');
     expect(d.output()).toContain('"keyOrigin":"$TELEMATICS_AGENT_SUBSCRIPTION_KEY"');
     await waitFor(() => existsSync(dump), 15_000, 'the adapter to run');
     expect(await d.stop('SIGTERM')).toEqual({ code: 0, signal: null });
@@ -85,7 +80,7 @@ describe('a key file other users can read', () => {
     expect(loose.code).toBe(0);
     expect(loose.stderr).toBe(`warning: ${warning}\n`);
     const d = daemon(cfg);
-    await waitFor(() => d.output().includes('"msg":"agent started"'), 15_000, 'the daemon');
+    await d.started('the daemon');
     const line = d
       .output()
       .split('\n')
@@ -100,7 +95,7 @@ describe('a key file other users can read', () => {
     expect(tight.code).toBe(0);
     expect(tight.stderr).toBe('');
     const d2 = daemon(cfg);
-    await waitFor(() => d2.output().includes('"msg":"agent started"'), 15_000, 'the daemon');
+    await d2.started('the daemon');
     expect(await d2.stop('SIGTERM')).toEqual({ code: 0, signal: null });
     expect(d2.output()).not.toContain('readable by every user');
     expect(d.output() + d2.output()).not.toContain(TEST_KEY);

@@ -7,11 +7,11 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { accessSync, chmodSync, constants, existsSync, lstatSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { CREDENTIAL_NAME, parseConfigText } from '../src/config/load.js';
 import { UNIT_TIMEOUT_STOP_S } from '../src/config/schema.js';
 import { EXIT } from '../src/exit.js';
-import { BIN, ROOT, runCli, tempDir, waitFor, writeFile } from './helpers.js';
+import { BIN, ROOT, runCli, tempDir, waitFor, writeFile, tempFixture } from './helpers.js';
 
 const UNIT_FILE = join(ROOT, 'systemd', 'telematics-agent.service');
 const INSTALL = join(ROOT, 'scripts', 'install.sh');
@@ -60,11 +60,7 @@ function systemdAnalyze(args: string[], cwd?: string): Run {
 }
 
 describe('systemd unit: systemd-analyze', () => {
-  let tmp: ReturnType<typeof tempDir>;
-  beforeEach(() => {
-    tmp = tempDir('ta-unit-');
-  });
-  afterEach(() => tmp.cleanup());
+  const tmp = tempFixture('ta-unit-');
 
   /**
    * verify insists that ExecStart's binary exists. It is installed by install.sh, not in
@@ -221,14 +217,13 @@ describe('systemd unit: what the agent relies on', () => {
 });
 
 describe('install.sh and uninstall.sh into a temporary root', () => {
-  let tmp: ReturnType<typeof tempDir>;
+  const tmp = tempFixture('ta-install-');
   let root: string;
   let tarball: string;
   // A real npm, kept off the network and out of the user's cache.
   let npmEnv: NodeJS.ProcessEnv;
 
   beforeEach(() => {
-    tmp = tempDir('ta-install-');
     root = join(tmp.dir, 'root');
     mkdirSync(root);
     npmEnv = {
@@ -248,7 +243,6 @@ describe('install.sh and uninstall.sh into a temporary root', () => {
     expect(packed.status, packed.stderr).toBe(0);
     tarball = join(tmp.dir, packed.stdout.trim());
   });
-  afterEach(() => tmp.cleanup());
 
   const sh = (script: string, args: string[]): Run => run('sh', [script, ...args], { cwd: tmp.dir, env: npmEnv });
   const r = (p: string): string => join(root, p);

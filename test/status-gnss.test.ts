@@ -8,18 +8,16 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Store } from '../src/buffer/store.js';
 import { buildStatus, formatStatus } from '../src/cli/status.js';
 import { DAEMON_STATE_KEY } from '../src/daemon-state.js';
-import { tempDir } from './helpers.js';
+import { tempFixture } from './helpers.js';
 
 const H = 3_600_000;
-let tmp: ReturnType<typeof tempDir>;
+const tmp = tempFixture();
 let store: Store;
 beforeEach(() => {
-  tmp = tempDir();
   store = Store.open(join(tmp.dir, 'buffer.db'));
 });
 afterEach(() => {
   store.close();
-  tmp.cleanup();
 });
 
 /** The state row of a daemon running in this process, its clock as given, last push 5 min ago on the system clock. */

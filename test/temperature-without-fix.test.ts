@@ -6,7 +6,7 @@
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ApiClient } from '../src/api/client.js';
+import type { ApiClient } from '../src/api/client.js';
 import { COUNTER_DROPPED_NO_FIX } from '../src/buffer/chunk-ack.js';
 import { migrate } from '../src/buffer/migrations.js';
 import { Store } from '../src/buffer/store.js';
@@ -16,34 +16,29 @@ import { Sender } from '../src/delivery/sender.js';
 import type { Agent } from '../src/agent.js';
 import { healthProblems } from '../src/health.js';
 import { createLogger } from '../src/log.js';
-import { Sandbox } from '../src/sandbox/server.js';
-import { TEST_KEY, TEST_SCAC, tempDir, waitFor } from './helpers.js';
+import { TEST_SCAC, waitFor, daemonFixture } from './helpers.js';
+import { testClient } from './in-process-sender.js';
 
 const silent = createLogger({ level: 'silent', destination: process.stdout });
 const T0 = Date.UTC(2026, 5, 1, 12);
 const MIN = 60_000;
-let tmp: ReturnType<typeof tempDir>;
-let sandbox: Sandbox;
+const fx = daemonFixture();
 let store: Store;
 let client: ApiClient | undefined;
 let sender: Sender | undefined;
 
 beforeEach(async () => {
-  tmp = tempDir();
-  sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC });
-  await sandbox.start();
+  await fx.sandbox.start();
 });
 afterEach(async () => {
   await stopSender();
   store.close();
-  await sandbox.stop();
-  tmp.cleanup();
 });
 
 function configWith(traces: Record<string, unknown> = {}): Config {
   return configSchema.parse({
-    api: { base_url: sandbox.url, scac: TEST_SCAC, timeout_s: 2 },
-    buffer: { path: join(tmp.dir, 'b.db') },
+    api: { base_url: fx.sandbox.url, scac: TEST_SCAC, timeout_s: 2 },
+    buffer: { path: join(fx.tmp.dir, 'b.db') },
     sampling: { interval_s: 60 },
     traces,
     delivery: { poll_interval_ms: 20, retry_initial_s: 0.05, retry_max_s: 0.2, drain_interval_ms: 0 },
@@ -60,7 +55,7 @@ async function stopSender() {
 
 /** One trace push to its end (purge included), with a sender of its own. */
 async function push(config: Config) {
-  client = new ApiClient({ baseUrl: config.api.base_url, milestonePath: config.api.milestone_path, tracePath: config.api.trace_path, scac: TEST_SCAC, subscriptionKey: TEST_KEY, timeoutMs: 2000 });
+  client = testClient(config);
   sender = new Sender({ store, client, config, deviceId: 'dev', log: silent });
   sender.start();
   sender.requestTracePush();
@@ -74,7 +69,7 @@ async function push(config: Config) {
 const fix = (timeMs: number) => ({ resourceId: 'T1', timeMs, lat: 41.8, lon: -87.6 });
 /** A reefer reading with no position: `n` of them, a minute apart from `fromMs`. */
 const temperatures = (n: number, fromMs: number) => Array.from({ length: n }, (_, i) => ({ resourceId: 'T1', timeMs: fromMs + i * MIN, temperatureC: -18 + i / 10 }));
-const points = () => sandbox.traces.flatMap((t) => t.body.traces);
+const points = () => fx.sandbox.traces.flatMap((t) => t.body.traces);
 const traceIds = () => points().map((p) => p.references![0].value);
 const rowsLeft = () => store.db.prepare('SELECT count(*) FROM readings').pluck().get() as number;
 
@@ -146,7 +141,7 @@ describe('temperature-only readings of a load', () => {
     store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Trailer', stops: [], nowMs: T0 });
     store.insertReadings(temperatures(3, T0));
     const status = await push(config);
-    expect(sandbox.traces).toEqual([]);
+    expect(fx.sandbox.traces).toEqual([]);
     expect(store.counts().readings).toBe(0);
     expect(store.counters()[COUNTER_DROPPED_NO_FIX]).toBe(3);
     expect(healthLater(config, status.lastSuccessMs)).toEqual([]);
@@ -182,7 +177,7 @@ describe('temperature-only readings of a load', () => {
 
 describe("the fix at a load's cursor", () => {
   it('is found for the loads of a buffer of schema 7 as it migrates, and taken by a load started afterwards', () => {
-    const path = join(tmp.dir, 'b.db');
+    const path = join(fx.tmp.dir, 'b.db');
     const db = new Database(path);
     migrate(db, 7);
     const load = db.prepare("INSERT INTO loads (load_number, resource_id, resource_type, started_ms, window_from_ms, acked_id) VALUES (?, ?, 'Trailer', ?, ?, ?)");

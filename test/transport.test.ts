@@ -4,14 +4,14 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ApiClient } from '../src/api/client.js';
 import { Sandbox } from '../src/sandbox/server.js';
-import { agentConfig, type Daemon, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor } from './helpers.js';
+import { agentConfig, type Daemon, runCli, startDaemon, TEST_KEY, TEST_SCAC, waitFor, tempFixture } from './helpers.js';
 import { makePki, type Pki } from './pki.js';
 import { freePort, stopProcess } from './sources/support.js';
 
 // The client's transport against real peers: the sandbox serving HTTPS with a certificate a
 // private CA made by openssl signed, and Debian's tinyproxy started on a free port.
 
-let tmp: ReturnType<typeof tempDir>;
+const tmp = tempFixture('ta-transport-');
 let sandbox: Sandbox | undefined;
 let client: ApiClient | undefined;
 let daemon: Daemon | undefined;
@@ -19,7 +19,6 @@ let proxy: ChildProcess | undefined;
 let pki: Pki;
 
 beforeEach(() => {
-  tmp = tempDir('ta-transport-');
   pki = makePki(tmp.dir);
 });
 afterEach(async () => {
@@ -31,7 +30,6 @@ afterEach(async () => {
   sandbox = undefined;
   await stopProcess(proxy);
   proxy = undefined;
-  tmp.cleanup();
 });
 
 async function httpsSandbox(): Promise<string> {
@@ -110,7 +108,7 @@ describe('TLS with a private CA (api.ca_file)', () => {
     const cfg = conf(pki.otherCaFile);
     expect((await runCli(['load', 'start', 'L-1', '--resource', 'TRUCK-1', '--config', cfg])).code).toBe(0);
     daemon = startDaemon(['--config', cfg]);
-    await waitFor(() => daemon!.output().includes('agent started'), 15_000, 'the daemon started');
+    await daemon!.started('the daemon started');
     expect((await runCli(['milestone', '--load', 'L-1', '--code', 'X3', '--lat', '41.88', '--lon', '-87.63', '--config', cfg])).code).toBe(0);
     // Tried, refused by our side's TLS check, and tried again: a network error, not a dead letter.
     await waitFor(() => (daemon!.output().match(/api\.ca_file does not hold the CA/g) ?? []).length >= 2, 15_000, 'two failed attempts');

@@ -7,11 +7,10 @@
  * another state; an explicit `-05:00` with no place sent as `UTC` / `UTC+0`; a misspelt TZ
  * taken for UTC without a word.
  */
-import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Store } from '../src/buffer/store.js';
 import { formatTime } from '../src/geo/timezone.js';
-import { agentConfig, runCli, tempDir, withStoreAt } from './helpers.js';
+import { runCli, cliFixture } from './helpers.js';
 
 const CHICAGO = { lat: 41.8781, lon: -87.6298 };
 const PHOENIX = { lat: 33.4484, lon: -112.074 };
@@ -20,23 +19,16 @@ const UTC_DEVICE = { TZ: 'UTC' };
 
 type Body = { eventCity?: string; eventState?: string; time: { dateTime: string; timeZoneCode: string; timeZoneOffset: string } };
 
-let tmp: ReturnType<typeof tempDir>;
-let cfg: string;
-beforeEach(() => {
-  tmp = tempDir();
-  // Fixed dates of November 2026, typed long after once time passes: the bound on how old a
-  // typed time may be (sources_time.max_past_days) is raised for them.
-  cfg = agentConfig(tmp.dir, 'http://127.0.0.1:9', '[sources_time]\nmax_past_days = 3650\n');
-});
-afterEach(() => tmp.cleanup());
+// Fixed dates of November 2026, typed long after once time passes: the bound on how old a
+// typed time may be (sources_time.max_past_days) is raised for them.
+const fx = cliFixture('[sources_time]\nmax_past_days = 3650\n');
 
-const withBuffer = <T>(fn: (store: Store) => T): T => withStoreAt(join(tmp.dir, 'buffer.db'), fn);
 /** Load L1 on T1, started a day ago, with these stops. */
 const startLoad = (stops: Parameters<Store['startLoad']>[0]['stops'] = []) =>
-  withBuffer((s) => s.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops, nowMs: Date.now() - 86_400_000 }));
-const fixAt = (at: { lat: number; lon: number }, timeMs: number) => withBuffer((s) => s.insertReadings([{ resourceId: 'T1', timeMs, lat: at.lat, lon: at.lon }]));
-const bodyOf = (id: number) => withBuffer((s) => s.listMilestones().find((m) => m.id === id)!.body as unknown as Body);
-const milestone = (args: string[], env: NodeJS.ProcessEnv = UTC_DEVICE) => runCli(['milestone', '--load', 'L1', ...args, '--config', cfg], { env });
+  fx.withBuffer((s) => s.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops, nowMs: Date.now() - 86_400_000 }));
+const fixAt = (at: { lat: number; lon: number }, timeMs: number) => fx.withBuffer((s) => s.insertReadings([{ resourceId: 'T1', timeMs, lat: at.lat, lon: at.lon }]));
+const bodyOf = (id: number) => fx.withBuffer((s) => s.listMilestones().find((m) => m.id === id)!.body as unknown as Body);
+const milestone = (args: string[], env: NodeJS.ProcessEnv = UTC_DEVICE) => runCli(['milestone', '--load', 'L1', ...args, '--config', fx.cfg], { env });
 const idOf = (stdout: string) => Number(/^milestone (\d+) /.exec(stdout)![1]);
 /** `2026-11-25T22:53` for `ms` in `zone`: what a driver reads off a clock there. */
 const wallClock = (ms: number, zone: string) => formatTime(new Date(ms), zone, 'local').dateTime.slice(0, 16);
@@ -75,7 +67,7 @@ describe('an offset-less --time is read in one zone, chosen once', () => {
     expect(r.code).toBe(65);
     expect(r.stderr).toContain('--time 2026-11-20T08:15 has no UTC offset');
     expect(r.stderr).toContain('2026-11-20T08:15-06:00');
-    expect(withBuffer((s) => s.listMilestones())).toHaveLength(0);
+    expect(fx.withBuffer((s) => s.listMilestones())).toHaveLength(0);
   });
 });
 
@@ -124,18 +116,18 @@ describe('zones from what was typed', () => {
 
 describe("the device's zone", () => {
   it('a misspelt TZ is a config problem (78) naming TZ', async () => {
-    const r = await runCli(['validate-config', '--config', cfg], { env: { TZ: 'America/Chicgo' } });
+    const r = await runCli(['validate-config', '--config', fx.cfg], { env: { TZ: 'America/Chicgo' } });
     expect(r.code).toBe(78);
     expect(r.stderr).toContain('TZ: "America/Chicgo"');
   });
 
   it('validate-config and status say which zone the device is in and where it came from', async () => {
-    const ok = await runCli(['validate-config', '--config', cfg], { env: { TZ: 'America/Chicago' } });
+    const ok = await runCli(['validate-config', '--config', fx.cfg], { env: { TZ: 'America/Chicago' } });
     expect(ok.code, ok.stderr).toBe(0);
     expect(ok.stdout).toContain('device zone America/Chicago (from TZ)');
-    const status = await runCli(['status', '--config', cfg], { env: { TZ: 'America/Chicago' } });
+    const status = await runCli(['status', '--config', fx.cfg], { env: { TZ: 'America/Chicago' } });
     expect(status.stdout).toMatch(/device zone:\s+America\/Chicago \(from TZ\)/);
-    const json = JSON.parse((await runCli(['status', '--json', '--config', cfg], { env: { TZ: 'America/Chicago' } })).stdout) as { deviceZone: unknown };
+    const json = JSON.parse((await runCli(['status', '--json', '--config', fx.cfg], { env: { TZ: 'America/Chicago' } })).stdout) as { deviceZone: unknown };
     expect(json.deviceZone).toEqual({ zone: 'America/Chicago', from: 'TZ' });
   });
 });

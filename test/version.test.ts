@@ -31,16 +31,7 @@ describe('the version', () => {
     const { url } = await fx.sandbox.start();
     const cfg = agentConfig(fx.tmp.dir, url, '[health]\nlisten = "127.0.0.1:0"\n');
     fx.daemon = startDaemon(['--config', cfg]);
-    const started = await waitFor(
-      () =>
-        fx
-          .daemon!.output()
-          .split('\n')
-          .find((l) => l.includes('"msg":"agent started"')),
-      15_000,
-      'agent started',
-    );
-    const line = JSON.parse(started) as { version: string; health: number };
+    const line = await fx.daemon.started<{ version: string; health: number }>('agent started');
     expect(line.version).toBe(VERSION);
 
     const cli = (...args: string[]) => runCli([...args, '--config', cfg]);

@@ -5,7 +5,6 @@
  * GNSS time comes (src/admission/clock-hold.ts), through a real buffer.
  */
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ClockHold } from '../../src/admission/clock-hold.js';
 import { Ingest } from '../../src/admission/ingest.js';
@@ -14,9 +13,8 @@ import { Store } from '../../src/buffer/store.js';
 import { TrustedClock } from '../../src/clock.js';
 import { clockSyncOf, probeClockSync } from '../../src/clock-sync.js';
 import { GnssClock, LATENCY_MS } from '../../src/gnss-clock.js';
-import { createLogger } from '../../src/log.js';
 import type { Reading } from '../../src/reading.js';
-import { tempDir, writeFile } from '../helpers.js';
+import { jsonLogger, tempFixture, writeFile } from '../helpers.js';
 
 const TRUE_NOW = Date.parse('2026-11-26T12:00:00Z');
 const BEHIND = 12 * 3_600_000;
@@ -35,50 +33,41 @@ function clocks() {
   };
 }
 
-let dir: string;
-let cleanup: () => void;
+const tmp = tempFixture();
 let logs: Array<{ level: number; msg: string } & Record<string, unknown>>;
 const open: Array<{ close(): void }> = [];
 beforeEach(() => {
-  ({ dir, cleanup } = tempDir());
   logs = [];
 });
 afterEach(() => {
   while (open.length) open.pop()!.close();
-  cleanup();
 });
 
 function logger() {
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, cb) {
-      for (const line of chunk.toString().split('\n')) if (line.trim()) logs.push(JSON.parse(line));
-      cb();
-    },
-  });
-  return createLogger({ level: 'debug', destination: sink });
+  return jsonLogger(logs);
 }
 
 describe('is the system clock synchronised?', () => {
   it("systemd-timesyncd's flag file says yes without asking anything else", async () => {
-    const flag = writeFile(dir, 'synchronized', '');
+    const flag = writeFile(tmp.dir, 'synchronized', '');
     expect(await probeClockSync({ flagFile: flag, timedatectl: ['false'] })).toEqual({ synchronised: true, from: flag });
   });
 
   it('else the kernel flag through timedatectl: yes, no, or unknown when it cannot answer', async () => {
-    const flagFile = join(dir, 'absent');
+    const flagFile = join(tmp.dir, 'absent');
     expect(await probeClockSync({ flagFile, timedatectl: ['sh', '-c', 'echo no'] })).toEqual({ synchronised: false, from: 'the kernel (timedatectl)' });
     expect(await probeClockSync({ flagFile, timedatectl: ['sh', '-c', 'echo yes'] })).toEqual({ synchronised: true, from: 'the kernel (timedatectl)' });
     const down = await probeClockSync({ flagFile, timedatectl: ['sh', '-c', 'echo "System has not been booted with systemd as init system (PID 1)." >&2; exit 1'] });
     expect(down.synchronised).toBeUndefined();
     expect(down.from).toMatch(/^unknown: no .*absent and timedatectl failed \(System has not been booted with systemd/);
-    const missing = await probeClockSync({ flagFile, timedatectl: [join(dir, 'no-such-timedatectl')] });
+    const missing = await probeClockSync({ flagFile, timedatectl: [join(tmp.dir, 'no-such-timedatectl')] });
     expect(missing.synchronised).toBeUndefined();
   });
 
   it('clock.synchronised = "yes" or "no" is the answer, without asking', async () => {
     expect(await clockSyncOf('no', { timedatectl: ['sh', '-c', 'echo yes'] })).toEqual({ synchronised: false, from: 'clock.synchronised = "no"' });
     expect(await clockSyncOf('yes', { timedatectl: ['sh', '-c', 'echo no'] })).toEqual({ synchronised: true, from: 'clock.synchronised = "yes"' });
-    expect((await clockSyncOf('auto', { flagFile: join(dir, 'absent'), timedatectl: ['sh', '-c', 'echo no'] })).synchronised).toBe(false);
+    expect((await clockSyncOf('auto', { flagFile: join(tmp.dir, 'absent'), timedatectl: ['sh', '-c', 'echo no'] })).synchronised).toBe(false);
   });
 });
 
@@ -152,7 +141,7 @@ describe('judging times with the system clock 12 h behind', () => {
 describe('system-stamped readings wait for a GNSS time', () => {
   function agent(holdMs: number) {
     const k = clocks();
-    const store = Store.open(join(dir, 'buffer.db'));
+    const store = Store.open(tmp.buffer);
     open.push(store);
     const ingest = new Ingest(store, { batchSize: 500, flushIntervalMs: 60_000, keepWithoutLoad: true }, logger(), k.sources.wall);
     const gnss = new GnssClock(k.sources);

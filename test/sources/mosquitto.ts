@@ -4,24 +4,12 @@
  * restart keeps the sessions), stopped by PID.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { accessSync, constants as fsConstants, mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { connect as tcpConnect } from 'node:net';
-import { delimiter, join } from 'node:path';
+import { join } from 'node:path';
+import { findMosquitto } from '../../bench/common.js';
 import { waitFor } from '../helpers.js';
 import { stopProcess } from './support.js';
-
-/** Where Debian puts the broker (sbin is not on every PATH). */
-function findMosquitto(): string | undefined {
-  for (const dir of [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/sbin']) {
-    try {
-      accessSync(join(dir, 'mosquitto'), fsConstants.X_OK);
-      return join(dir, 'mosquitto');
-    } catch {
-      // Not here.
-    }
-  }
-  return undefined;
-}
 
 export const MOSQUITTO = findMosquitto();
 /** Why the broker tests cannot run here, or undefined when they can. */

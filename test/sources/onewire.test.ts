@@ -1,9 +1,9 @@
 import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { onewireSourceSchema } from '../../src/config/schema.js';
 import { OnewireSource, parseTemperatureFile, parseW1Slave } from '../../src/sources/onewire.js';
-import { tempDir, waitFor } from '../helpers.js';
+import { tempFixture, waitFor } from '../helpers.js';
 import { activeResources, recorder, sleep } from './support.js';
 
 const A = '28-0316a2792aff';
@@ -13,12 +13,10 @@ const C = '28-05000000c0de';
 /** w1_slave as the kernel writes it: scratchpad bytes, CRC verdict, then the temperature. */
 const w1 = (milli: number, verdict = 'YES', bytes = '50 05 4b 46 7f ff 0c 10 1c') => `${bytes} : crc=1c ${verdict}\n${bytes} t=${milli}\n`;
 
-let tree: ReturnType<typeof tempDir>;
+const tree = tempFixture('ta-w1-');
 beforeEach(() => {
-  tree = tempDir('ta-w1-');
   mkdirSync(join(tree.dir, 'w1_bus_master1'));
 });
-afterEach(() => tree.cleanup());
 
 function sensor(id: string, file: 'w1_slave' | 'temperature', text: string | Buffer): void {
   mkdirSync(join(tree.dir, id), { recursive: true });

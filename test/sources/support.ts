@@ -7,12 +7,10 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants as fsConstants, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
-import { Writable } from 'node:stream';
 import { Ingest } from '../../src/admission/ingest.js';
-import { createLogger } from '../../src/log.js';
 import type { Reading } from '../../src/reading.js';
 import type { SourceContext } from '../../src/sources/types.js';
-import { ROOT, waitFor } from '../helpers.js';
+import { jsonLogger, ROOT, waitFor } from '../helpers.js';
 
 export const FIXTURES = join(ROOT, 'test', 'fixtures');
 export const NMEA_LOG = join(FIXTURES, 'nmea', 'i65-drive.nmea');
@@ -34,13 +32,7 @@ export function recorder(): Recorder {
   const readings: Reading[] = [];
   const rejects: string[] = [];
   const logs: Recorder['logs'] = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, cb) {
-      for (const line of chunk.toString().split('\n')) if (line.trim()) logs.push(JSON.parse(line));
-      cb();
-    },
-  });
-  const log = createLogger({ level: 'debug', destination: sink });
+  const log = jsonLogger(logs);
   const ingest = new Ingest({ roomForReadings: () => true, insertReadings: (batch) => batch.length, bump: () => undefined }, { batchSize: 1, flushIntervalMs: 60_000, keepWithoutLoad: true }, log);
   const intake = ingest.intake('test', log);
   const ctx: SourceContext = {
