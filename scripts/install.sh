@@ -1,8 +1,8 @@
 #!/bin/sh
 # Install telematics-agent as a systemd service on Debian / Raspberry Pi OS.
 #
-#   tar -xzf telematics-agent-0.1.0.tgz        # the `npm pack` tarball; unpacks package/
-#   sudo sh package/scripts/install.sh --tarball telematics-agent-0.1.0.tgz
+#   tar -xzf telematics-agent-0.3.0.tgz        # the `npm pack` tarball; unpacks package/
+#   sudo sh package/scripts/install.sh --tarball telematics-agent-0.3.0.tgz
 #
 # Safe to run again (and to upgrade with a newer tarball): it never overwrites an existing
 # /etc/telematics-agent/agent.toml or key, and replaces only the package and the unit.

@@ -226,10 +226,13 @@ for arch in "${ARCHES[@]}"; do
 	install -m 0644 "$SOURCE"/docs/*.md "$DOC/docs/"
 	install -m 0644 "$SOURCE/config/agent.example.toml" "$SOURCE/config/stops.example.json" "$DOC/examples/"
 	# A native package (its version has no Debian revision: the project packages itself), so
-	# changelog.gz, not changelog.Debian.gz.
-	printf '%s (%s) unstable; urgency=medium\n\n  * Package of %s, commit %s.\n\n -- %s  %s\n' \
-		"$NAME" "$VERSION" "$NAME $VERSION" "$COMMIT" "$(sed -n 's/^Maintainer: //p' "$PACKAGING/control.in")" \
-		"$(LC_ALL=C date -u -R -d "@$SOURCE_DATE_EPOCH")" | gzip -9n >"$DOC/changelog.gz"
+	# changelog.gz, not changelog.Debian.gz. What changed is in docs/releases.md, shipped with
+	# the docs (a tree from before it existed says only the commit).
+	{
+		printf '%s (%s) unstable; urgency=medium\n\n  * Package of %s, commit %s.\n' "$NAME" "$VERSION" "$NAME $VERSION" "$COMMIT"
+		[ ! -f "$SOURCE/docs/releases.md" ] || printf '  * What changed: /usr/share/doc/%s/docs/releases.md\n' "$NAME"
+		printf '\n -- %s  %s\n' "$(sed -n 's/^Maintainer: //p' "$PACKAGING/control.in")" "$(LC_ALL=C date -u -R -d "@$SOURCE_DATE_EPOCH")"
+	} | gzip -9n >"$DOC/changelog.gz"
 	"$PACKAGING/copyright.sh" "$LIB/node_modules" "$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y)" >"$DOC/copyright"
 	# The manual page is the command's own --help and that of each command, so it says what
 	# this version does.

@@ -25,6 +25,7 @@ describe.skipIf(skip !== undefined)('the amd64 .deb as built', () => {
   /** Every path in the package, as dpkg lists it (./usr/bin/x). */
   let paths: string[];
   const read = (path: string) => readFileSync(join(dir, path), 'utf8');
+  const changelog = () => gunzipSync(readFileSync(join(dir, `usr/share/doc/${NAME}/changelog.gz`))).toString('utf8');
 
   beforeAll(() => {
     if (!existsSync(DEB)) {
@@ -77,9 +78,26 @@ describe.skipIf(skip !== undefined)('the amd64 .deb as built', () => {
         .toString('utf8')
         .replace(/\\-/g, '-'),
       ...readdirSync(join(dir, 'DEBIAN')).map((f) => read(`DEBIAN/${f}`)),
+      changelog(),
     ];
     const named = new Set(texts.flatMap((t) => [...t.matchAll(/\/usr\/share\/doc\/telematics-agent[^\s"'`,;)]*/g)].map((m) => m[0].replace(/[.:]$/, ''))));
     expect(named.size).toBeGreaterThan(0);
     expect([...named].filter((p) => !paths.includes(`.${p.replace(/\/$/, '')}`))).toEqual([]);
+  });
+
+  it('is a higher version than the first package (commit d925e15): apt upgrades a device only to a higher version, and a repository refuses a second file under the same one', () => {
+    const control = read('DEBIAN/control');
+    expect(control).toMatch(new RegExp(`^Version: ${PKG.version.replace(/\./g, '\\.')}$`, 'm'));
+    const first = spawnSync('git', ['-C', ROOT, 'show', 'd925e15:package.json'], { encoding: 'utf8' });
+    expect(first.status, first.stderr).toBe(0);
+    const firstVersion = (JSON.parse(first.stdout) as { version: string }).version;
+    const newer = spawnSync('dpkg', ['--compare-versions', PKG.version, 'gt', firstVersion]);
+    expect(newer.status, `${PKG.version} is not newer than ${firstVersion}`).toBe(0);
+  });
+
+  it("says what changed: its changelog points at docs/releases.md, which has this version's section", () => {
+    expect(changelog()).toContain(`${NAME} (${PKG.version}) unstable`);
+    expect(changelog()).toContain(`/usr/share/doc/${NAME}/docs/releases.md`);
+    expect(read(`usr/share/doc/${NAME}/docs/releases.md`)).toMatch(new RegExp(`^## ${PKG.version.replace(/\./g, '\\.')}$`, 'm'));
   });
 });

@@ -105,7 +105,8 @@ async function currentPackage(arch: string): Promise<string> {
  */
 async function oldPackage(): Promise<{ deb: string; version: string }> {
   const commit = (await mustRun('git', ['-C', ROOT, 'rev-parse', `${OLD_COMMIT}^{commit}`])).trim();
-  const version = `${PKG.version}~git.${commit.slice(0, 7)}`;
+  // Its own version, as the fleet has it installed: the upgrade is to a higher one, as apt wants.
+  const version = (JSON.parse(await mustRun('git', ['-C', ROOT, 'show', `${commit}:package.json`])) as { version: string }).version;
   const packaging = createHash('sha256');
   for (const f of ['scripts/package.sh', ...readdirSync(join(ROOT, 'packaging', 'deb')).map((f) => `packaging/deb/${f}`)].sort()) packaging.update(readFileSync(join(ROOT, f)));
   const dir = join(CACHE, 'debs', `${commit.slice(0, 12)}-${packaging.digest('hex').slice(0, 12)}`);
