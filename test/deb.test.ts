@@ -310,8 +310,15 @@ describe.skipIf(skipAmd64 !== undefined && !required)('the amd64 .deb on Debian 
     await waitFor(() => s.stats.tracePoints >= 3, 30_000, 'trace points at the sandbox');
     expect(s.stats.unauthorized).toBe(0);
 
+    // The service down: a milestone waits. Remove says what the kept buffer holds (purge
+    // deletes it), counted once the agent has stopped.
+    s.setFaults({ forceStatus: 503 });
+    expect((await cli(['milestone', '--load', 'L-1', '--code', 'X6'])).status).toBe(0);
     const rm = await apt(['remove', NAME]);
     expect(rm.status, rm.stdout + rm.stderr).toBe(0);
+    expect(rm.stdout).toContain(`${NAME}: what the buffer holds: remove keeps it, and installing the package again delivers it; purge deletes it.`);
+    expect(rm.stdout).toMatch(new RegExp(`^buffer: +${BUFFER}$`, 'm'));
+    expect(rm.stdout).toMatch(/^queue: +\d+ readings.*, 1 milestones pending, 1 sent$/m);
     expect((await c.exec(['systemctl', 'is-active', NAME])).stdout.trim()).toBe('inactive');
     expect(existsSync(c.path(`/usr/bin/${NAME}`))).toBe(false);
     expect(existsSync(c.path(BUFFER))).toBe(true);
