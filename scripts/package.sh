@@ -82,6 +82,9 @@ if [ "$BUILD" = 1 ]; then
 fi
 [ -f "$SOURCE/dist/pkg/cli.js" ] || die "$SOURCE/dist/pkg/cli.js is missing (npm run build)"
 
+# The packages bundle.mjs inlines into dist/pkg (its BUNDLED list).
+BUNDLED=$(sed -n "s/^.*const BUNDLED = \[\(.*\)\];.*$/\1/p" "$SOURCE/scripts/bundle.mjs" 2>/dev/null | tr -d "',") || true
+
 echo "== production node_modules from package-lock.json"
 APP=$WORK/app
 mkdir -p "$APP/dist"
@@ -186,6 +189,9 @@ for arch in "${ARCHES[@]}"; do
 	while IFS= read -r f; do
 		case $f in *"$([ "$arch" = amd64 ] && echo x86-64 || echo 'ARM aarch64')"*) ;; *) die "a binary not for $arch: $f" ;; esac
 	done < <(find "$LIB" -type f -exec file {} + | grep ': *ELF')
+	# Only what runs: not the packages the bundle inlines, nor what only the build above used.
+	# shellcheck disable=SC2086 # BUNDLED: one argument per package name
+	node "$HERE/scripts/prune-modules.mjs" "$LIB" $BUNDLED
 
 	# The command: npm's layout (bin/ runs dist/pkg/cli.js), under Debian's names. It runs
 	# Debian's node, the one the package depends on and its modules are compiled for, not
@@ -233,7 +239,7 @@ for arch in "${ARCHES[@]}"; do
 		[ ! -f "$SOURCE/docs/releases.md" ] || printf '  * What changed: /usr/share/doc/%s/docs/releases.md\n' "$NAME"
 		printf '\n -- %s  %s\n' "$(sed -n 's/^Maintainer: //p' "$PACKAGING/control.in")" "$(LC_ALL=C date -u -R -d "@$SOURCE_DATE_EPOCH")"
 	} | gzip -9n >"$DOC/changelog.gz"
-	"$PACKAGING/copyright.sh" "$LIB/node_modules" "$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y)" >"$DOC/copyright"
+	"$PACKAGING/copyright.sh" "$LIB/node_modules" "$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y)" "$BUNDLED" >"$DOC/copyright"
 	# The manual page is the command's own --help and that of each command, so it says what
 	# this version does.
 	mkdir -p "$PKG/usr/share/man/man1"

@@ -100,4 +100,34 @@ describe.skipIf(skip !== undefined)('the amd64 .deb as built', () => {
     expect(changelog()).toContain(`/usr/share/doc/${NAME}/docs/releases.md`);
     expect(read(`usr/share/doc/${NAME}/docs/releases.md`)).toMatch(new RegExp(`^## ${PKG.version.replace(/\./g, '\\.')}$`, 'm'));
   });
+
+  it('ships only what runs: not the packages the bundle inlines, type declarations or build tools, and every chunk and dependency left loads from its own files', () => {
+    const lib = join(dir, 'usr', 'lib', NAME);
+    const bundled = [...(/const BUNDLED = \[([^\]]*)\]/.exec(readFileSync(join(ROOT, 'scripts', 'bundle.mjs'), 'utf8'))?.[1] ?? '').matchAll(/'([^']+)'/g)].map((m) => m[1]);
+    expect(bundled).toContain('zod');
+    const top = readdirSync(join(lib, 'node_modules'));
+    expect(top.filter((p) => ['@types', 'prebuild-install', 'nan'].includes(p))).toEqual([]);
+    // An inlined package keeps its package.json and license (its code is in the bundle, under
+    // that license), and the copyright file says so.
+    for (const name of bundled) expect(readdirSync(join(lib, 'node_modules', name)).sort(), name).toEqual(['LICENSE', 'package.json']);
+    const copyright = read(`usr/share/doc/${NAME}/copyright`);
+    const stanza = copyright.slice(copyright.indexOf(`Files: usr/lib/${NAME}/dist/pkg/*`)).split('\n\n')[0];
+    for (const name of bundled) expect(stanza).toContain(`(${name}, `);
+    expect(stanza).toMatch(/^License: MIT and BSD-3-Clause$/m);
+    const deps = Object.keys((JSON.parse(read(`usr/lib/${NAME}/package.json`)) as { dependencies: Record<string, string> }).dependencies);
+    // A child Node in the package's directory: each chunk of the agent (their static imports
+    // resolve at load), each dependency not inlined, and SQLite's native module in use.
+    const script = `
+      import { readdirSync } from 'node:fs';
+      const failed = [];
+      for (const f of readdirSync('dist/pkg')) await import('./dist/pkg/' + f).catch((e) => failed.push(f + ': ' + e.message));
+      for (const d of ${JSON.stringify(deps.filter((d) => !bundled.includes(d)))}) await import(d).catch((e) => failed.push(d + ': ' + e.message));
+      const Database = (await import('better-sqlite3')).default;
+      if (new Database(':memory:').prepare('SELECT 1 AS one').get().one !== 1) failed.push('better-sqlite3: no answer');
+      console.log(JSON.stringify(failed));
+    `;
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: lib, encoding: 'utf8', timeout: 60_000 });
+    expect(r.status, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout.trim().split('\n').at(-1)!)).toEqual([]);
+  });
 });

@@ -108,7 +108,7 @@ async function oldPackage(): Promise<{ deb: string; version: string }> {
   // Its own version, as the fleet has it installed: the upgrade is to a higher one, as apt wants.
   const version = (JSON.parse(await mustRun('git', ['-C', ROOT, 'show', `${commit}:package.json`])) as { version: string }).version;
   const packaging = createHash('sha256');
-  for (const f of ['scripts/package.sh', ...readdirSync(join(ROOT, 'packaging', 'deb')).map((f) => `packaging/deb/${f}`)].sort()) packaging.update(readFileSync(join(ROOT, f)));
+  for (const f of ['scripts/package.sh', 'scripts/prune-modules.mjs', ...readdirSync(join(ROOT, 'packaging', 'deb')).map((f) => `packaging/deb/${f}`)].sort()) packaging.update(readFileSync(join(ROOT, f)));
   const dir = join(CACHE, 'debs', `${commit.slice(0, 12)}-${packaging.digest('hex').slice(0, 12)}`);
   const deb = join(dir, `${NAME}_${version}_amd64.deb`);
   if (existsSync(deb)) return { deb, version };

@@ -5,35 +5,54 @@
 set -eu
 MODULES=$1
 YEAR=$2
+# The packages bundled into dist/pkg (scripts/bundle.mjs's BUNDLED), space-separated: their code
+# is in the bundle, their package.json and license in node_modules.
+BUNDLED=${3:-}
 cat <<HEAD
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: telematics-agent
 Comment: The npm packages below usr/lib/telematics-agent/node_modules/ are the agent's
- production dependencies exactly as its package-lock.json pins them; each ships its
- own license text in its directory.
+ production dependencies as its package-lock.json pins them, less those only a build
+ uses; each ships its own license text in its directory.
 
 Files: *
 Copyright: $YEAR telematics-agent maintainers
 License: MIT
 
 HEAD
-node - "$MODULES" <<'JS'
+node - "$MODULES" "$BUNDLED" "$YEAR" <<'JS'
 const { readdirSync, readFileSync, existsSync } = require('node:fs');
 const { join, relative } = require('node:path');
 const root = process.argv[2];
+const bundled = (process.argv[3] ?? '').split(' ').filter(Boolean);
 const seen = new Set();
 const out = [];
+const licenseOf = (pkg) => {
+  const license = typeof pkg.license === 'string' ? pkg.license : pkg.license?.type ?? 'unknown';
+  // SPDX expressions as DEP-5 writes them.
+  return license.replace(/^\((.*)\)$/, '$1').replace(/ OR /g, ' or ').replace(/ AND /g, ' and ');
+};
+const authorOf = (pkg) => {
+  const author = typeof pkg.author === 'string' ? pkg.author : pkg.author?.name;
+  return author ? author.replace(/\s*<[^>]*>/, '').replace(/\s*\([^)]*\)/, '') : `the authors of ${pkg.name}`;
+};
+// The bundle: the agent's own code and the packages inlined into it, each under its license.
+if (bundled.length > 0) {
+  const pkgs = bundled.map((name) => JSON.parse(readFileSync(join(root, name, 'package.json'), 'utf8')));
+  const licenses = [...new Set(['MIT', ...pkgs.map(licenseOf)])];
+  out.push(
+    `Files: usr/lib/telematics-agent/dist/pkg/*\nCopyright: ${process.argv[4]} telematics-agent maintainers\n${pkgs.map((p) => ` ${authorOf(p)} (${p.name}, ${licenseOf(p)})`).join('\n')}\nLicense: ${licenses.join(' and ')}\nComment: ${bundled.join(', ')} are inlined into these files; their licenses are in\n their directories below usr/lib/telematics-agent/node_modules/.\n`,
+  );
+  for (const l of licenses) seen.add(l);
+}
 function walk(dir) {
   for (const entry of readdirSync(dir).sort()) {
     if (entry.startsWith('.')) continue;
     const path = join(dir, entry);
     if (entry.startsWith('@')) { walk(path); continue; }
     const pkg = JSON.parse(readFileSync(join(path, 'package.json'), 'utf8'));
-    let license = typeof pkg.license === 'string' ? pkg.license : pkg.license?.type ?? 'unknown';
-    // SPDX expressions as DEP-5 writes them.
-    license = license.replace(/^\((.*)\)$/, '$1').replace(/ OR /g, ' or ').replace(/ AND /g, ' and ');
-    const author = typeof pkg.author === 'string' ? pkg.author : pkg.author?.name;
-    out.push(`Files: usr/lib/telematics-agent/node_modules/${relative(root, path)}/*\nCopyright: ${author ? author.replace(/\s*<[^>]*>/, '').replace(/\s*\([^)]*\)/, '') : `the authors of ${pkg.name}`}\nLicense: ${license}\n`);
+    const license = licenseOf(pkg);
+    out.push(`Files: usr/lib/telematics-agent/node_modules/${relative(root, path)}/*\nCopyright: ${authorOf(pkg)}\nLicense: ${license}\n`);
     for (const l of license.split(/ or | and /)) seen.add(l);
     if (existsSync(join(path, 'node_modules'))) walk(join(path, 'node_modules'));
   }
