@@ -119,6 +119,12 @@ describe('a Confirm tapped twice', () => {
     expect([one.status, two.status]).toEqual([303, 303]);
     expect(two.location).toBe(one.location);
   });
+
+  it("finds a tap's earlier milestone by its reference through an index, not a scan of the table", () => {
+    // The query of Milestones.byRef, on this agent's buffer file: ref's UNIQUE index serves it.
+    const plan = agent.store.db.prepare('EXPLAIN QUERY PLAN SELECT * FROM milestones WHERE ref = ?').all('x') as { detail: string }[];
+    expect(plan.map((p) => p.detail)).toEqual([expect.stringMatching(/^SEARCH milestones USING INDEX \w+ \(ref=\?\)$/)]);
+  });
 });
 
 describe('a refusal in words a driver can act on (the page cannot force, and has no --time)', () => {

@@ -147,6 +147,7 @@ export class Milestones {
 
   /** The milestone committed with this idempotency reference, if any. */
   byRef(ref: string): MilestoneRow | undefined {
+    // No index to add: ref is UNIQUE since schema 1, and its own index serves this (SEARCH, not SCAN).
     const r = this.db.prepare('SELECT * FROM milestones WHERE ref = ?').get(ref) as RawMilestone | undefined;
     return r && toMilestone(r);
   }

@@ -1,11 +1,13 @@
 /**
  * Who may use the page: a PIN (ui.pin_file) gives a session cookie; five wrong PINs in a row
  * from one client address lock the login for that address for five minutes (anyone else on
- * the cab's Wi-Fi cannot lock the driver out); every form carries its session's CSRF token. Tokens are
+ * the cab's Wi-Fi cannot lock the driver out); wrong PINs from many addresses slow every
+ * address that sends them (pin-slowing.ts); every form carries its session's CSRF token. Tokens are
  * random and compared in constant time; nothing here is ever rendered but the CSRF token.
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { PinSlowing } from './pin-slowing.js';
 
 export const MAX_WRONG_PINS = 5;
 export const LOCK_MS = 5 * 60_000;
@@ -68,7 +70,8 @@ export interface Session {
   expiresMs: number;
 }
 
-export type LoginResult = { ok: true; session: Session } | { ok: false; lockedForMs: number; justLocked: boolean };
+/** Refused: locked (this address), slowed (`slowedForMs`: its PIN was not checked), or a wrong PIN; `slowingStarted`: this wrong PIN began the slowing. */
+export type LoginResult = { ok: true; session: Session } | { ok: false; lockedForMs: number; justLocked: boolean; slowedForMs?: number; slowingStarted?: true };
 
 export class Auth {
   private readonly sessions = new Map<string, Session>();
@@ -79,6 +82,7 @@ export class Auth {
   constructor(
     private readonly pin: string | undefined,
     private readonly now: () => number = Date.now,
+    readonly slowing: PinSlowing = new PinSlowing(),
   ) {}
 
   get needsPin(): boolean {
@@ -94,18 +98,25 @@ export class Auth {
     if (this.pin === undefined) return { ok: true, session: this.newSession() };
     const locked = this.lockedForMs(client);
     if (locked > 0) return { ok: false, lockedForMs: locked, justLocked: false };
+    // Not checked before its turn: the answer says nothing of the guess, right or wrong.
+    const slowedForMs = this.slowing.waitMs(client);
+    if (slowedForMs > 0) return { ok: false, lockedForMs: 0, justLocked: false, slowedForMs };
     if (sameSecret(guess, this.pin)) {
       this.strikes.delete(client);
+      this.slowing.right(client);
       return { ok: true, session: this.newSession() };
     }
+    const wasOn = this.slowing.on;
+    this.slowing.wrong(client);
+    const started = !wasOn && this.slowing.on ? { slowingStarted: true as const } : {};
     const s = this.strikes.get(client) ?? this.newStrikes(client);
     s.wrong += 1;
     if (s.wrong >= MAX_WRONG_PINS) {
       s.wrong = 0;
       s.lockedUntilMs = this.now() + LOCK_MS;
-      return { ok: false, lockedForMs: LOCK_MS, justLocked: true };
+      return { ok: false, lockedForMs: LOCK_MS, justLocked: true, ...started };
     }
-    return { ok: false, lockedForMs: 0, justLocked: false };
+    return { ok: false, lockedForMs: 0, justLocked: false, ...started };
   }
 
   private newStrikes(client: string): Strikes {

@@ -13,6 +13,7 @@ const en = {
   logOut: 'Log out',
   wrongPin: 'Wrong PIN.',
   locked: 'Too many wrong PINs from this device: try again in {min} min.',
+  slowed: 'Many wrong PINs were tried on this page lately: try again in {wait}.',
   online: 'Online',
   offline: 'Waiting for coverage since {time}',
   waiting: '{n} waiting',
@@ -74,6 +75,7 @@ const es: Words = {
   logOut: 'Salir',
   wrongPin: 'PIN incorrecto.',
   locked: 'Demasiados PIN incorrectos desde este dispositivo: vuelva a intentarlo en {min} min.',
+  slowed: 'Se han probado muchos PIN incorrectos en esta página últimamente: vuelva a intentarlo en {wait}.',
   online: 'En línea',
   offline: 'Esperando cobertura desde las {time}',
   waiting: '{n} en espera',
@@ -134,6 +136,7 @@ const fr: Words = {
   logOut: 'Sortir',
   wrongPin: 'Code PIN erroné.',
   locked: 'Trop de codes erronés depuis cet appareil : réessayez dans {min} min.',
+  slowed: 'Beaucoup de codes erronés ont été essayés sur cette page ces derniers temps : réessayez dans {wait}.',
   online: 'En ligne',
   offline: 'En attente de réseau depuis {time}',
   waiting: '{n} en attente',
@@ -194,6 +197,14 @@ export type Key = keyof Words;
 export function translator(lang: Lang): (key: Key, vars?: Record<string, string | number>) => string {
   const w = WORDS[lang];
   return (key, vars) => w[key].replace(/\{(\w+)\}/g, (_, k: string) => String(vars?.[k] ?? `{${k}}`));
+}
+
+/** A wait as a driver reads it, rounded up: "40 s", "3 min", "2 h" (the same in the three languages). */
+export function waitWords(ms: number): string {
+  const s = Math.ceil(ms / 1000);
+  if (s < 90) return `${s} s`;
+  if (s < 90 * 60) return `${Math.ceil(s / 60)} min`;
+  return `${Math.ceil(s / 3600)} h`;
 }
 
 /** `ui.language` if set, else the first of Accept-Language's languages the page has (by q), else en. */

@@ -13,7 +13,7 @@ import { CSS, JS } from './assets.js';
 import { Auth, clientKey, type Session, sameSecret, token } from './auth.js';
 import { liveEvent } from './events.js';
 import { confirmPage, type Look, loginPage, mainPage } from './html.js';
-import { type Lang, pickLanguage, translator } from './i18n.js';
+import { type Lang, pickLanguage, translator, waitWords } from './i18n.js';
 import { isLoopback, parseListen } from './listen.js';
 import { driverView, LinkWatch, nextStopOf, stopZone, type UiHost, wallClock } from './view.js';
 import { ACTIONS, type Action } from './actions.js';
@@ -218,8 +218,12 @@ export class UiServer {
         if (req.method === 'GET' && (path === '/confirm' || path === '/milestone')) return this.redirect(res, '/');
         throw new HttpError(401, 'log in first');
       }
-      const locked = this.auth.lockedForMs(clientKey(req.socket.remoteAddress));
-      return this.loginAgain(res, jar, look, locked > 0 ? 429 : 200, locked > 0 ? t('locked', { min: Math.ceil(locked / 60_000) }) : undefined);
+      const client = clientKey(req.socket.remoteAddress);
+      const locked = this.auth.lockedForMs(client);
+      if (locked > 0) return this.loginAgain(res, jar, look, 429, t('locked', { min: Math.ceil(locked / 60_000) }));
+      const slowed = this.auth.needsPin ? this.auth.slowing.waitMs(client) : 0;
+      if (slowed > 0) return this.loginAgain(res, jar, look, 429, t('slowed', { wait: waitWords(slowed) }), { 'retry-after': String(Math.ceil(slowed / 1000)) });
+      return this.loginAgain(res, jar, look, 200, undefined);
     }
     const headers: Record<string, string | string[]> = setCookie.length ? { 'set-cookie': setCookie } : {};
     if (req.method === 'GET' && path === '/') return this.page(res, look, session, url, headers);
@@ -249,16 +253,21 @@ export class UiServer {
       this.log.info({ remote: req.socket.remoteAddress }, 'driver page: logged in');
       return this.redirect(res, '/', { 'set-cookie': [this.cookie(SESSION_COOKIE, r.session.id), this.cookie(LOGIN_COOKIE, '', 0)] });
     }
+    if (r.slowedForMs) {
+      // Not logged one by one: a guesser's every try would be a line.
+      return this.loginAgain(res, jar, look, 429, t('slowed', { wait: waitWords(r.slowedForMs) }), { 'retry-after': String(Math.ceil(r.slowedForMs / 1000)) });
+    }
     if (r.justLocked) this.log.warn({ remote: req.socket.remoteAddress, client, lockedS: r.lockedForMs / 1000 }, 'driver page: 5 wrong PINs; login locked for this address');
     else this.log.info({ remote: req.socket.remoteAddress }, 'driver page: wrong PIN');
+    if (r.slowingStarted) this.log.warn({ recentWrong: Math.round(this.auth.slowing.recentWrong()) }, 'driver page: many wrong PINs; each address that sent one now waits before its next is checked');
     const error = r.lockedForMs > 0 ? t('locked', { min: Math.ceil(r.lockedForMs / 60_000) }) : t('wrongPin');
     return this.loginAgain(res, jar, look, r.lockedForMs > 0 ? 429 : 401, error);
   }
 
   /** The login form, with its token in its cookie. */
-  private loginAgain(res: ServerResponse, jar: Record<string, string>, look: Look, status: number, error: string | undefined): void {
+  private loginAgain(res: ServerResponse, jar: Record<string, string>, look: Look, status: number, error: string | undefined, headers: Record<string, string> = {}): void {
     const csrf = loginToken(jar);
-    this.send(res, status, 'text/html; charset=utf-8', loginPage(translator(look.lang), look, csrf, error), { 'set-cookie': this.cookie(LOGIN_COOKIE, csrf) });
+    this.send(res, status, 'text/html; charset=utf-8', loginPage(translator(look.lang), look, csrf, error), { ...headers, 'set-cookie': this.cookie(LOGIN_COOKIE, csrf) });
   }
 
   private page(res: ServerResponse, look: Look, session: Session, url: URL, headers: Record<string, string | string[]>): void {
