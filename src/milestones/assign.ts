@@ -8,6 +8,7 @@ import { unfedResource } from '../config/resources.js';
 import type { Config } from '../config/schema.js';
 import { CliError } from '../errors.js';
 import { EXIT } from '../exit.js';
+import { readDateTime } from '../geo/localtime.js';
 import { appointmentMs, resolveAppointments } from './appointments.js';
 import { RESOURCE_TYPES, resourceTypeOf } from './codes.js';
 import { checkLoadNumber } from './record.js';
@@ -52,7 +53,10 @@ export function startLoadChecked(store: Store, config: Config, input: LoadStart,
  * before them would promise what the load cannot have.
  */
 function fromTime(text: string, config: Config, nowMs: number): number {
-  const ms = /(Z|[+-]\d{2}:?\d{2})$/i.test(text.trim()) ? Date.parse(text) : Number.NaN;
+  // The reader of every typed time (milestone --time, appointments): Date.parse took RFC 2822
+  // and prose, and made 2026-02-30 into 2026-03-02.
+  const read = readDateTime(text.trim());
+  const ms = read?.kind === 'instant' ? read.ms : Number.NaN;
   if (Number.isNaN(ms)) throw new CliError(`from: expected an ISO 8601 time with its offset (2026-03-01T08:00:00Z), got ${JSON.stringify(text)}`, EXIT.DATA);
   if (ms > nowMs) throw new CliError(`from: ${text} is in the future; a load takes readings from the past only`, EXIT.DATA);
   const keepS = config.loads.keep_unassigned_s;

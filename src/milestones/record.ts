@@ -38,7 +38,7 @@ import { placeAt, placeNamed } from '../geo/places.js';
 import { stateZones } from '../geo/state-zones.js';
 import { fixedOffsetZone, formatTime, systemZone, zoneAt } from '../geo/timezone.js';
 import { check, problemLine } from '../validation.js';
-import { checkTimeAge, instantIn, TimeRefusal, type TypedTime, typedTime, withOffsetOf, zoneWithOffset } from './typed-time.js';
+import { checkTimeAge, clockChangeWarning, instantIn, TimeRefusal, type TypedTime, typedTime, withOffsetOf, zoneWithOffset } from './typed-time.js';
 
 export interface MilestoneInput {
   loadNumber: string;
@@ -146,7 +146,12 @@ function place(store: Store, config: Config, load: LoadRow, input: MilestoneInpu
     const state = named?.state ?? (named?.city ? undefined : found?.state);
     return { source, lat, lon, city, state, zone: zoneAt(lat, lon), zoneFrom, fixAgeS };
   };
-  const read = (zone: string) => instantOf(typed, zone, nowMs);
+  const read = (zone: string) => {
+    const ms = instantOf(typed, zone, nowMs);
+    const change = clockChangeWarning(typed, zone);
+    if (change) warnings.push(change);
+    return ms;
+  };
   const timed = (placement: Placement) => ({ placement, timeMs: read(placement.zone) });
   const typedName = [input.city, input.state].filter(Boolean).join(', ');
   // 1. Given on the command line (or the detector's own fix).

@@ -6,8 +6,8 @@
  * Chicago time six hours early from a device in UTC.
  */
 import { CLOCK_FLOOR_MS } from '../admission/time-guard.js';
-import { readDateTime } from '../geo/localtime.js';
-import { hasExplicitOffset, localTimeToInstant, zoneOffsetMinutes } from '../geo/timezone.js';
+import { localTimeReadings, readDateTime } from '../geo/localtime.js';
+import { formatTime, hasExplicitOffset, localTimeToInstant, zoneOffsetMinutes } from '../geo/timezone.js';
 
 export type TypedTime =
   | { kind: 'now' }
@@ -60,6 +60,28 @@ export function instantIn(t: TypedTime, zone: string, nowMs: number): number {
   } catch (err) {
     throw new TimeRefusal(`--time: ${(err as Error).message}`, 'form');
   }
+}
+
+/**
+ * What to tell the driver when a local time read in `zone` fell on a clock change, in the words
+ * a stop's appointment gets (appointments.ts): the first of a repeated hour, a skipped time
+ * moved forward. Said, not refused, as for the appointment; unsaid, 01:30 on fall-back night
+ * went out as daylight time, an hour early if the second 01:30 was meant.
+ */
+export function clockChangeWarning(t: TypedTime, zone: string): string | undefined {
+  if (t.kind !== 'local') return undefined;
+  let readings: number[];
+  try {
+    readings = localTimeReadings(t.text, zone);
+  } catch {
+    return undefined; // not a time on the calendar: instantIn refuses it
+  }
+  if (readings.length === 1) return undefined;
+  const shown = (ms: number) => formatTime(new Date(ms), zone, 'local').dateTime.replace('.000', '');
+  if (readings.length === 0) {
+    return `--time ${t.text} does not exist in ${zone} (the clocks skip it): read as ${shown(localTimeToInstant(t.text, zone))}; give the offset if another time was meant`;
+  }
+  return `--time ${t.text} occurs twice in ${zone}: read as the first, ${shown(readings[0]!)}; give the offset (such as ${shown(readings[1]!)}) if the second was meant`;
 }
 
 /** The first of `zones` whose offset at `ms` is `offsetMin`: an offset typed for a place with several zones picks its own. */

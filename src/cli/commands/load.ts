@@ -9,6 +9,7 @@ import { resourceTypeOf, RESOURCE_TYPES } from '../../milestones/codes.js';
 import { checkId, describeStart, startLoadChecked } from '../../milestones/assign.js';
 import { checkLoadNumber } from '../../milestones/record.js';
 import { readStopsFile } from '../../milestones/stops.js';
+import { commandNow } from '../now.js';
 import { configOption, err, load, out, withReader, withStore } from '../common.js';
 
 export function addLoadCommand(program: Command): void {
@@ -32,7 +33,15 @@ export function addLoadCommand(program: Command): void {
       // more), then the length any pattern must keep to.
       checkLoadNumber(loadNumber, loaded.config);
       checkId(loadNumber, '<loadNumber>');
-      const { row, warnings } = withStore(loaded, (store) => startLoadChecked(store, loaded.config, { loadNumber, resourceId: opts.resource, resourceType, stops, from: opts.from }));
+      // Now as the running agent knows it: on a device booted 12 h behind, the system clock
+      // refused a --from five minutes ago as in the future.
+      let clockNote: string | undefined;
+      const { row, warnings } = withStore(loaded, (store) => {
+        const now = commandNow(store);
+        clockNote = now.note;
+        return startLoadChecked(store, loaded.config, { loadNumber, resourceId: opts.resource, resourceType, stops, from: opts.from }, now.nowMs);
+      });
+      if (clockNote) err(`note: ${clockNote}`);
       out(describeStart(row));
       for (const w of warnings) err(`warning: ${w}`);
     });
@@ -43,7 +52,13 @@ export function addLoadCommand(program: Command): void {
     .addOption(configOption())
     .action((loadNumber: string, opts: { config?: string }) => {
       const loaded = load(opts.config);
-      withStore(loaded, (store) => store.endLoad(loadNumber, Date.now()));
+      // Not the system clock while it is unsynchronised: the window closed 12 h early.
+      const note = withStore(loaded, (store) => {
+        const now = commandNow(store);
+        store.endLoad(loadNumber, now.nowMs);
+        return now.note;
+      });
+      if (note) err(`note: ${note}`);
       out(`load ${loadNumber} ended`);
     });
   loadCmd

@@ -35,7 +35,9 @@ offset); the stop (--stop); the resource's last fix if taken within milestones.m
 of --time. Without any, it goes without a city and state (a warning says so).
 A --time without an offset is read in the zone of that place, else of the resource's last
 fix whatever its age; with neither it is refused (exit 65): give the offset, such as
-2026-11-25T22:53-06:00. It is never read in this device's zone. What was recorded is printed
+2026-11-25T22:53-06:00. It is never read in this device's zone. On the night the clocks
+change, a time that occurs twice is the first, one they skip is moved forward (a warning
+says which, and the offset that means the other). What was recorded is printed
 in UTC and in the zone used, with where that zone came from. A --time before 2025-01-01, or
 an appointment more than a year ahead, is refused even with --force; one more than
 sources_time.max_past_days (30) old is refused unless --force.`,
