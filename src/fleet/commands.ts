@@ -20,6 +20,7 @@ import { describeStart, startLoadChecked } from '../milestones/assign.js';
 import { recordMilestone } from '../milestones/record.js';
 import { check, problemLine } from '../validation.js';
 import { COMMANDS, type CommandName, commandIdSchema, type Reply } from './messages.js';
+import { dispatchWords } from './refusal.js';
 
 /** What a command that was applied asks of the daemon afterwards. */
 export interface Effects {
@@ -88,7 +89,8 @@ export class Commands {
           // Refused as the CLI refuses it: final, kept with the id. Anything else (the disk,
           // the buffer) is not: out of this commit, and the command may come again.
           if (!(err instanceof AgentError) || (err.exitCode !== EXIT.DATA && err.exitCode !== EXIT.USAGE)) throw err;
-          done = refuse(commandId, err.exitCode, err.message);
+          // In dispatch's words: the rules' own name the CLI's options (refusal.ts).
+          done = refuse(commandId, err.exitCode, dispatchWords(err) ?? err.message);
           effects.kick = effects.status = false;
         }
         this.store.db.prepare('INSERT INTO fleet_commands (command_id, name, answer, received_ms) VALUES (?, ?, ?, ?)').run(commandId, name, JSON.stringify(done), nowMs);
