@@ -192,7 +192,7 @@ ${extra}`,
       '{"loadNumber": "L-7", "eventCode": "ZZ"}',
     ]);
     expect(refused.code).toBe(65);
-    expect(JSON.parse(refused.stdout).message).toContain('event code ZZ is not in codes.events');
+    expect(JSON.parse(refused.stdout).message).toContain('eventCode ZZ is not in codes.events');
     // SD is repeatable: only the command id keeps a second one out.
     const first = await send(d, 'truck-a', 'milestone', cmd);
     expect(first).toMatchObject({ ok: true, status: 0 });
@@ -209,6 +209,35 @@ ${extra}`,
     expect(countOf("SELECT count(*) AS n FROM milestones WHERE code = 'SD'")).toBe(1);
     expect(countOf('SELECT count(*) AS n FROM loads')).toBe(1);
     expect(fx.daemon!.output()).toContain('fleet command seen before');
+  });
+
+  it('old command ids are forgotten once the link has settled; a retained command, handed over at every connect, is answered again, never applied twice', async () => {
+    await startBroker();
+    await fx.sandbox.start();
+    const cfg = fleetConfig();
+    await run(cfg);
+    const d = await dispatch();
+    expect(await send(d, 'truck-a', 'load-start', { commandId: 'pl-1', loadNumber: 'L-8', resourceId: 'T8' })).toMatchObject({ ok: true });
+    // Dispatch's mistake: a repeatable milestone published retained. The broker hands it over
+    // at every subscription; only its id keeps a second SD out.
+    const cmd = { commandId: 'ret-sd', loadNumber: 'L-8', eventCode: 'SD', reasonCode: 'AO', time: new Date(Math.floor(Date.now() / 1000) * 1000 - 3_600_000).toISOString() };
+    const replies = await watch(d, 'fleet/truck-a/reply/ret-sd');
+    await d.publishAsync('fleet/truck-a/cmd/milestone', JSON.stringify(cmd), { qos: 1, retain: true });
+    const first = (await waitFor(() => replies[0], 15_000, 'the first answer')).body;
+    expect(first).toMatchObject({ ok: true, status: 0 });
+    expect(await send(d, 'truck-a', 'status', { commandId: 'fresh-1' })).toMatchObject({ ok: true });
+    await fx.daemon!.stop('SIGTERM');
+    // pl-1 and ret-sd last received 40 days ago, as far as the buffer knows; fresh-1 just now.
+    const db = new Database(buffer());
+    db.prepare("UPDATE fleet_commands SET received_ms = received_ms - ? WHERE command_id IN ('pl-1', 'ret-sd')").run(40 * 86_400_000);
+    db.close();
+    await run(cfg);
+    expect((await waitFor(() => replies[1], 15_000, 'the answer to the retained command at the new subscription')).body).toEqual(first);
+    // Once the subscription has settled: pl-1 forgotten; ret-sd, received again just now, kept.
+    await waitFor(() => countOf("SELECT count(*) AS n FROM fleet_commands WHERE command_id = 'pl-1'") === 0, 20_000, 'pl-1 forgotten');
+    expect(countOf("SELECT count(*) AS n FROM fleet_commands WHERE command_id IN ('ret-sd', 'fresh-1')")).toBe(2);
+    expect(countOf("SELECT count(*) AS n FROM milestones WHERE code = 'SD'")).toBe(1);
+    expect(fx.daemon!.output()).toContain('fleet command ids last received more than 30 days ago forgotten');
   });
 
   it('a command sent while the agent is away is applied when it is back (persistent session)', async () => {
