@@ -192,7 +192,7 @@ ${extra}`,
       '{"loadNumber": "L-7", "eventCode": "ZZ"}',
     ]);
     expect(refused.code).toBe(65);
-    expect(JSON.parse(refused.stdout).message).toContain('event code ZZ is not in codes.events');
+    expect(JSON.parse(refused.stdout).message).toContain('eventCode ZZ is not in codes.events');
     // SD is repeatable: only the command id keeps a second one out.
     const first = await send(d, 'truck-a', 'milestone', cmd);
     expect(first).toMatchObject({ ok: true, status: 0 });
@@ -209,6 +209,35 @@ ${extra}`,
     expect(countOf("SELECT count(*) AS n FROM milestones WHERE code = 'SD'")).toBe(1);
     expect(countOf('SELECT count(*) AS n FROM loads')).toBe(1);
     expect(fx.daemon!.output()).toContain('fleet command seen before');
+  });
+
+  it('old command ids are forgotten once the link has settled; a retained command, handed over at every connect, is answered again, never applied twice', async () => {
+    await startBroker();
+    await fx.sandbox.start();
+    const cfg = fleetConfig();
+    await run(cfg);
+    const d = await dispatch();
+    expect(await send(d, 'truck-a', 'load-start', { commandId: 'pl-1', loadNumber: 'L-8', resourceId: 'T8' })).toMatchObject({ ok: true });
+    // Dispatch's mistake: a repeatable milestone published retained. The broker hands it over
+    // at every subscription; only its id keeps a second SD out.
+    const cmd = { commandId: 'ret-sd', loadNumber: 'L-8', eventCode: 'SD', reasonCode: 'AO', time: new Date(Math.floor(Date.now() / 1000) * 1000 - 3_600_000).toISOString() };
+    const replies = await watch(d, 'fleet/truck-a/reply/ret-sd');
+    await d.publishAsync('fleet/truck-a/cmd/milestone', JSON.stringify(cmd), { qos: 1, retain: true });
+    const first = (await waitFor(() => replies[0], 15_000, 'the first answer')).body;
+    expect(first).toMatchObject({ ok: true, status: 0 });
+    expect(await send(d, 'truck-a', 'status', { commandId: 'fresh-1' })).toMatchObject({ ok: true });
+    await fx.daemon!.stop('SIGTERM');
+    // pl-1 and ret-sd last received 40 days ago, as far as the buffer knows; fresh-1 just now.
+    const db = new Database(buffer());
+    db.prepare("UPDATE fleet_commands SET received_ms = received_ms - ? WHERE command_id IN ('pl-1', 'ret-sd')").run(40 * 86_400_000);
+    db.close();
+    await run(cfg);
+    expect((await waitFor(() => replies[1], 15_000, 'the answer to the retained command at the new subscription')).body).toEqual(first);
+    // Once the subscription has settled: pl-1 forgotten; ret-sd, received again just now, kept.
+    await waitFor(() => countOf("SELECT count(*) AS n FROM fleet_commands WHERE command_id = 'pl-1'") === 0, 20_000, 'pl-1 forgotten');
+    expect(countOf("SELECT count(*) AS n FROM fleet_commands WHERE command_id IN ('ret-sd', 'fresh-1')")).toBe(2);
+    expect(countOf("SELECT count(*) AS n FROM milestones WHERE code = 'SD'")).toBe(1);
+    expect(fx.daemon!.output()).toContain('fleet command ids last received more than 30 days ago forgotten');
   });
 
   it('a command sent while the agent is away is applied when it is back (persistent session)', async () => {
@@ -257,6 +286,62 @@ ${extra}`,
     expect(await send(d, 'truck-a', 'load-start', { commandId: 'ok-1', loadNumber: 'L-1', resourceId: 'T1' })).toMatchObject({ ok: true });
     expect(fx.daemon!.child.exitCode).toBeNull();
     expect(fx.daemon!.output()).toContain('fleet command refused');
+  });
+
+  it("a refused command's answer names the command's JSON fields, never the CLI's options; the CLI keeps its words", async () => {
+    await startBroker();
+    await fx.sandbox.start();
+    await run(fleetConfig());
+    const d = await dispatch();
+    // Stop 1 is placed (its zone reads a local time); the truck has no fix.
+    const stops = [{ sequence: 1, type: 'pickup', latitude: 41.8781, longitude: -87.6298 }];
+    expect(await send(d, 'truck-a', 'load-start', { commandId: 'w-load', loadNumber: 'L-W', resourceId: 'TRUCK-W', stops })).toMatchObject({ ok: true });
+    expect(await send(d, 'truck-a', 'milestone', { commandId: 'w-x3', loadNumber: 'L-W', eventCode: 'X3', stopsequenceNumber: 1 })).toMatchObject({ ok: true });
+    const iso = (ms: number) => new Date(ms).toISOString().replace(/\.\d+Z$/, 'Z');
+    const now = Date.now();
+    const day = 86_400_000;
+    // Every refusal a milestone can get whose CLI message names an option (--resource, --reason,
+    // --code, --force, --time, --city, --lat/--lon, --stop), and what dispatch reads instead.
+    const cases: Array<[Record<string, unknown>, string | RegExp]> = [
+      [{ loadNumber: 'NOPE' }, 'load NOPE: no such load on this device (start it with a load-start command)'],
+      [{ eventCode: 'NS' }, /^eventCode NS is not in codes\.events \(NS is a reason code: give it as reasonCode\); the list holds .*If the service accepts it, add it to codes\.events in the device's config$/],
+      [{ reasonCode: 'X3' }, 'reasonCode X3 is not in codes.reasons (X3 is an event code: give it as eventCode);'],
+      [
+        { eventState: 'TX', time: '2026-11-20T08:15:00' },
+        "no eventCity, and TX spans more than one time zone (America/Chicago, America/Denver): the milestone's zone cannot be told. Give time with its UTC offset (such as 2026-11-20T08:15:00-06:00), or an eventCity the gazetteer knows",
+      ],
+      [{ time: 'yesterday' }, 'time: expected an ISO 8601 time such as 2026-11-23T10:00:00'],
+      [{ stopsequenceNumber: 1, time: '2026-02-30T10:00:00' }, 'time: "2026-02-30T10:00:00" is not a date and time that exists on a calendar'],
+      [
+        { time: '2026-11-20T08:15:00' },
+        /^time 2026-11-20T08:15:00 has no UTC offset, and nothing tells the zone it was meant in \(no stopsequenceNumber; no fix of TRUCK-W is in the buffer yet; no eventCity and eventState\): give the offset/,
+      ],
+      [{ time: '2020-01-01T00:00:00Z' }, 'time 2020-01-01T00:00:00Z is before 2025-01-01, older than any load this agent carried: check the year'],
+      [{ eventCode: 'AA', stopsequenceNumber: 1, time: iso(now + 800 * day) }, `time ${iso(now + 800 * day)} is more than a year ahead of this device's clock: no appointment is that far off; check the year`],
+      [
+        { time: iso(now - 60 * day) },
+        `time ${iso(now - 60 * day)} is 60 days before this device's clock, more than sources_time.max_past_days (30): check the date; the fleet link records no milestone older than that`,
+      ],
+      [
+        { time: iso(now + day) },
+        /^time \S+ is \d+ s ahead of this device's clock \(sources_time\.max_future_s = 300\): a milestone records what happened\. Only appointment codes \(codes\.appointments: AA, AB\) may lie in the future$/,
+      ],
+      [{ eventCode: 'X3', stopsequenceNumber: 1 }, /^load L-W already has X3 for stop 1: milestone \d+ .*\. One milestone per load, code and stop: this one was not recorded$/],
+    ];
+    for (const [i, [fields, words]] of cases.entries()) {
+      const reply = await send(d, 'truck-a', 'milestone', { commandId: `w-${i}`, loadNumber: 'L-W', eventCode: 'X1', ...fields });
+      // Soft: one run says which of them fail.
+      expect.soft(reply, JSON.stringify(fields)).toMatchObject({ ok: false, status: 65 });
+      expect.soft(reply.message, JSON.stringify(fields)).not.toMatch(/--[a-z]/);
+      if (typeof words === 'string') expect.soft(reply.message, JSON.stringify(fields)).toContain(words);
+      else expect.soft(reply.message, JSON.stringify(fields)).toMatch(words);
+    }
+    // The same refusals on the command line keep the CLI's words.
+    const cfg = join(fx.tmp.dir, 'agent.toml');
+    const cli = await runCli(['milestone', '--load', 'L-W', '--code', 'X3', '--stop', '1', '--config', cfg]);
+    expect(cli.stderr).toContain('One milestone per load, code and stop; to record another anyway, add --force');
+    const old = await runCli(['milestone', '--load', 'L-W', '--code', 'X1', '--time', iso(now - 60 * day), '--config', cfg]);
+    expect(old.stderr).toContain('to record it anyway (a correction to an old load), add --force');
   });
 
   it('a response topic holding a wildcard is not published to: the broker would drop the link and hand the command over again, for ever', async () => {

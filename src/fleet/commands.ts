@@ -11,6 +11,8 @@
  * refused as the CLI refuses it (load number pattern, codes, unknown load, stops); these are
  * final and kept. A failure to commit (a full disk, a buffer error) is answered with its own
  * status, is not kept, and the same command may be sent again.
+ *
+ * An id is kept COMMAND_RETENTION_MS after the broker last handed it over (see `prune`).
  */
 import type { Store } from '../buffer/store.js';
 import type { Config } from '../config/schema.js';
@@ -20,6 +22,7 @@ import { describeStart, startLoadChecked } from '../milestones/assign.js';
 import { recordMilestone } from '../milestones/record.js';
 import { check, problemLine } from '../validation.js';
 import { COMMANDS, type CommandName, commandIdSchema, type Reply } from './messages.js';
+import { dispatchWords } from './refusal.js';
 
 /** What a command that was applied asks of the daemon afterwards. */
 export interface Effects {
@@ -35,6 +38,20 @@ export interface Handled {
   repeated: boolean;
   effects: Effects;
 }
+
+/**
+ * How long a command id is remembered after it was last received. MQTT hands a command over
+ * again only (a) when a session resumes after a connection lost before its PUBACK, at that
+ * reconnect however late (MQTT 3.1.1 keeps a session for ever; 5 as long as its expiry, 7
+ * days here); (b) as a retained message (dispatch's mistake), at every subscription, i.e.
+ * every connect, for as long as the broker keeps it: MQTT 5's message expiry goes up to
+ * 2^32-1 s, 3.1.1 has none; (c) when dispatch sends the same id again. No age exceeds (a) and
+ * (b), so the link prunes only on a connection whose subscription has been up a while (by
+ * then the broker has resent what it had in flight and its retained commands, and each one
+ * seen again was refreshed), never while offline. The age is for (c): well past a dispatch
+ * retry (`fleet send --timeout` is at most a day) and the 7-day session one may wait in.
+ */
+export const COMMAND_RETENTION_MS = 30 * 86_400_000;
 
 const refuse = (commandId: string | null, status: number, message: string): Reply => ({ commandId, ok: false, status, message });
 
@@ -75,7 +92,10 @@ export class Commands {
     const commandId = id.data;
     if (!Object.hasOwn(COMMANDS, name)) return once(refuse(commandId, EXIT.USAGE, `unknown command ${JSON.stringify(name)}: the agent runs only ${Object.keys(COMMANDS).join(', ')}`));
     const seen = this.answerOf(commandId);
-    if (seen) return { reply: seen, repeated: true, effects: {} };
+    if (seen) {
+      this.seenAgain(commandId, nowMs);
+      return { reply: seen, repeated: true, effects: {} };
+    }
     const parsed = check(COMMANDS[name as CommandName], body);
     if (!parsed.success) return once(refuse(commandId, EXIT.USAGE, `${name}: ${parsed.problems.map(problemLine).join('; ')}`));
     let reply: Reply;
@@ -88,7 +108,8 @@ export class Commands {
           // Refused as the CLI refuses it: final, kept with the id. Anything else (the disk,
           // the buffer) is not: out of this commit, and the command may come again.
           if (!(err instanceof AgentError) || (err.exitCode !== EXIT.DATA && err.exitCode !== EXIT.USAGE)) throw err;
-          done = refuse(commandId, err.exitCode, err.message);
+          // In dispatch's words: the rules' own name the CLI's options (refusal.ts).
+          done = refuse(commandId, err.exitCode, dispatchWords(err) ?? err.message);
           effects.kick = effects.status = false;
         }
         this.store.db.prepare('INSERT INTO fleet_commands (command_id, name, answer, received_ms) VALUES (?, ?, ?, ?)').run(commandId, name, JSON.stringify(done), nowMs);
@@ -99,6 +120,28 @@ export class Commands {
       return once(refuse(commandId, status, `not applied: ${(err as Error).message}; send it again`));
     }
     return { reply, repeated: false, effects: reply.ok ? effects : {} };
+  }
+
+  /**
+   * Forget the ids last received more than COMMAND_RETENTION_MS ago; counted from the newest
+   * one's time if that is earlier than now: a clock set years ahead must not empty the table.
+   * Only on a link whose commands could not come again (link.ts). Returns how many went.
+   */
+  prune(nowMs = Date.now()): number {
+    const db = this.store.db;
+    const newest = db.prepare('SELECT max(received_ms) FROM fleet_commands').pluck().get() as number | null;
+    if (newest === null) return 0;
+    const cutoff = Math.min(nowMs, newest) - COMMAND_RETENTION_MS;
+    return db.prepare('DELETE FROM fleet_commands WHERE received_ms < ?').run(cutoff).changes;
+  }
+
+  /** A command handed over again: its id is kept from now (a retained one seen at each connect stays). */
+  private seenAgain(commandId: string, nowMs: number): void {
+    try {
+      this.store.db.prepare('UPDATE fleet_commands SET received_ms = max(received_ms, ?) WHERE command_id = ?').run(nowMs, commandId);
+    } catch {
+      // A full disk: the answer goes anyway; the id is kept from its last successful write.
+    }
   }
 
   private apply(name: CommandName, cmd: Record<string, unknown>, nowMs: number, effects: Effects): string {

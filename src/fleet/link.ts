@@ -21,7 +21,7 @@ import type { Config } from '../config/schema.js';
 import { addSecret } from '../log.js';
 import { AttemptLog, dropMqtt, endMqtt, timer } from '../sources/common.js';
 import { connectMqtt } from '../sources/mqtt-lib.js';
-import { Commands } from './commands.js';
+import { COMMAND_RETENTION_MS, Commands } from './commands.js';
 import type { Reply } from './messages.js';
 import { fleetStatus, offlineStatus, stateKey } from './status.js';
 
@@ -33,6 +33,9 @@ const STABLE_MS = 30_000;
 const QUICK_CLOSE_MS = 5000;
 /** How often a change of state is looked for (from memory: cheap). */
 const STATE_LOOK_MS = 2000;
+/** The broker resends what it had in flight at CONNACK and its retained commands at SUBACK: old ids are forgotten only after this (commands.ts). */
+const PRUNE_SETTLE_MS = 10_000;
+const PRUNE_EVERY_MS = 3_600_000;
 
 export class FleetLink {
   private cfg: FleetConfig | undefined;
@@ -42,6 +45,7 @@ export class FleetLink {
   private retryTimer: NodeJS.Timeout | undefined;
   private statusTimer: NodeJS.Timeout | undefined;
   private lookTimer: NodeJS.Timeout | undefined;
+  private pruneTimer: NodeJS.Timeout | undefined;
   private lastKey = '';
   private lastError: string | undefined;
   /** A refusal of what the device publishes was logged on this connection (once is enough). */
@@ -86,6 +90,7 @@ export class FleetLink {
     clearTimeout(this.retryTimer);
     clearInterval(this.statusTimer);
     clearInterval(this.lookTimer);
+    clearTimeout(this.pruneTimer);
     const client = this.client;
     this.client = undefined;
     const wasConnected = this.connected;
@@ -175,6 +180,7 @@ export class FleetLink {
           if (!current()) return;
           const refused = err ? err.message : (granted ?? []).some((g) => g.qos === 128) ? 'refused by the broker (its ACL?)' : undefined;
           if (refused) this.log.error({ topic: `${this.prefix}/cmd/+`, err: refused }, 'could not subscribe to the fleet commands');
+          else this.pruneWhileConnected(client);
         });
       }
       this.publishStatus();
@@ -212,8 +218,27 @@ export class FleetLink {
       this.connected = false;
       clearInterval(this.statusTimer);
       clearInterval(this.lookTimer);
+      clearTimeout(this.pruneTimer);
       this.retry();
     });
+  }
+
+  /** Forget old command ids (COMMAND_RETENTION_MS) once this subscription has settled, then hourly while it lasts; never offline. */
+  private pruneWhileConnected(client: MqttClient): void {
+    const prune = () => {
+      if (client !== this.client || !this.connected) return;
+      try {
+        const n = this.commands?.prune() ?? 0;
+        if (n > 0) this.log.info({ forgotten: n }, `fleet command ids last received more than ${COMMAND_RETENTION_MS / 86_400_000} days ago forgotten`);
+      } catch (err) {
+        this.log.warn({ err: (err as Error).message }, 'could not forget old fleet command ids; tried again in an hour');
+      }
+    };
+    clearTimeout(this.pruneTimer);
+    this.pruneTimer = timer(() => {
+      prune();
+      this.pruneTimer = setInterval(prune, PRUNE_EVERY_MS).unref();
+    }, PRUNE_SETTLE_MS);
   }
 
   private options(cfg: FleetConfig): IClientOptions {

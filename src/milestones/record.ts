@@ -38,6 +38,7 @@ import { placeAt, placeNamed } from '../geo/places.js';
 import { stateZones } from '../geo/state-zones.js';
 import { fixedOffsetZone, formatTime, systemZone, zoneAt } from '../geo/timezone.js';
 import { check, problemLine } from '../validation.js';
+import { RuleRefusal } from './refusal.js';
 import { checkTimeAge, clockChangeWarning, instantIn, TimeRefusal, type TypedTime, typedTime, withOffsetOf, zoneWithOffset } from './typed-time.js';
 
 export interface MilestoneInput {
@@ -133,7 +134,8 @@ function checkCode(kind: 'event' | 'reason', raw: string, config: Config, force:
     kind === 'event'
       ? 'X12 214 shipment status codes such as X3 arrived at pick-up, AF departed pick-up, X1 arrived at delivery, D1 unloaded, SD delayed, AA/AB appointment'
       : 'X12 214 status reason codes such as NS normal, AI mechanical breakdown, AO weather, BE road conditions, AH driver related';
-  throw new MilestoneError(`${kind} code ${code} is not in ${key}${other}; the list holds ${examples}. If the service accepts it, add it to ${key} in the config; to send it once anyway, add --force`);
+  const message = `${kind} code ${code} is not in ${key}${other}; the list holds ${examples}. If the service accepts it, add it to ${key} in the config; to send it once anyway, add --force`;
+  throw new MilestoneError(message, { cause: new RuleRefusal(message, { rule: 'code', kind, code, key, otherKind: other !== '', examples }) });
 }
 
 /** Where the milestone happened and in which zone (see the rule at the top), and its instant, read once in that zone. */
@@ -177,9 +179,9 @@ function place(store: Store, config: Config, load: LoadRow, input: MilestoneInpu
       return { placement: zone ? typedPlace(zone, `${input.state} at the offset typed`) : typedPlace(fixedOffsetZone(typed.offsetMin), 'the offset typed'), timeMs: typed.ms };
     }
     const spans = zones.length ? `${input.state} spans more than one time zone (${zones.join(', ')})` : `${input.state} is no US state, Canadian province or Mexican state the gazetteer knows`;
-    throw new MilestoneError(
-      `${unknown}, and ${spans}: the milestone's zone cannot be told. Give --time with its UTC offset (such as ${typed.kind === 'local' ? withOffsetOf(typed.text, zones[0] ?? 'UTC') : '2026-11-23T10:00:00-06:00'}), a --city the gazetteer knows, or --lat/--lon`,
-    );
+    const example = typed.kind === 'local' ? withOffsetOf(typed.text, zones[0] ?? 'UTC') : '2026-11-23T10:00:00-06:00';
+    const message = `${unknown}, and ${spans}: the milestone's zone cannot be told. Give --time with its UTC offset (such as ${example}), a --city the gazetteer knows, or --lat/--lon`;
+    throw new MilestoneError(message, { cause: new RuleRefusal(message, { rule: 'zone-of-state', city: input.city, state: input.state, spans, example }) });
   }
   const rest = locate();
   if (!input.city) return rest;
@@ -245,8 +247,9 @@ function place(store: Store, config: Config, load: LoadRow, input: MilestoneInpu
       why = `no fix of ${load.resourceId} is in the buffer yet`;
       if (typed.kind === 'local') {
         const device = systemZone();
-        const message = `--time ${typed.text} has no UTC offset, and nothing tells the zone it was typed in (${input.stop === undefined ? 'no --stop' : `stop ${input.stop} has no place`}; ${why}; no --lat/--lon or --city/--state): give the offset, such as ${withOffsetOf(typed.text, device)} if it is this device's zone (${device}), or the time in UTC with Z. A time without one is never read in this device's zone`;
-        throw new MilestoneError(message, { cause: new TimeRefusal(message, 'no-zone') });
+        const example = withOffsetOf(typed.text, device);
+        const message = `--time ${typed.text} has no UTC offset, and nothing tells the zone it was typed in (${input.stop === undefined ? 'no --stop' : `stop ${input.stop} has no place`}; ${why}; no --lat/--lon or --city/--state): give the offset, such as ${example} if it is this device's zone (${device}), or the time in UTC with Z. A time without one is never read in this device's zone`;
+        throw new MilestoneError(message, { cause: new TimeRefusal(message, { problem: 'no-zone', text: typed.text, stop: input.stop, noFix: why, example, device }) });
       }
       timeMs = typed.kind === 'instant' ? typed.ms : nowMs;
       // A typed offset is the zone's best witness; with none, this device's zone.
@@ -283,7 +286,10 @@ export function prepareMilestone(store: Store, config: Config, input: MilestoneI
   // stop's arrival, departure and state were never recorded.
   if (origin === 'manual') checkLoadNumber(input.loadNumber, config);
   const load = store.getLoad(input.loadNumber);
-  if (!load) throw new MilestoneError(`load ${input.loadNumber}: no such load (start it with "load start ${input.loadNumber} --resource ID")`);
+  if (!load) {
+    const message = `load ${input.loadNumber}: no such load (start it with "load start ${input.loadNumber} --resource ID")`;
+    throw new MilestoneError(message, { cause: new RuleRefusal(message, { rule: 'no-load', loadNumber: input.loadNumber }) });
+  }
   const code = checkCode('event', input.code, config, force, warnings);
   const reason = checkCode('reason', input.reason ?? config.codes.default_reason, config, force, warnings);
   const stop = input.stop === undefined ? undefined : load.stops.find((s) => s.sequence === input.stop);

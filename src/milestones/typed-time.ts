@@ -16,19 +16,34 @@ export type TypedTime =
   | { kind: 'local'; text: string };
 
 /**
- * Why a time is refused, for a reader with no command line: the driver's page words each its
- * own way (src/ui/refusal.ts), since the messages name --time, --force and settings.
+ * Why a time is refused, for a reader with no command line: the driver's page (src/ui/refusal.ts)
+ * and the fleet link's answers (src/fleet/refusal.ts) word each their own way, since the
+ * messages name --time, --force and settings.
  */
 export type TimeProblem = 'form' | 'no-zone' | 'before-floor' | 'too-far-ahead' | 'too-old' | 'ahead';
 
+/** The rule a time broke and what it was judged on: all a front end needs to word it. */
+export type TimeFacts =
+  /** `why`: what reading it in the zone found (a date no calendar has), if it got that far. */
+  | { problem: 'form'; text: string; why?: string }
+  /** `noFix`: why no fix told the zone; `example`: the text with this device's offset. */
+  | { problem: 'no-zone'; text: string; stop?: number; noFix: string; example: string; device: string }
+  | { problem: 'before-floor' | 'too-far-ahead'; at: string }
+  | { problem: 'too-old'; at: string; behind: number; max: number }
+  | { problem: 'ahead'; at: string; aheadS: number; maxFutureS: number; appointmentCodes: readonly string[] };
+
 export class TimeRefusal extends RangeError {
+  readonly problem: TimeProblem;
+  /** For `too-old`: how many days back, and the most allowed. */
+  readonly days?: { behind: number; max: number };
+
   constructor(
     message: string,
-    readonly problem: TimeProblem,
-    /** For `too-old`: how many days back, and the most allowed. */
-    readonly days?: { behind: number; max: number },
+    readonly facts: TimeFacts,
   ) {
     super(message);
+    this.problem = facts.problem;
+    if (facts.problem === 'too-old') this.days = { behind: facts.behind, max: facts.max };
   }
 }
 
@@ -43,11 +58,11 @@ export function typedTime(input: { timeMs?: number; timeText?: string }): TypedT
   if (hasExplicitOffset(text)) {
     // ISO 8601 only: Date.parse also takes RFC 2822 and whatever V8 makes of the rest.
     const read = readDateTime(text);
-    if (read?.kind !== 'instant') throw new TimeRefusal(EXPECTED(text), 'form');
+    if (read?.kind !== 'instant') throw new TimeRefusal(EXPECTED(text), { problem: 'form', text });
     return { kind: 'instant', ms: read.ms, offsetMin: read.offsetMin };
   }
   // Not a date at all ("yesterday"): the forms it may take, not the local form's details.
-  if (!/^\d{4}-\d{2}-\d{2}/.test(text)) throw new TimeRefusal(EXPECTED(text), 'form');
+  if (!/^\d{4}-\d{2}-\d{2}/.test(text)) throw new TimeRefusal(EXPECTED(text), { problem: 'form', text });
   return { kind: 'local', text };
 }
 
@@ -58,7 +73,7 @@ export function instantIn(t: TypedTime, zone: string, nowMs: number): number {
   try {
     return localTimeToInstant(t.text, zone);
   } catch (err) {
-    throw new TimeRefusal(`--time: ${(err as Error).message}`, 'form');
+    throw new TimeRefusal(`--time: ${(err as Error).message}`, { problem: 'form', text: t.text, why: (err as Error).message });
   }
 }
 
@@ -122,27 +137,27 @@ export function checkTimeAge(
 ): void {
   const at = new Date(timeMs).toISOString().replace('.000Z', 'Z');
   if (timeMs < CLOCK_FLOOR_MS) {
-    throw new TimeRefusal(`--time ${at} is before 2025-01-01, older than any load this agent carried: check the year (--force does not send it)`, 'before-floor');
+    throw new TimeRefusal(`--time ${at} is before 2025-01-01, older than any load this agent carried: check the year (--force does not send it)`, { problem: 'before-floor', at });
   }
   if (limits.appointment && timeMs - nowMs > APPOINTMENT_AHEAD_DAYS * DAY_MS) {
-    throw new TimeRefusal(`--time ${at} is more than a year ahead of this device's clock: no appointment is that far off; check the year (--force does not send it)`, 'too-far-ahead');
+    throw new TimeRefusal(`--time ${at} is more than a year ahead of this device's clock: no appointment is that far off; check the year (--force does not send it)`, { problem: 'too-far-ahead', at });
   }
   const behindDays = Math.floor((nowMs - timeMs) / DAY_MS);
   if (nowMs - timeMs > limits.maxPastDays * DAY_MS) {
     if (!limits.force) {
       throw new TimeRefusal(
         `--time ${at} is ${behindDays} days before this device's clock, more than sources_time.max_past_days (${limits.maxPastDays}): check the date; to record it anyway (a correction to an old load), add --force`,
-        'too-old',
-        { behind: behindDays, max: limits.maxPastDays },
+        { problem: 'too-old', at, behind: behindDays, max: limits.maxPastDays },
       );
     }
     warnings.push(`--time ${at} is ${behindDays} days before this device's clock (sources_time.max_past_days = ${limits.maxPastDays}); recorded anyway (--force)`);
   }
   const aheadS = Math.round((timeMs - nowMs) / 1000);
   if (!limits.appointment && aheadS > limits.maxFutureS) {
+    const iso = new Date(timeMs).toISOString();
     throw new TimeRefusal(
-      `--time ${new Date(timeMs).toISOString()} is ${aheadS} s ahead of this device's clock (sources_time.max_future_s = ${limits.maxFutureS}): a milestone records what happened. Only appointment codes (codes.appointments: ${limits.appointmentCodes.join(', ')}) may lie in the future`,
-      'ahead',
+      `--time ${iso} is ${aheadS} s ahead of this device's clock (sources_time.max_future_s = ${limits.maxFutureS}): a milestone records what happened. Only appointment codes (codes.appointments: ${limits.appointmentCodes.join(', ')}) may lie in the future`,
+      { problem: 'ahead', at: iso, aheadS, maxFutureS: limits.maxFutureS, appointmentCodes: limits.appointmentCodes },
     );
   }
 }
