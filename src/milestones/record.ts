@@ -33,11 +33,11 @@ import { withRoom } from '../buffer/bounds.js';
 import { positionAt } from '../buffer/position-at.js';
 import { DuplicateEventError, type LoadRow, type MilestoneOrigin, type MilestoneRow, type NewMilestone, type Store } from '../buffer/store.js';
 import type { Config } from '../config/schema.js';
-import { DataError } from '../errors.js';
 import { placeAt, placeNamed } from '../geo/places.js';
 import { stateZones } from '../geo/state-zones.js';
 import { fixedOffsetZone, formatTime, systemZone, zoneAt } from '../geo/timezone.js';
 import { check, problemLine } from '../validation.js';
+import { checkCode, checkLoadNumber, MilestoneError } from './checks.js';
 import { RuleRefusal } from './refusal.js';
 import { checkTimeAge, clockChangeWarning, instantIn, TimeRefusal, type TypedTime, typedTime, withOffsetOf, zoneWithOffset } from './typed-time.js';
 
@@ -63,12 +63,9 @@ export interface MilestoneInput {
   ref?: string;
 }
 
-const quietLog = pino({ level: 'silent' });
+export { checkLoadNumber, MilestoneError } from './checks.js';
 
-/** Bad input for a milestone (unknown load or code, bad time): exit 65, nothing written. */
-export class MilestoneError extends DataError {
-  readonly code: string = 'EMILESTONE';
-}
+const quietLog = pino({ level: 'silent' });
 
 /** How the place of a milestone was found. */
 export type PlaceSource = 'command line' | 'detector fix' | 'stop' | 'last fix' | 'history' | 'none';
@@ -99,43 +96,6 @@ export interface RecordedMilestone {
   timeMs: number;
   placement: Placement;
   warnings: string[];
-}
-
-/** The load number is one the service accepts (`api.load_number_pattern`), or a MilestoneError naming the rule. */
-export function checkLoadNumber(loadNumber: string, config: Config): void {
-  const pattern = config.api.load_number_pattern;
-  const anchored = new RegExp(`^(?:${pattern})$`);
-  if (!anchored.test(loadNumber)) {
-    throw new MilestoneError(
-      `load number ${JSON.stringify(loadNumber)} does not match api.load_number_pattern ${pattern}, so the service would refuse it; check the number, or change api.load_number_pattern if the service accepts it`,
-    );
-  }
-}
-
-function checkCode(kind: 'event' | 'reason', raw: string, config: Config, force: boolean, warnings: string[]): string {
-  const code = raw.trim().toUpperCase();
-  if (!/^[A-Z0-9]{1,10}$/.test(code)) throw new MilestoneError(`${kind} code ${JSON.stringify(raw)}: expected 1-10 letters and digits, such as ${kind === 'event' ? 'X3' : 'NS'}`);
-  const list = kind === 'event' ? config.codes.events : config.codes.reasons;
-  if (list.includes(code)) return code;
-  const key = kind === 'event' ? 'codes.events' : 'codes.reasons';
-  const other =
-    kind === 'event'
-      ? config.codes.reasons.includes(code)
-        ? ` (${code} is a reason code: give it with --reason)`
-        : ''
-      : config.codes.events.includes(code)
-        ? ` (${code} is an event code: give it with --code)`
-        : '';
-  if (force) {
-    warnings.push(`${kind} code ${code} is not in ${key}; recorded anyway (--force): the service may refuse it`);
-    return code;
-  }
-  const examples =
-    kind === 'event'
-      ? 'X12 214 shipment status codes such as X3 arrived at pick-up, AF departed pick-up, X1 arrived at delivery, D1 unloaded, SD delayed, AA/AB appointment'
-      : 'X12 214 status reason codes such as NS normal, AI mechanical breakdown, AO weather, BE road conditions, AH driver related';
-  const message = `${kind} code ${code} is not in ${key}${other}; the list holds ${examples}. If the service accepts it, add it to ${key} in the config; to send it once anyway, add --force`;
-  throw new MilestoneError(message, { cause: new RuleRefusal(message, { rule: 'code', kind, code, key, otherKind: other !== '', examples }) });
 }
 
 /** Where the milestone happened and in which zone (see the rule at the top), and its instant, read once in that zone. */
