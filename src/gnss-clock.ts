@@ -95,6 +95,18 @@ export class GnssClock {
     if (this.state() !== before) this.tell();
   }
 
+  /**
+   * "Now" for what a driver or dispatch records in the running agent (a milestone of now, a
+   * load's start or end): GNSS time while the system clock is not synchronised and a fix has
+   * given it, else the system clock (as src/cli/now.ts for the CLI). A device booted 12 h
+   * behind would otherwise record the page's "Arrived" half a day early.
+   */
+  commandNow(): number {
+    const wall = this.clocks.wall();
+    if (this.state() !== 'gnss' || this.offsetMs === undefined || Math.abs(this.offsetMs) < LATENCY_MS) return wall;
+    return this.reckon() ?? wall;
+  }
+
   /** The wall clock was stepped: the offset is measured again from the anchor (it ran on the monotonic clock). */
   clockStepped(): void {
     const now = this.reckon();

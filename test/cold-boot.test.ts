@@ -13,39 +13,11 @@ import { describe, expect, it } from 'vitest';
 import { agentConfig, fakeClockEnv, findLibfaketime, runCli, startDaemon, waitFor, writeFile, daemonFixture } from './helpers.js';
 import { freePort, requireGpsd, startGpsd, startPty, stopProcess } from './sources/support.js';
 import type { ChildProcess } from 'node:child_process';
+import { nmeaFrom } from './nmea-lines.js';
 
 const LIBFAKETIME = findLibfaketime();
 const BEHIND_MS = 12 * 3_600_000;
 const EPOCHS = 12;
-
-const cs = (body: string) => {
-  let c = 0;
-  for (const ch of body) c ^= ch.charCodeAt(0);
-  return `$${body}*${c.toString(16).toUpperCase().padStart(2, '0')}`;
-};
-const two = (n: number) => String(n).padStart(2, '0');
-const hms = (d: Date) => `${two(d.getUTCHours())}${two(d.getUTCMinutes())}${two(d.getUTCSeconds())}.00`;
-const dmy = (d: Date) => `${two(d.getUTCDate())}${two(d.getUTCMonth() + 1)}${two(d.getUTCFullYear() % 100)}`;
-const dm = (v: number, degDigits: number, pos: string, neg: string) => {
-  const a = Math.abs(v);
-  const d = Math.floor(a);
-  return `${String(d).padStart(degDigits, '0')}${((a - d) * 60).toFixed(5).padStart(8, '0')},${v >= 0 ? pos : neg}`;
-};
-
-/** EPOCHS seconds of driving south of Chicago, stamped from `t0` (whole seconds), one GGA and RMC each. */
-function nmeaFrom(t0: number): { text: string; times: number[] } {
-  const lines: string[] = [];
-  const times: number[] = [];
-  for (let i = 0; i < EPOCHS; i++) {
-    const d = new Date(t0 + i * 1000);
-    const lat = 41.6 - i * 0.0002;
-    const lon = -87.6;
-    lines.push(cs(`GPGGA,${hms(d)},${dm(lat, 2, 'N', 'S')},${dm(lon, 3, 'E', 'W')},1,09,0.9,180.0,M,-33.9,M,,`));
-    lines.push(cs(`GPRMC,${hms(d)},A,${dm(lat, 2, 'N', 'S')},${dm(lon, 3, 'E', 'W')},43.0,180.0,${dmy(d)},,,A`));
-    times.push(t0 + i * 1000);
-  }
-  return { text: `${lines.join('\r\n')}\r\n`, times };
-}
 
 interface StatusJson {
   clock: { state: string; offsetMs: number; from: string };

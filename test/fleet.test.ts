@@ -12,7 +12,8 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { connect, type IClientOptions, type MqttClient } from 'mqtt';
 import { afterEach, describe, expect, it } from 'vitest';
-import { agentConfig, runCli, startDaemon, waitFor, writeFile, daemonFixture } from './helpers.js';
+import { agentConfig, daemonFixture, fakeClockEnv, findLibfaketime, runCli, startDaemon, waitFor, writeFile } from './helpers.js';
+import { nmeaFrom } from './nmea-lines.js';
 import { FLEET_ACL } from './fleet-acl.js';
 import { makePki } from './pki.js';
 import { Broker, NO_MOSQUITTO } from './sources/mosquitto.js';
@@ -116,6 +117,36 @@ ${extra}`,
       db.close();
     }
   };
+
+  it('on a device whose clock is not set, a load and a milestone from dispatch are stamped on GNSS time, not 12 h early', async (ctx) => {
+    const libfaketime = findLibfaketime();
+    if (!libfaketime) {
+      console.log('skipped: libfaketime not found under /usr/lib/*/faketime/ (apt-get install faketime)');
+      ctx.skip();
+    }
+    await startBroker();
+    await fx.sandbox.start();
+    // The receiver's fixes carry the true time; the daemon's system clock is 12 h behind and
+    // the kernel says so (clock.synchronised = "no"); the nmea source reads them from a file.
+    const { text } = nmeaFrom(Math.floor(Date.now() / 1000) * 1000 - 6000, 6);
+    const fixes = writeFile(fx.tmp.dir, 'fixes.nmea', text);
+    const cfg = fleetConfig(`[clock]\nsynchronised = "no"\n[[sources]]\ntype = "nmea"\nresource_id = "TRUCK-A"\ndevice = "${fixes}"\n`);
+    fx.daemon = startDaemon(['--config', cfg], fakeClockEnv(libfaketime!, writeFile(fx.tmp.dir, 'faketime', '-12h\n')));
+    await waitFor(() => fx.daemon!.output().includes('connected to the fleet broker'), 15_000, 'the daemon on the fleet broker');
+    await waitFor(() => fx.daemon!.output().includes('GNSS time is +1'), 15_000, 'the agent on GNSS time');
+    const d = await dispatch();
+    expect(await send(d, 'truck-a', 'load-start', { commandId: 'g-1', loadNumber: 'L-G', resourceId: 'TRUCK-A' })).toMatchObject({ ok: true });
+    expect(await send(d, 'truck-a', 'milestone', { commandId: 'g-2', loadNumber: 'L-G', eventCode: 'SD', reasonCode: 'AI' })).toMatchObject({ ok: true });
+    const m = await waitFor(() => fx.sandbox.milestones.find((x) => x.body.loadNumber === 'L-G'), 15_000, 'the milestone at the sandbox');
+    expect(Math.abs(Date.parse(m.body.time.dateTime) - Date.now())).toBeLessThan(60_000);
+    const db = new Database(buffer(), { readonly: true });
+    try {
+      const load = db.prepare("SELECT started_ms AS startedMs FROM loads WHERE load_number = 'L-G'").get() as { startedMs: number };
+      expect(Math.abs(load.startedMs - Date.now())).toBeLessThan(60_000);
+    } finally {
+      db.close();
+    }
+  });
 
   it('a load assigned over MQTT gets its traces and its detected arrival delivered, and status tells the desk', async () => {
     await startBroker();

@@ -120,6 +120,21 @@ describe('a Confirm tapped twice', () => {
     expect(two.location).toBe(one.location);
   });
 
+  it("on a device whose clock is not set, an arrival of now is stamped on GNSS time, not half a day early on the system clock's", async () => {
+    // What a device booted 12 h behind sees: the kernel says not synchronised, and a fix's
+    // time is 12 h after the system clock's.
+    const gnss = agent.clockKeeper.gnss;
+    gnss.setSync({ synchronised: false, from: 'test: not synchronised' });
+    gnss.noteFix(Date.now() + 12 * 3_600_000);
+    expect(gnss.state()).toBe('gnss');
+    const b = new Browser();
+    await b.logIn();
+    expect((await b.request('/milestone', { method: 'POST', body: await b.confirmForm('load=L-1001&stop=1&action=arrive') })).status).toBe(303);
+    const [m] = agent.store.listMilestones('L-1001');
+    expect(m.code).toBe('X3');
+    expect(Math.abs(Date.parse((m.body.time as { dateTime: string }).dateTime) - (Date.now() + 12 * 3_600_000))).toBeLessThan(60_000);
+  });
+
   it("finds a tap's earlier milestone by its reference through an index, not a scan of the table", () => {
     // The query of Milestones.byRef, on this agent's buffer file: ref's UNIQUE index serves it.
     const plan = agent.store.db.prepare('EXPLAIN QUERY PLAN SELECT * FROM milestones WHERE ref = ?').all('x') as { detail: string }[];

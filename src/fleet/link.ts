@@ -292,7 +292,8 @@ export class FleetLink {
       handled = { reply: { commandId: null, ok: false, status: 64, message: 'commands are off on this device (fleet.commands = false)' }, repeated: false, effects: {} };
     } else {
       try {
-        handled = this.commands!.handle(topic.slice(cmdPrefix.length), payload);
+        // Stamped as the CLI stamps: on GNSS time while the system clock is not set.
+        handled = this.commands!.handle(topic.slice(cmdPrefix.length), payload, this.agent.clockKeeper.gnss.commandNow());
       } catch (err) {
         // Nothing a message holds may take the daemon down.
         handled = { reply: { commandId: null, ok: false, status: 1, message: `could not be read: ${(err as Error).message}` }, repeated: false, effects: {} };

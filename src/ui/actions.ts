@@ -85,7 +85,7 @@ export function perform(host: UiHost, form: ActionForm, log: Logger, lang: Lang 
   if (action === 'delay' && !(form.reason && delayReasons(config).includes(form.reason))) return { ok: false, message: 'choose the reason of the delay', status: 422 };
   const input: MilestoneInput = { loadNumber: load.loadNumber, code, stop: stop.sequence, timeText: time, reason: action === 'delay' ? form.reason : undefined, origin: 'manual', ref };
   try {
-    const r = recordMilestone(host.store, config, input, Date.now(), log);
+    const r = recordMilestone(host.store, config, input, host.clockKeeper.gnss.commandNow(), log);
     // Committed: the sender goes now, not at its next poll.
     void host.sender.kick();
     log.info({ milestone: r.row.id, load: load.loadNumber, code, stop: stop.sequence }, 'milestone recorded on the driver page');

@@ -3,6 +3,7 @@
  * each load's stops and milestones from the buffer, and the sender's state live from the
  * daemon. Plain data: html.ts renders it, the SSE stream (events.ts) sends its live part.
  */
+import type { GnssClock } from '../gnss-clock.js';
 import type { Store } from '../buffer/store.js';
 import type { Fix, LoadRow, MilestoneRow } from '../buffer/types.js';
 import { buildStatus } from '../cli/status.js';
@@ -19,6 +20,8 @@ export interface UiHost {
   readonly config: Config;
   readonly sender: { readonly status: SenderStatus; kick(): Promise<void> };
   readonly ingest: { newestFix(resourceId: string): Fix | undefined };
+  /** Now for what the page records: GNSS time while the system clock is not set (gnss-clock.ts). */
+  readonly clockKeeper: { readonly gnss: Pick<GnssClock, 'commandNow'> };
 }
 
 export type MilestoneState = 'waiting' | 'delivered' | 'refused';
