@@ -6,6 +6,7 @@ import { Writable } from 'node:stream';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach } from 'vitest';
 import { Store } from '../src/buffer/store.js';
+import { type Config, configSchema } from '../src/config/schema.js';
 import { createLogger, type Logger } from '../src/log.js';
 import { Sandbox, type SandboxOptions } from '../src/sandbox/server.js';
 
@@ -412,4 +413,19 @@ export function cannotMountTmpfs(): string | undefined {
   } finally {
     probe.cleanup();
   }
+}
+
+/**
+ * The config of an in-process agent serving the driver's page on a free loopback port: its
+ * buffer in `dir`, an idle source, a service nobody answers at; `ui` adds to [ui] (a PIN file,
+ * a certificate).
+ */
+export function pageAgentConfig(dir: string, deviceId: string, ui: Record<string, unknown> = {}): Config {
+  return configSchema.parse({
+    device_id: deviceId,
+    api: { base_url: 'http://127.0.0.1:9', scac: TEST_SCAC, subscription_key: TEST_KEY },
+    buffer: { path: join(dir, 'buffer.db') },
+    ui: { listen: '127.0.0.1:0', ...ui },
+    sources: [{ type: 'module', name: 'idle', path: writeFile(dir, 'idle.mjs', 'export function createSource() { return { start() {}, stop() {} }; }\n') }],
+  });
 }

@@ -4,13 +4,11 @@
  * CLI. A real agent on a real buffer file, over HTTP; the service is unreachable (the
  * milestones wait), which changes nothing of what is recorded.
  */
-import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Agent } from '../src/agent.js';
-import { configSchema } from '../src/config/schema.js';
 import { formatTime } from '../src/geo/timezone.js';
 import { createLogger } from '../src/log.js';
-import { TEST_KEY, TEST_SCAC, tempDir, writeFile } from './helpers.js';
+import { pageAgentConfig, TEST_KEY, tempDir, writeFile } from './helpers.js';
 
 const PIN = '2468';
 const DAY_MS = 86_400_000;
@@ -26,13 +24,7 @@ let base: string;
 
 beforeEach(async () => {
   tmp = tempDir('ta-page-forms-');
-  const config = configSchema.parse({
-    device_id: 'forms-test',
-    api: { base_url: 'http://127.0.0.1:9', scac: TEST_SCAC, subscription_key: TEST_KEY },
-    buffer: { path: join(tmp.dir, 'buffer.db') },
-    ui: { listen: '127.0.0.1:0', pin_file: writeFile(tmp.dir, 'pin', `${PIN}\n`, 0o600) },
-    sources: [{ type: 'module', name: 'idle', path: writeFile(tmp.dir, 'idle.mjs', 'export function createSource() { return { start() {}, stop() {} }; }\n') }],
-  });
+  const config = pageAgentConfig(tmp.dir, 'forms-test', { pin_file: writeFile(tmp.dir, 'pin', `${PIN}\n`, 0o600) });
   agent = new Agent({ file: '(test)', config, deviceId: 'forms-test', warnings: [] }, { key: TEST_KEY, origin: 'test' }, createLogger({ level: 'silent', destination: process.stdout }));
   await agent.start();
   agent.store.startLoad({ loadNumber: 'L-1001', resourceId: 'T1', resourceType: 'Truck', stops: STOPS, nowMs: Date.now() - DAY_MS });

@@ -7,16 +7,14 @@
  * loopback addresses (127.0.0.2, ...) as the guesser's.
  */
 import { get as httpGet, request as httpRequest } from 'node:http';
-import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { Agent } from '../src/agent.js';
-import { configSchema } from '../src/config/schema.js';
 import { createLogger } from '../src/log.js';
 import { Auth, LOCK_MS } from '../src/ui/auth.js';
 import { waitWords } from '../src/ui/i18n.js';
 import { PinSlowing, SLOW_ALLOWANCE, SLOW_WAITS_MS } from '../src/ui/pin-slowing.js';
-import { TEST_KEY, TEST_SCAC, tempDir, writeFile } from './helpers.js';
+import { pageAgentConfig, TEST_KEY, tempDir, writeFile } from './helpers.js';
 
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
@@ -191,13 +189,7 @@ describe('the slowing over HTTP', () => {
         done();
       },
     });
-    const config = configSchema.parse({
-      device_id: 'pin-test',
-      api: { base_url: 'http://127.0.0.1:9', scac: TEST_SCAC, subscription_key: TEST_KEY },
-      buffer: { path: join(tmp.dir, 'buffer.db') },
-      ui: { listen: '127.0.0.1:0', pin_file: writeFile(tmp.dir, 'pin', `${PIN}\n`, 0o600) },
-      sources: [{ type: 'module', name: 'idle', path: writeFile(tmp.dir, 'idle.mjs', 'export function createSource() { return { start() {}, stop() {} }; }\n') }],
-    });
+    const config = pageAgentConfig(tmp.dir, 'pin-test', { pin_file: writeFile(tmp.dir, 'pin', `${PIN}\n`, 0o600) });
     const agent = new Agent({ file: '(test)', config, deviceId: 'pin-test', warnings: [] }, { key: TEST_KEY, origin: 'test' }, createLogger({ level: 'info', destination: sink, pretty: false }));
     await agent.start();
     try {

@@ -11,14 +11,13 @@ import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Agent } from '../src/agent.js';
 import { ConfigError, type LoadedConfig, parseConfigText } from '../src/config/load.js';
-import { configSchema } from '../src/config/schema.js';
 import { createLogger } from '../src/log.js';
 import { Auth, clientKey, LOCK_MS, readPin } from '../src/ui/auth.js';
 import { EVENT_CODES, REASON_CODES } from '../src/milestones/codes.js';
 import { eventName, reasonName } from '../src/ui/actions.js';
 import { EVENT_NAMES, REASON_NAMES } from '../src/ui/code-names.js';
 import { pickLanguage } from '../src/ui/i18n.js';
-import { agentConfig, runCli, TEST_KEY, TEST_SCAC, tempDir, writeFile } from './helpers.js';
+import { agentConfig, pageAgentConfig, runCli, TEST_KEY, tempDir, writeFile } from './helpers.js';
 import { makePki } from './pki.js';
 
 const SRC = '[api]\nscac = "ABCD"\n[[sources]]\ntype = "simulator"\nresource_id = "T1"\n';
@@ -180,13 +179,7 @@ describe('the lock over HTTP, per client address', () => {
         done();
       },
     });
-    const config = configSchema.parse({
-      device_id: 'lock-test',
-      api: { base_url: 'http://127.0.0.1:9', scac: TEST_SCAC, subscription_key: TEST_KEY },
-      buffer: { path: join(tmp.dir, 'buffer.db') },
-      ui: { listen: '127.0.0.1:0', pin_file: writeFile(tmp.dir, 'pin', '2468\n', 0o600) },
-      sources: [{ type: 'module', name: 'idle', path: writeFile(tmp.dir, 'idle.mjs', 'export function createSource() { return { start() {}, stop() {} }; }\n') }],
-    });
+    const config = pageAgentConfig(tmp.dir, 'lock-test', { pin_file: writeFile(tmp.dir, 'pin', '2468\n', 0o600) });
     const agent = new Agent({ file: '(test)', config, deviceId: 'lock-test', warnings: [] }, { key: TEST_KEY, origin: 'test' }, createLogger({ level: 'info', destination: sink, pretty: false }));
     await agent.start();
     try {
@@ -262,13 +255,7 @@ describe('the page over TLS', () => {
 
   it('sets its cookies Secure, HttpOnly and SameSite=Strict, and refuses a body over the cap', async () => {
     const ca = readFileSync(makePki(tmp.dir).caFile, 'utf8');
-    const config = configSchema.parse({
-      device_id: 'tls-test',
-      api: { base_url: 'http://127.0.0.1:9', scac: TEST_SCAC, subscription_key: TEST_KEY },
-      buffer: { path: join(tmp.dir, 'buffer.db') },
-      ui: { listen: '127.0.0.1:0', pin_file: writeFile(tmp.dir, 'pin', '2468\n', 0o600), tls_cert: join(tmp.dir, 'server.pem'), tls_key: join(tmp.dir, 'server.key') },
-      sources: [{ type: 'module', name: 'idle', path: writeFile(tmp.dir, 'idle.mjs', 'export function createSource() { return { start() {}, stop() {} }; }\n') }],
-    });
+    const config = pageAgentConfig(tmp.dir, 'tls-test', { pin_file: writeFile(tmp.dir, 'pin', '2468\n', 0o600), tls_cert: join(tmp.dir, 'server.pem'), tls_key: join(tmp.dir, 'server.key') });
     const loaded: LoadedConfig = { file: '(test)', config, deviceId: 'tls-test', warnings: [] };
     agent = new Agent(loaded, { key: TEST_KEY, origin: 'test' }, createLogger({ level: 'silent', destination: process.stdout }));
     await agent.start();
@@ -284,13 +271,7 @@ describe('the page over TLS', () => {
 describe('a loopback page without a PIN', () => {
   it('answers only to a loopback Host: a DNS-rebound name gets 403', async () => {
     const tmp = tempDir('ta-ui-host-');
-    const config = configSchema.parse({
-      device_id: 'host-test',
-      api: { base_url: 'http://127.0.0.1:9', scac: TEST_SCAC, subscription_key: TEST_KEY },
-      buffer: { path: join(tmp.dir, 'buffer.db') },
-      ui: { listen: '127.0.0.1:0' },
-      sources: [{ type: 'module', name: 'idle', path: writeFile(tmp.dir, 'idle.mjs', 'export function createSource() { return { start() {}, stop() {} }; }\n') }],
-    });
+    const config = pageAgentConfig(tmp.dir, 'host-test');
     const agent = new Agent({ file: '(test)', config, deviceId: 'host-test', warnings: [] }, { key: TEST_KEY, origin: 'test' }, createLogger({ level: 'silent', destination: process.stdout }));
     await agent.start();
     try {
