@@ -11,6 +11,7 @@
  */
 import type { FixedRequest, LoadRow, StoredReading } from '../buffer/store.js';
 import type { DeliveryContext, Step } from './context.js';
+import { fixPartInDoubt } from './in-doubt.js';
 import type { MilestoneSender } from './milestones.js';
 import { type Newest, newestOf } from './newest-first.js';
 import type { Delivered, Prepared, TracePoster } from './post-traces.js';
@@ -166,11 +167,11 @@ export class Drain {
       const delivered: number[] = [];
       const { sending, next } = await this.sendWhileBuilding(prepared, prepared.body, delivered, build);
       if ((await sending) === 'failed') {
-        // Part of a split chunk got through before the failure: those points must not go twice
-        // (to this load: other loads holding them still send them), and the rest of the fixed
-        // request goes under a key of its own.
+        // Parts of a split chunk got through before the failure: they must not go twice (to this
+        // load), a part that failed in doubt goes again first, the rest under a key of its own.
         store.markSent(prepared.load.loadNumber, delivered);
         this.releaseIfAnswered(prepared, delivered);
+        if (fixPartInDoubt(store, this.poster, prepared)) this.newestFirstDone.delete(prepared.load.loadNumber);
         return 'failed';
       }
       // Every point is at the service or parked: the chunk, and the readings sampling skipped,
@@ -381,10 +382,12 @@ export class Drain {
       const delivered: number[] = [];
       const { sending, next } = await this.sendWhileBuilding(p, p.body, delivered, build);
       const result = await sending;
-      // A one-point request that failed delivered nothing, and stays fixed for the next try
-      // unless the service answered (then the newest position may be newer by then).
+      // Fixed for the next try unless the service answered (the newest position may be newer
+      // then); of a part in doubt (in-doubt.ts) split in turn, only what failed in doubt stays.
       if (result === 'failed') {
+        store.markSent(p.load.loadNumber, delivered);
         this.releaseIfAnswered(p, delivered);
+        fixPartInDoubt(store, this.poster, p);
         return 'failed';
       }
       store.markSent(p.load.loadNumber, delivered, { settle: 'newest', fixNext: this.fixNext(next?.p) });

@@ -66,6 +66,8 @@ export class TracePoster {
    * connection died under the first (`resent`), it may be at the service.
    */
   lastFailureNotTaken = false;
+  /** The points and key of the last request that failed: a part of a split one, or the whole (see in-doubt.ts). */
+  lastFailed: { readingIds: number[]; key: string } | undefined;
   /** Keys of every request this run posted, halves of split ones included (a 409 to one of them is a repeat). */
   readonly sentKeys = new Set<string>();
 
@@ -125,6 +127,7 @@ export class TracePoster {
     refused: (cls: Refusal['cls'], outcome: PostOutcome) => Promise<Delivered>,
   ): Promise<Delivered> {
     const { ctx } = this;
+    this.lastFailed = undefined;
     if (ctx.stopping) return 'failed';
     const { client, config, log } = ctx.deps;
     this.lastFailureNotTaken = false;
@@ -149,6 +152,7 @@ export class TracePoster {
     if (cls === 'refused' || cls === 'too-large') return refused(cls, outcome);
     // A copy the client sent again (outcome.resent) says nothing of the first, which the service may have taken.
     this.lastFailureNotTaken = outcome.kind === 'response' && !outcome.resent && (cls === 'intercepted' || NOT_TAKEN.has(cls === 'redirect' ? 300 : outcome.status));
+    this.lastFailed = { readingIds, key };
     ctx.fail(cls, describeOutcome(outcome), outcome, { load: load.loadNumber, points: readingIds.length });
     return 'failed';
   }
