@@ -195,6 +195,8 @@ describe('the ledger under random faults, kills and reloads of the real daemon',
         case 'reload': {
           const max = r.pick([3, 7, 50]);
           writeFileSync(cfg, readFileSync(cfg, 'utf8').replace(/max_traces_per_request = \d+/, `max_traces_per_request = ${max}`));
+          // SIGHUP before the daemon is up would end it (its default action), not reload it.
+          await daemon!.started();
           daemon!.child.kill('SIGHUP');
           steps.push(`${step} max_traces_per_request=${max}`);
           break;
@@ -237,7 +239,9 @@ describe('the ledger under random faults, kills and reloads of the real daemon',
       },
       30_000,
       `everything delivered or parked after: ${steps.join(', ')}`,
-    );
+    ).catch((err) => {
+      throw new Error(`${(err as Error).message}: ${JSON.stringify(left())}\n${daemon!.output().split('\n').slice(-30).join('\n')}`);
+    });
     await waitFor(
       () => {
         const l = left();

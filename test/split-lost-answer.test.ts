@@ -87,18 +87,24 @@ describe('a split request, one part of it answered by no one', () => {
     store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: T0 });
     store.insertReadings(Array.from({ length: 6 }, (_, i) => ({ resourceId: 'T1', timeMs: T0 + 60_000 * (i + 1), lat: 41.8, lon: -87.6 + i * 1e-3 })));
     store.close();
-    // 1-6 refused for reading 1, 1-3 refused, 4-6 taken, 1-2 refused, 1 parked: killed then.
+    // 1-6 refused for reading 1, 1-3 refused, 4-6 taken, 1-2 refused, 1 parked, 2 taken:
+    // killed as that answer goes.
     fx.sandbox.setFaults({ rejectTraceRefs: ['test-device-1'] });
     const cfg = agentConfig(fx.tmp.dir, url, '', { traces: '* * * * * *', sampling: 0 });
     const first = startDaemon(['--config', cfg]);
     fx.daemon = first;
-    onRequest = (e) => {
-      if (e.kind === 'trace' && e.status === 400 && (e.body as { traces: unknown[] }).traces.length === 1) {
-        first.child.kill('SIGKILL');
-        onRequest = undefined;
-      }
-    };
+    const killed = new Promise<void>((resolve) => {
+      onRequest = (e) => {
+        if (e.kind === 'trace' && e.status === 200 && (e.body as { traces: unknown[] }).traces.length === 1) {
+          first.child.kill('SIGKILL');
+          onRequest = undefined;
+          resolve();
+        }
+      };
+    });
+    await killed;
     expect((await first.stop('SIGKILL')).signal).toBe('SIGKILL');
+    expect(seen).toEqual(['400 1,2,3,4,5,6', '400 1,2,3', '200 4,5,6', '400 1,2', '400 1', '200 2']);
     const again = startDaemon(['--config', cfg]);
     fx.daemon = again;
     const counts = () => {
@@ -120,6 +126,9 @@ describe('a split request, one part of it answered by no one', () => {
       throw new Error(`${(err as Error).message}: ${JSON.stringify(counts())}, requests: ${JSON.stringify(seen)}`);
     });
     await again.stop('SIGTERM');
+    // After the restart, 2 goes again alone under its key (the service took it, the agent never
+    // knew), then 3; 4-6, taken before the kill, do not go again.
+    expect(seen.slice(6)).toEqual(['200 2', '200 3']);
     const keysOf = new Map<string, Set<string>>();
     for (const t of fx.sandbox.traces) for (const p of t.body.traces) keysOf.set(p.references![0].value, (keysOf.get(p.references![0].value) ?? new Set()).add(t.idempotencyKey!));
     expect(Object.fromEntries([...keysOf].map(([ref, keys]) => [ref, keys.size]))).toEqual({ 'test-device-2': 1, 'test-device-3': 1, 'test-device-4': 1, 'test-device-5': 1, 'test-device-6': 1 });

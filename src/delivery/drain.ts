@@ -11,7 +11,6 @@
  */
 import type { FixedRequest, LoadRow, StoredReading } from '../buffer/store.js';
 import type { DeliveryContext, Step } from './context.js';
-import { fixPartInDoubt } from './in-doubt.js';
 import type { MilestoneSender } from './milestones.js';
 import { type Newest, newestOf } from './newest-first.js';
 import type { Delivered, Prepared, TracePoster } from './post-traces.js';
@@ -171,7 +170,7 @@ export class Drain {
         // load), a part that failed in doubt goes again first, the rest under a key of its own.
         store.markSent(prepared.load.loadNumber, delivered);
         this.releaseIfAnswered(prepared, delivered);
-        if (fixPartInDoubt(store, this.poster, prepared)) this.newestFirstDone.delete(prepared.load.loadNumber);
+        if (this.poster.partFixed) this.newestFirstDone.delete(prepared.load.loadNumber);
         return 'failed';
       }
       // Every point is at the service or parked: the chunk, and the readings sampling skipped,
@@ -383,11 +382,10 @@ export class Drain {
       const { sending, next } = await this.sendWhileBuilding(p, p.body, delivered, build);
       const result = await sending;
       // Fixed for the next try unless the service answered (the newest position may be newer
-      // then); of a part in doubt (in-doubt.ts) split in turn, only what failed in doubt stays.
+      // then); a part in doubt (in-doubt.ts) split in turn keeps what got through.
       if (result === 'failed') {
         store.markSent(p.load.loadNumber, delivered);
         this.releaseIfAnswered(p, delivered);
-        fixPartInDoubt(store, this.poster, p);
         return 'failed';
       }
       store.markSent(p.load.loadNumber, delivered, { settle: 'newest', fixNext: this.fixNext(next?.p) });

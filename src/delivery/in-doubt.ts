@@ -1,22 +1,29 @@
 /**
- * A part of a split trace request that may be at the service. A request refused for some of
- * its points is split; parts are taken or parked, and when one more part then fails without
- * an answer that says the service did not take it (a lost answer, a timeout, a 500), the
- * service may have stored it under its key. The rest of the request goes later under a key of
- * its own (its points changed), and that part, merged into it, would be stored twice. So the
- * part is fixed on its own, with its points and key, as the load's request sent ahead of its
- * chunk (the row of the newest position, settled by marking its points sent: newest-first.ts),
- * and goes again exactly so before the load's next chunk.
+ * The parts of a split trace request, kept on the disk as they go. A request refused for some
+ * of its points is split; its parts are taken or parked one by one. Once some are, the rest of
+ * the request has other points and goes under a key of its own; a part that went out and got
+ * no answer that says the service did not take it (a lost answer, a timeout, a 500, or a
+ * `kill -9` while it was at the service) may be stored under its key, and merged into the rest
+ * it would be stored twice. So each part is fixed before it leaves, with its points and key, as
+ * the load's request sent ahead of its chunk (the row of the newest position after an outage,
+ * settled by marking its points sent: newest-first.ts), and a part taken is marked sent at once:
+ * after a failure or a crash the part in doubt goes again exactly so, before the rest, and what
+ * the service took never goes again.
  */
 import type { Store } from '../buffer/store.js';
-import type { Prepared, TracePoster } from './post-traces.js';
 
-/** Fix the part of `p` that failed in doubt as the load's request sent ahead; whether there was one. */
-export function fixPartInDoubt(store: Store, poster: TracePoster, p: Prepared): boolean {
-  const failed = poster.lastFailed;
-  // The whole request failed: it stays fixed as it is (or is let go, when the service said it did not take it).
-  if (!failed || poster.lastFailureNotTaken || failed.key === p.key || failed.readingIds.length === 0) return false;
-  const ids = failed.readingIds;
-  store.requests.fix({ loadNumber: p.load.loadNumber, kind: 'newest', afterId: Math.min(...ids) - 1, lastId: Math.max(...ids), lastSampleMs: null, pointIds: ids, key: failed.key, dropped: 0 });
-  return true;
+/** A part is about to go: fixed on its own, so that it goes again as it is if no answer settles it. */
+export function fixPart(store: Store, loadNumber: string, ids: number[], key: string): void {
+  if (ids.length === 0) return;
+  store.requests.fix({ loadNumber, kind: 'newest', afterId: Math.min(...ids) - 1, lastId: Math.max(...ids), lastSampleMs: null, pointIds: ids, key, dropped: 0 });
+}
+
+/** The service took the part: its points are sent for the load, and it is no longer fixed. */
+export function partTaken(store: Store, loadNumber: string, ids: number[]): void {
+  store.markSent(loadNumber, ids, { settle: 'newest' });
+}
+
+/** Every part of the request is settled (taken or parked): none is fixed any more. */
+export function partsDone(store: Store, loadNumber: string): void {
+  store.requests.release(loadNumber, 'newest');
 }
