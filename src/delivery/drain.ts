@@ -166,11 +166,11 @@ export class Drain {
       const delivered: number[] = [];
       const { sending, next } = await this.sendWhileBuilding(prepared, prepared.body, delivered, build);
       if ((await sending) === 'failed') {
-        // Part of a split chunk got through before the failure: those points must not go twice
-        // (to this load: other loads holding them still send them), and the rest of the fixed
-        // request goes under a key of its own.
+        // Parts of a split chunk got through before the failure: they must not go twice (to this
+        // load), a part that failed in doubt goes again first, the rest under a key of its own.
         store.markSent(prepared.load.loadNumber, delivered);
         this.releaseIfAnswered(prepared, delivered);
+        if (this.poster.partFixed) this.newestFirstDone.delete(prepared.load.loadNumber);
         return 'failed';
       }
       // Every point is at the service or parked: the chunk, and the readings sampling skipped,
@@ -381,9 +381,10 @@ export class Drain {
       const delivered: number[] = [];
       const { sending, next } = await this.sendWhileBuilding(p, p.body, delivered, build);
       const result = await sending;
-      // A one-point request that failed delivered nothing, and stays fixed for the next try
-      // unless the service answered (then the newest position may be newer by then).
+      // Fixed for the next try unless the service answered (the newest position may be newer
+      // then); a part in doubt (in-doubt.ts) split in turn keeps what got through.
       if (result === 'failed') {
+        store.markSent(p.load.loadNumber, delivered);
         this.releaseIfAnswered(p, delivered);
         return 'failed';
       }

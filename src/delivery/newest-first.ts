@@ -32,14 +32,17 @@ export function newestOf(loadNumber: string, { store, opts, stopResolver, maySen
   const { newest, oldestMs } = store.backlogOf(loadNumber);
   const fixed = store.requests.fixed(loadNumber, 'newest');
   if (fixed) {
-    const id = fixed.pointIds[0] ?? 0;
-    const chunk = buildTraceChunk({ ...load, lastSampleMs: null }, { pages: store.tracePages(loadNumber, id - 1, id) }, stopResolver(load), { ...opts, samplingMs: 0 }, true);
+    // Its point, or the points of a split request's part that failed in doubt (in-doubt.ts).
+    const ids = fixed.pointIds.length > 0 ? fixed.pointIds : [0];
+    const pages = store.tracePages(loadNumber, Math.min(...ids) - 1, Math.max(...ids));
+    const chunk = buildTraceChunk({ ...load, lastSampleMs: null }, { pages }, stopResolver(load), { ...opts, samplingMs: 0, maxPoints: ids.length + 1, pointIds: new Set(ids) }, true);
     if (!chunk?.body) {
-      // Its point went meanwhile (in a chunk, or dropped by a limit): nothing to repeat.
+      // Its points went meanwhile (in a chunk, or dropped by a limit): nothing to repeat.
       store.markSent(loadNumber, [], { settle: 'newest' });
       return undefined;
     }
-    const key = fixed.key ?? chunk.idempotencyKey;
+    // The key it went with while it carries the same points; else the one its points make.
+    const key = fixed.key !== null && chunk.points === fixed.pointIds.length ? fixed.key : chunk.idempotencyKey;
     const p: Newest['p'] = {
       load,
       body: Buffer.from(JSON.stringify(chunk.body)),

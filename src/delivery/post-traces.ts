@@ -12,6 +12,7 @@ import type { Trace } from '../api/schemas.js';
 import type { Fix, FixedRequest, LoadRow } from '../buffer/store.js';
 import { correlationIdOf, describeOutcome, isDelivered } from './classify.js';
 import type { DeliveryContext } from './context.js';
+import { fixPart, partsDone, partTaken } from './in-doubt.js';
 import { sameAnswer, type RefusedLoads } from './refusals.js';
 import { idempotencyKeyFor, traceBody, type TraceChunk } from './traces.js';
 
@@ -66,6 +67,10 @@ export class TracePoster {
    * connection died under the first (`resent`), it may be at the service.
    */
   lastFailureNotTaken = false;
+  /** The request deliverPrepared sends: when it is split, its parts go on the disk as they go (in-doubt.ts). */
+  private whole: { loadNumber: string; key: string } | undefined;
+  /** Whether a part of the last request deliverPrepared sent was fixed on its own (it goes first next time). */
+  partFixed = false;
   /** Keys of every request this run posted, halves of split ones included (a 409 to one of them is a repeat). */
   readonly sentKeys = new Set<string>();
 
@@ -105,12 +110,20 @@ export class TracePoster {
   }
 
   /** A chunk built ahead, sent as serialised; its trace objects are built again only if it must be split. */
-  deliverPrepared(p: Prepared, body: Buffer, delivered: number[], onWritten?: () => void): Promise<Delivered> {
-    return this.post(p.load, body, p.key, p.readingIds, delivered, p.sentBefore, onWritten, (cls, outcome) => {
-      const again = p.rebuild();
-      // Every reading of the chunk went meanwhile (a limit dropped them): nothing left to split.
-      return again?.body ? this.split(p.load, again.body.traces, again.readingIds, delivered, p.sentBefore, cls, outcome, true) : Promise.resolve('delivered');
-    });
+  async deliverPrepared(p: Prepared, body: Buffer, delivered: number[], onWritten?: () => void): Promise<Delivered> {
+    this.whole = { loadNumber: p.load.loadNumber, key: p.key };
+    this.partFixed = false;
+    try {
+      const result = await this.post(p.load, body, p.key, p.readingIds, delivered, p.sentBefore, onWritten, (cls, outcome) => {
+        const again = p.rebuild();
+        // Every reading of the chunk went meanwhile (a limit dropped them): nothing left to split.
+        return again?.body ? this.split(p.load, again.body.traces, again.readingIds, delivered, p.sentBefore, cls, outcome, true) : Promise.resolve('delivered');
+      });
+      if (result === 'delivered' && this.partFixed) partsDone(this.ctx.deps.store, p.load.loadNumber);
+      return result;
+    } finally {
+      this.whole = undefined;
+    }
   }
 
   /** One trace request; a refusal goes to `refused` (split, for a request of points). */
@@ -129,12 +142,19 @@ export class TracePoster {
     const { client, config, log } = ctx.deps;
     this.lastFailureNotTaken = false;
     const seen = sentBefore || this.sentKeys.has(key);
+    // A part of a split request: on the disk before it leaves (in-doubt.ts).
+    const part = this.whole !== undefined && key !== this.whole.key;
+    if (part) {
+      fixPart(ctx.deps.store, load.loadNumber, readingIds, key);
+      this.partFixed = true;
+    }
     if (this.sentKeys.size >= 10_000) this.sentKeys.clear();
     this.sentKeys.add(key);
     const outcome = await ctx.post(() => client.postTraces(body, key, ctx.signal, onWritten), seen);
     const cls = ctx.classify(outcome, seen);
     if (isDelivered(cls)) {
       delivered.push(...readingIds);
+      if (part) partTaken(ctx.deps.store, load.loadNumber, readingIds);
       ctx.status.sent.traceRequests += 1;
       ctx.status.sent.tracePoints += readingIds.length;
       this.lastCorrelation = correlationIdOf(outcome, config.api.correlation_id_field, config.api.correlation_id_header);
@@ -149,6 +169,11 @@ export class TracePoster {
     if (cls === 'refused' || cls === 'too-large') return refused(cls, outcome);
     // A copy the client sent again (outcome.resent) says nothing of the first, which the service may have taken.
     this.lastFailureNotTaken = outcome.kind === 'response' && !outcome.resent && (cls === 'intercepted' || NOT_TAKEN.has(cls === 'redirect' ? 300 : outcome.status));
+    // A part sent for the first time that the service says it did not take is not in doubt: the retry splits anew.
+    if (part && this.lastFailureNotTaken && !seen) {
+      partsDone(ctx.deps.store, load.loadNumber);
+      this.partFixed = false;
+    }
     ctx.fail(cls, describeOutcome(outcome), outcome, { load: load.loadNumber, points: readingIds.length });
     return 'failed';
   }
