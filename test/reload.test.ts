@@ -4,6 +4,8 @@
  * as waiting for a restart (and still at its old value). A setting added to the schema
  * without a decision here fails the first test.
  */
+import { execFileSync } from 'node:child_process';
+import { closeSync, openSync, readdirSync, readFileSync, readlinkSync, writeSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -345,6 +347,46 @@ describe('reload (SIGHUP)', () => {
       d.child.kill('SIGHUP');
       await lineWith(d, 'configuration reloaded', 'the reload once the agent is up');
       expect(d.output()).toContain('agent started');
+      expect(d.child.exitCode).toBeNull();
+      expect(d.child.signalCode).toBeNull();
+    } finally {
+      expect(await d.stop()).toEqual({ code: 0, signal: null });
+    }
+  });
+
+  it('a SIGHUP before the code has loaded (the config still being read) is kept too, not the death it is by default', async () => {
+    const { url } = await fx.sandbox.start();
+    const text = readFileSync(agentConfig(fx.tmp.dir, url), 'utf8');
+    // The config a FIFO: the agent waits in its first read of it, before the daemon's code has
+    // installed its own handler, until the test writes it.
+    const fifo = join(fx.tmp.dir, 'agent-fifo.toml');
+    execFileSync('mkfifo', [fifo]);
+    const d = startDaemon(['--config', fifo]);
+    const linkOf = (fd: string) => {
+      try {
+        return readlinkSync(`/proc/${d.child.pid}/fd/${fd}`);
+      } catch {
+        return undefined; // closed meanwhile
+      }
+    };
+    const reading = () => readdirSync(`/proc/${d.child.pid}/fd`).some((fd) => linkOf(fd) === fifo);
+    /** Write the config once the agent has the FIFO open (the test's own writer lets its open return at once); `meanwhile` runs in between. */
+    const feed = async (what: string, meanwhile = () => {}) => {
+      const fd = openSync(fifo, 'r+');
+      try {
+        await waitFor(reading, 15_000, what);
+        meanwhile();
+        writeSync(fd, text);
+      } finally {
+        closeSync(fd);
+      }
+    };
+    try {
+      await feed('the agent reading its config', () => d.child.kill('SIGHUP'));
+      await d.started('the agent up after the early SIGHUP');
+      // The reload reads the config again, from the FIFO.
+      await feed('the reload reading the config');
+      await lineWith(d, 'configuration reloaded', 'the reload once the agent is up');
       expect(d.child.exitCode).toBeNull();
       expect(d.child.signalCode).toBeNull();
     } finally {

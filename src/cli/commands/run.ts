@@ -11,6 +11,7 @@ import { createLogger } from '../../log.js';
 import { SystemdNotifier } from '../../notify.js';
 import { applyDaemonV8Flags, collectAfterStart } from '../../v8-tuning.js';
 import { configOption, load } from '../common.js';
+import { claimEarlyHangup } from '../early-hangup.js';
 
 export function addRunCommand(program: Command): void {
   program
@@ -79,13 +80,15 @@ export async function runDaemon(loaded: LoadedConfig, key: KeyLookup, log: Retur
   process.on('SIGTERM', signalled);
   process.on('SIGINT', signalled);
   // SIGHUP's default action is death too: a reload asked for while the agent starts (a
-  // `systemctl reload` or a HUP a second too early) is kept and done once it is up.
+  // `systemctl reload` or a HUP a second too early, even before this code had loaded) is kept
+  // and done once it is up.
   let hupPending = false;
   let onHangup = () => {
     hupPending = true;
   };
   const hangup = () => onHangup();
   process.on('SIGHUP', hangup);
+  if (claimEarlyHangup()) hupPending = true;
   // Type=notify: systemd counts the agent as started at READY=1, and restarts it when the
   // event loop stops beating the watchdog. Off systemd this does nothing.
   const notifier = new SystemdNotifier(log.child({ component: 'systemd' }));
