@@ -20,6 +20,7 @@ import { AgentError } from '../errors.js';
 import { EXIT } from '../exit.js';
 import { describeStart, startLoadChecked } from '../milestones/assign.js';
 import { recordMilestone } from '../milestones/record.js';
+import { cliWarning } from '../milestones/warnings.js';
 import { check, problemLine } from '../validation.js';
 import { COMMANDS, type CommandName, commandIdSchema, type Reply } from './messages.js';
 import { dispatchWords } from './refusal.js';
@@ -151,7 +152,7 @@ export class Commands {
         const c = cmd as { loadNumber: string; resourceId: string; resourceType?: string; stops?: never; from?: string };
         const { row, warnings } = startLoadChecked(this.store, config, c, nowMs);
         effects.status = true;
-        return [describeStart(row), ...warnings.map((w) => `warning: ${w}`)].join('; ');
+        return [describeStart(row), ...warnings.map((w) => `warning: ${cliWarning(w)}`)].join('; ');
       }
       case 'load-end': {
         const row = this.store.endLoad(String(cmd.loadNumber), nowMs);
@@ -168,7 +169,7 @@ export class Commands {
         );
         effects.kick = true;
         const time = (row.body.time as { dateTime?: string } | undefined)?.dateTime;
-        return [`milestone ${row.id} (${row.code} for load ${row.loadNumber}${row.stop === null ? '' : `, stop ${row.stop}`}) committed at ${time}`, ...warnings.map((w) => `warning: ${w}`)].join('; ');
+        return [`milestone ${row.id} (${row.code} for load ${row.loadNumber}${row.stop === null ? '' : `, stop ${row.stop}`}) committed at ${time}`, ...warnings.map((w) => `warning: ${cliWarning(w)}`)].join('; ');
       }
       case 'status':
         effects.status = true;
