@@ -20,10 +20,10 @@ import { AgentError } from '../errors.js';
 import { EXIT } from '../exit.js';
 import { describeStart, startLoadChecked } from '../milestones/assign.js';
 import { recordMilestone } from '../milestones/record.js';
-import { cliWarning } from '../milestones/warnings.js';
 import { check, problemLine } from '../validation.js';
 import { COMMANDS, type CommandName, commandIdSchema, type Reply } from './messages.js';
 import { dispatchWords } from './refusal.js';
+import { withWarnings } from './warnings.js';
 
 /** What a command that was applied asks of the daemon afterwards. */
 export interface Effects {
@@ -152,7 +152,7 @@ export class Commands {
         const c = cmd as { loadNumber: string; resourceId: string; resourceType?: string; stops?: never; from?: string };
         const { row, warnings } = startLoadChecked(this.store, config, c, nowMs);
         effects.status = true;
-        return [describeStart(row), ...warnings.map((w) => `warning: ${cliWarning(w)}`)].join('; ');
+        return withWarnings(describeStart(row), warnings);
       }
       case 'load-end': {
         const row = this.store.endLoad(String(cmd.loadNumber), nowMs);
@@ -169,7 +169,8 @@ export class Commands {
         );
         effects.kick = true;
         const time = (row.body.time as { dateTime?: string } | undefined)?.dateTime;
-        return [`milestone ${row.id} (${row.code} for load ${row.loadNumber}${row.stop === null ? '' : `, stop ${row.stop}`}) committed at ${time}`, ...warnings.map((w) => `warning: ${cliWarning(w)}`)].join('; ');
+        // The warnings in dispatch's words (warnings.ts): the rules' own name the CLI's options.
+        return withWarnings(`milestone ${row.id} (${row.code} for load ${row.loadNumber}${row.stop === null ? '' : `, stop ${row.stop}`}) committed at ${time}`, warnings);
       }
       case 'status':
         effects.status = true;
