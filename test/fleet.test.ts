@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { connect, type IClientOptions, type MqttClient } from 'mqtt';
 import { afterEach, describe, expect, it } from 'vitest';
+import { formatTime } from '../src/geo/timezone.js';
 import { agentConfig, daemonFixture, fakeClockEnv, findLibfaketime, runCli, startDaemon, waitFor, writeFile } from './helpers.js';
 import { nmeaFrom } from './nmea-lines.js';
 import { FLEET_ACL } from './fleet-acl.js';
@@ -83,7 +84,8 @@ describe.skipIf(NO_MOSQUITTO)('the fleet link (real mosquitto with ACLs, real da
     return (await waitFor(() => replies[before], 15_000, `the reply to ${id}`)).body as unknown as Reply;
   }
 
-  function fleetConfig(extra = '', fleet = ''): string {
+  /** `milestones`: more lines for the [milestones] table. */
+  function fleetConfig(extra = '', fleet = '', milestones = ''): string {
     writeFile(fx.tmp.dir, 'fleet-password', `${USERS['truck-a']}\n`, 0o600);
     return agentConfig(
       fx.tmp.dir,
@@ -91,6 +93,7 @@ describe.skipIf(NO_MOSQUITTO)('the fleet link (real mosquitto with ACLs, real da
       `[milestones]
 dwell_s = 0
 min_fixes = 2
+${milestones}
 [fleet]
 url = "${broker.url}"
 username = "truck-a"
@@ -376,6 +379,111 @@ ${extra}`,
     expect(old.stderr).toContain('to record it anyway (a correction to an old load), add --force');
   });
 
+  it("a milestone recorded with a warning is answered in dispatch's words: the command's JSON fields, never the CLI's options", async () => {
+    await startBroker();
+    await fx.sandbox.start();
+    // TRUCK-H was in Querétaro (America/Mexico_City) 20 minutes ago, a fix every 10 s for 5
+    // minutes, and is in Hermosillo (America/Hermosillo) now; TRUCK-W has no fix at all.
+    const base = Math.floor(Date.now() / 1000) * 1000 - 20 * 60_000;
+    const source = writeFile(fx.tmp.dir, 'moved.mjs', MOVED(base));
+    await run(fleetConfig(`[[sources]]\ntype = "module"\nname = "moved"\npath = "${source}"\n`, '', 'max_fix_age_s = 300'));
+    const d = await dispatch();
+    // Stops 1 and 2 are placed in Chicago; stop 3 has no place.
+    const stops = [
+      { sequence: 1, type: 'pickup', latitude: 41.8781, longitude: -87.6298 },
+      { sequence: 2, type: 'delivery', latitude: 41.85, longitude: -87.65 },
+      { sequence: 3, type: 'delivery' },
+    ];
+    expect(await send(d, 'truck-a', 'load-start', { commandId: 'mw-load', loadNumber: 'L-MW', resourceId: 'TRUCK-W', stops })).toMatchObject({ ok: true });
+    const from = new Date(base - 60_000).toISOString();
+    expect(await send(d, 'truck-a', 'load-start', { commandId: 'mw-load-h', loadNumber: 'L-MH', resourceId: 'TRUCK-H', from })).toMatchObject({ ok: true });
+    await waitFor(() => countOf("SELECT count(*) AS n FROM readings WHERE resource_id = 'TRUCK-H' AND lon < -110") > 0, 15_000, 'a fix of TRUCK-H in Hermosillo');
+    const { skipped, repeated } = chicagoClockChanges(Date.now());
+    // 5 s from a fix in Querétaro, typed as the clock of the last fix (Hermosillo) reads it.
+    const typed = formatTime(new Date(base + 125_000), 'America/Hermosillo', 'local').dateTime.slice(0, 19);
+    // Every warning a milestone command can get (the --force ones cannot arise: the commands
+    // have no force), with the CLI's words and dispatch's.
+    const cases: Array<[Record<string, unknown>, string | RegExp]> = [
+      [
+        { eventCode: 'AA', stopsequenceNumber: 1, time: `${skipped}T02:30:00` },
+        `warning: time ${skipped}T02:30:00 does not exist in America/Chicago (the clocks skip it): read as ${skipped}T03:30:00-05:00; give the offset if another time was meant`,
+      ],
+      [
+        { eventCode: 'AB', stopsequenceNumber: 2, time: `${repeated}T01:30:00` },
+        `warning: time ${repeated}T01:30:00 occurs twice in America/Chicago: read as the first, ${repeated}T01:30:00-05:00; give the offset (such as ${repeated}T01:30:00-06:00) if the second was meant`,
+      ],
+      [{ eventCode: 'X6', eventCity: 'Chicagoo', eventState: 'IL' }, 'warning: eventCity Chicagoo, eventState IL is not in the gazetteer: sent as typed, in the zone of IL (America/Chicago)'],
+      [
+        { eventCode: 'X3', stopsequenceNumber: 1, eventCity: 'Chicago' },
+        'warning: eventCity Chicago cannot be looked up in the gazetteer without eventState: sent as typed, with the zone of stop 1 (America/Chicago)',
+      ],
+      [
+        { eventCode: 'SD', reasonCode: 'AI' },
+        /warning: no position for this milestone \(no fix of TRUCK-W is in the buffer yet; no eventCity and eventState; no stopsequenceNumber\): it is recorded in this device's zone \(\S+\) without eventCity and eventState; the agent fills them in from its newest fix when it sends it, if it has one by then$/,
+      ],
+      [
+        { eventCode: 'X1', stopsequenceNumber: 3 },
+        /warning: no position for this milestone \(no fix of TRUCK-W is in the buffer yet; no eventCity and eventState; stop 3 has no coordinates\): it is recorded in /,
+      ],
+      [
+        { loadNumber: 'L-MH', eventCode: 'X1', time: typed },
+        new RegExp(
+          `warning: time ${typed} was read in the zone of the last fix of TRUCK-H, \\d+ s old \\(America/Hermosillo\\); TRUCK-H was in America/Mexico_City then, and the same instant is sent in that zone$`,
+        ),
+      ],
+    ];
+    for (const [i, [fields, words]] of cases.entries()) {
+      const reply = await send(d, 'truck-a', 'milestone', { commandId: `mw-${i}`, loadNumber: 'L-MW', ...fields });
+      expect.soft(reply, JSON.stringify(fields)).toMatchObject({ ok: true, status: 0 });
+      expect.soft(reply.message, JSON.stringify(fields)).not.toMatch(/--[a-z]/);
+      if (typeof words === 'string') expect.soft(reply.message, JSON.stringify(fields)).toContain(words);
+      else expect.soft(reply.message, JSON.stringify(fields)).toMatch(words);
+    }
+    // The command line keeps its words.
+    const cli = await runCli(['milestone', '--load', 'L-MW', '--code', 'D1', '--stop', '1', '--city', 'Chicago', '--config', join(fx.tmp.dir, 'agent.toml')]);
+    expect(cli.stderr).toBe('warning: Chicago cannot be looked up in the gazetteer without --state: sent as typed, with the zone of stop 1 (America/Chicago)\n');
+  });
+
+  it("a load started with a warning is answered in dispatch's words: resourceId, the stops' appointments, no stops file", async () => {
+    await startBroker();
+    await fx.sandbox.start();
+    // A source that tags its readings TRUCK-A (a file of no sentences: it feeds nothing here).
+    const fixes = writeFile(fx.tmp.dir, 'none.nmea', '');
+    await run(fleetConfig(`[[sources]]\ntype = "nmea"\nresource_id = "TRUCK-A"\ndevice = "${fixes}"\n`));
+    const d = await dispatch();
+    const unfed = await send(d, 'truck-a', 'load-start', { commandId: 'lw-1', loadNumber: 'L-LW1', resourceId: 'truck-a' });
+    expect(unfed).toMatchObject({ ok: true, status: 0 });
+    // Soft: one run says which of them fail.
+    expect
+      .soft(unfed.message)
+      .toContain(
+        'warning: resourceId "truck-a": the sources tag their readings "TRUCK-A", so this load gets no positions (did you mean "TRUCK-A"? resource ids are case-sensitive); end it with a load-end command and start it again with the right resourceId, or add a source for it in the device\'s config',
+      );
+    expect.soft(unfed.message).not.toMatch(/--[a-z]/);
+    const { skipped, repeated } = chicagoClockChanges(Date.now());
+    const ended = new Date(Date.now() - 49 * 3_600_000).toISOString().replace(/\.\d+Z$/, 'Z');
+    const chicago = { latitude: 41.8781, longitude: -87.6298 };
+    const stops = [
+      { sequence: 1, type: 'pickup', ...chicago, appointment: { start: `${skipped}T02:30:00` } },
+      { sequence: 2, type: 'delivery', ...chicago, appointment: { end: `${repeated}T01:30:00` } },
+      { sequence: 3, type: 'delivery', ...chicago, appointment: { end: ended } },
+    ];
+    const reply = await send(d, 'truck-a', 'load-start', { commandId: 'lw-2', loadNumber: 'L-LW2', resourceId: 'TRUCK-A', stops });
+    expect(reply).toMatchObject({ ok: true, status: 0 });
+    expect.soft(reply.message).not.toMatch(/--[a-z]/);
+    // Named by the stops' own fields, as dispatch sent them (the CLI's words, from a stops file, are the same).
+    expect
+      .soft(reply.message)
+      .toContain(`warning: stop 1 appointment.start: ${skipped}T02:30:00 does not exist in America/Chicago (the clocks skip it): read as ${skipped}T03:30:00-05:00; give the offset if another time was meant`);
+    expect
+      .soft(reply.message)
+      .toContain(
+        `warning: stop 2 appointment.end: ${repeated}T01:30:00 occurs twice in America/Chicago: read as the first, ${repeated}T01:30:00-05:00; give the offset (such as ${repeated}T01:30:00-06:00) if the second was meant`,
+      );
+    // Dispatch sent no stops file.
+    expect.soft(reply.message).toMatch(/warning: stop 3 appointment\.end \S+ was 49 h ago: a delay \(SD\) will be reported for this stop until the truck arrives; check the dates of the stops' appointments$/);
+  });
+
   it('a response topic holding a wildcard is not published to: the broker would drop the link and hand the command over again, for ever', async () => {
     await startBroker();
     await fx.sandbox.start();
@@ -557,6 +665,33 @@ ${extra}`,
     expect(fx.daemon!.output()).not.toContain('BEGIN');
   });
 });
+
+/** TRUCK-H: 30 fixes in Querétaro from `base`, 10 s apart, at once; then one in Hermosillo, stamped now, every 200 ms. */
+const MOVED = (base: number) => `let t;
+export function createSource(ctx) {
+  return {
+    start() {
+      for (let i = 0; i < 30; i++) ctx.emit({ resourceId: 'TRUCK-H', timeMs: ${base} + i * 10000, lat: 20.5888, lon: -100.3899, speed: 0 });
+      t = setInterval(() => ctx.emit({ resourceId: 'TRUCK-H', timeMs: Date.now(), lat: 29.0729, lon: -110.9559, speed: 0 }), 200);
+    },
+    stop() { clearInterval(t); },
+  };
+}
+`;
+
+/** The next days, a day or more after `nowMs`, on which Chicago's clocks skip an hour (the second Sunday of March) and repeat one (the first Sunday of November). */
+function chicagoClockChanges(nowMs: number): { skipped: string; repeated: string } {
+  const sunday = (year: number, month: number, nth: number) => {
+    const first = 1 + ((7 - new Date(Date.UTC(year, month - 1, 1)).getUTCDay()) % 7);
+    return `${year}-${String(month).padStart(2, '0')}-${String(first + 7 * (nth - 1)).padStart(2, '0')}`;
+  };
+  const next = (month: number, nth: number) => {
+    const year = new Date(nowMs).getUTCFullYear();
+    const day = sunday(year, month, nth);
+    return Date.parse(`${day}T00:00:00Z`) > nowMs + 86_400_000 ? day : sunday(year + 1, month, nth);
+  };
+  return { skipped: next(3, 2), repeated: next(11, 1) };
+}
 
 function topicMatch(filter: string, topic: string): boolean {
   const f = filter.split('/');

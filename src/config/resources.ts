@@ -16,12 +16,10 @@ export function configuredResources(config: Config): Set<string> | undefined {
   return ids;
 }
 
-/** A warning for a load's resource no configured source feeds, else undefined. */
-export function unfedResource(config: Config, resourceId: string): string | undefined {
+/** A load's resource no configured source feeds: the ids they do tag, and one differing only in case; else undefined (worded in src/milestones/warnings.ts). */
+export function unfedResource(config: Config, resourceId: string): { resourceId: string; tags: string[]; like?: string } | undefined {
   const ids = configuredResources(config);
   if (!ids || ids.has(resourceId)) return undefined;
-  const names = [...ids];
-  const like = names.find((n) => n.toLowerCase() === resourceId.toLowerCase());
-  const fed = names.length > 0 ? `the sources tag their readings ${names.map((n) => JSON.stringify(n)).join(', ')}` : 'no source is configured';
-  return `resourceId ${JSON.stringify(resourceId)}: ${fed}, so this load gets no positions${like ? ` (did you mean ${JSON.stringify(like)}? resource ids are case-sensitive)` : ''}; end it and start it on the right resource, or add a source for it`;
+  const tags = [...ids];
+  return { resourceId, tags, like: tags.find((n) => n.toLowerCase() === resourceId.toLowerCase()) };
 }

@@ -23,6 +23,7 @@ import { recordMilestone } from '../milestones/record.js';
 import { check, problemLine } from '../validation.js';
 import { COMMANDS, type CommandName, commandIdSchema, type Reply } from './messages.js';
 import { dispatchWords } from './refusal.js';
+import { withWarnings } from './warnings.js';
 
 /** What a command that was applied asks of the daemon afterwards. */
 export interface Effects {
@@ -151,7 +152,7 @@ export class Commands {
         const c = cmd as { loadNumber: string; resourceId: string; resourceType?: string; stops?: never; from?: string };
         const { row, warnings } = startLoadChecked(this.store, config, c, nowMs);
         effects.status = true;
-        return [describeStart(row), ...warnings.map((w) => `warning: ${w}`)].join('; ');
+        return withWarnings(describeStart(row), warnings);
       }
       case 'load-end': {
         const row = this.store.endLoad(String(cmd.loadNumber), nowMs);
@@ -168,7 +169,8 @@ export class Commands {
         );
         effects.kick = true;
         const time = (row.body.time as { dateTime?: string } | undefined)?.dateTime;
-        return [`milestone ${row.id} (${row.code} for load ${row.loadNumber}${row.stop === null ? '' : `, stop ${row.stop}`}) committed at ${time}`, ...warnings.map((w) => `warning: ${w}`)].join('; ');
+        // The warnings in dispatch's words (warnings.ts): the rules' own name the CLI's options.
+        return withWarnings(`milestone ${row.id} (${row.code} for load ${row.loadNumber}${row.stop === null ? '' : `, stop ${row.stop}`}) committed at ${time}`, warnings);
       }
       case 'status':
         effects.status = true;

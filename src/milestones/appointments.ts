@@ -11,6 +11,7 @@ import { DataError } from '../errors.js';
 import { localTimeReadings, localTimeToInstant, readDateTime } from '../geo/localtime.js';
 import { formatTime, zoneAt } from '../geo/timezone.js';
 import type { Stop } from './stops.js';
+import type { MilestoneWarning } from './warnings.js';
 
 /** A stop's appointment that cannot be read: exit 65, no load started (an error answer on the fleet link). */
 export class AppointmentError extends DataError {
@@ -20,8 +21,8 @@ export class AppointmentError extends DataError {
 type Field = 'start' | 'end';
 
 /** The stops with every appointment time an instant, and what to tell the operator about clock changes. */
-export function resolveAppointments(stops: readonly Stop[]): { stops: Stop[]; warnings: string[] } {
-  const warnings: string[] = [];
+export function resolveAppointments(stops: readonly Stop[]): { stops: Stop[]; warnings: MilestoneWarning[] } {
+  const warnings: MilestoneWarning[] = [];
   const resolved = stops.map((stop) => {
     const a = stop.appointment;
     if (!a) return stop;
@@ -40,7 +41,7 @@ export function resolveAppointments(stops: readonly Stop[]): { stops: Stop[]; wa
   return { stops: resolved, warnings };
 }
 
-function resolveOne(stop: Stop, field: Field, text: string, warnings: string[]): string {
+function resolveOne(stop: Stop, field: Field, text: string, warnings: MilestoneWarning[]): string {
   const name = `stop ${stop.sequence} appointment.${field}`;
   const read = readDateTime(text);
   // The schema checked the form; a stop built by a program may not have been.
@@ -56,12 +57,9 @@ function resolveOne(stop: Stop, field: Field, text: string, warnings: string[]):
   const ms = readings[0] ?? localTimeToInstant(text, zone);
   const stored = formatTime(new Date(ms), zone, 'local').dateTime.replace('.000', '');
   // Clock changes as for a typed --time (src/geo/localtime.ts): the first of two, a gap moved forward.
-  if (readings.length === 0) {
-    warnings.push(`${name}: ${text} does not exist in ${zone} (the clocks skip it): read as ${stored}; give the offset if another time was meant`);
-  } else if (readings.length > 1) {
-    const second = formatTime(new Date(readings[1]), zone, 'local').dateTime.replace('.000', '');
-    warnings.push(`${name}: ${text} occurs twice in ${zone}: read as the first, ${stored}; give the offset (such as ${second}) if the second was meant`);
-  }
+  const change = { kind: 'appointment-clock-change', stop: stop.sequence, field, text, zone, readAs: stored } as const;
+  if (readings.length === 0) warnings.push(change);
+  else if (readings.length > 1) warnings.push({ ...change, second: formatTime(new Date(readings[1]), zone, 'local').dateTime.replace('.000', '') });
   return stored;
 }
 

@@ -13,6 +13,7 @@ import { appointmentMs, resolveAppointments } from './appointments.js';
 import { RESOURCE_TYPES, resourceTypeOf } from './codes.js';
 import { checkLoadNumber } from './record.js';
 import type { Stop } from './stops.js';
+import type { MilestoneWarning } from './warnings.js';
 
 export interface LoadStart {
   loadNumber: string;
@@ -33,7 +34,7 @@ export function checkId(value: string, name: string): void {
 }
 
 /** Check and commit a new load; `warnings` are what the operator should hear about it. */
-export function startLoadChecked(store: Store, config: Config, input: LoadStart, nowMs = Date.now()): { row: LoadRow; warnings: string[] } {
+export function startLoadChecked(store: Store, config: Config, input: LoadStart, nowMs = Date.now()): { row: LoadRow; warnings: MilestoneWarning[] } {
   const resourceType = resourceTypeOf(input.resourceType ?? 'Truck');
   if (!resourceType) throw new CliError(`resourceType: expected one of ${RESOURCE_TYPES.join(', ')}, got ${JSON.stringify(input.resourceType)}`, EXIT.DATA);
   checkId(input.loadNumber, 'loadNumber');
@@ -44,7 +45,7 @@ export function startLoadChecked(store: Store, config: Config, input: LoadStart,
   const { stops, warnings } = resolveAppointments(input.stops ?? []);
   const row = store.startLoad({ loadNumber: input.loadNumber, resourceId: input.resourceId, resourceType, stops, nowMs, fromMs });
   const unfed = unfedResource(config, row.resourceId);
-  return { row, warnings: [...(unfed ? [unfed] : []), ...warnings, ...staleAppointments(row, config, nowMs)] };
+  return { row, warnings: [...(unfed ? [{ kind: 'unfed-resource', ...unfed } as const] : []), ...warnings, ...staleAppointments(row, config, nowMs)] };
 }
 
 /**
@@ -70,16 +71,14 @@ function fromTime(text: string, config: Config, nowMs: number): number {
  * A stops file copied from an old load (or the example) has appointments long gone: the
  * delay detector would report every stop late. Said now, not found at the service.
  */
-function staleAppointments(row: LoadRow, config: Config, nowMs: number): string[] {
+function staleAppointments(row: LoadRow, config: Config, nowMs: number): MilestoneWarning[] {
   const delays = config.milestones.detect && config.milestones.delay.enabled;
-  const out: string[] = [];
+  const out: MilestoneWarning[] = [];
   for (const s of row.stops) {
     const end = s.appointment?.end;
     const endMs = appointmentMs(s, 'end');
-    if (delays && endMs < nowMs - 3_600_000) {
-      out.push(
-        `stop ${s.sequence}'s appointment ended ${Math.round((nowMs - endMs) / 3_600_000)} h ago (${end}): a delay (${config.milestones.delay.code}) will be reported for it until the truck arrives; check the stops file's dates`,
-      );
+    if (delays && end !== undefined && endMs < nowMs - 3_600_000) {
+      out.push({ kind: 'stale-appointment', stop: s.sequence, end, hoursAgo: Math.round((nowMs - endMs) / 3_600_000), delayCode: config.milestones.delay.code });
     }
   }
   return out;

@@ -5,6 +5,7 @@
 import type { Config } from '../config/schema.js';
 import { DataError } from '../errors.js';
 import { RuleRefusal } from './refusal.js';
+import type { MilestoneWarning } from './warnings.js';
 
 /** Bad input for a milestone (unknown load or code, bad time): exit 65, nothing written. */
 export class MilestoneError extends DataError {
@@ -22,7 +23,7 @@ export function checkLoadNumber(loadNumber: string, config: Config): void {
   }
 }
 
-export function checkCode(kind: 'event' | 'reason', raw: string, config: Config, force: boolean, warnings: string[]): string {
+export function checkCode(kind: 'event' | 'reason', raw: string, config: Config, force: boolean, warnings: MilestoneWarning[]): string {
   const code = raw.trim().toUpperCase();
   if (!/^[A-Z0-9]{1,10}$/.test(code)) throw new MilestoneError(`${kind} code ${JSON.stringify(raw)}: expected 1-10 letters and digits, such as ${kind === 'event' ? 'X3' : 'NS'}`);
   const list = kind === 'event' ? config.codes.events : config.codes.reasons;
@@ -37,7 +38,7 @@ export function checkCode(kind: 'event' | 'reason', raw: string, config: Config,
         ? ` (${code} is an event code: give it with --code)`
         : '';
   if (force) {
-    warnings.push(`${kind} code ${code} is not in ${key}; recorded anyway (--force): the service may refuse it`);
+    warnings.push({ kind: 'forced-code', codeKind: kind, code, key });
     return code;
   }
   const examples =

@@ -40,6 +40,7 @@ import { check, problemLine } from '../validation.js';
 import { checkCode, checkLoadNumber, MilestoneError } from './checks.js';
 import { RuleRefusal } from './refusal.js';
 import { checkTimeAge, clockChangeWarning, instantIn, TimeRefusal, type TypedTime, typedTime, withOffsetOf, zoneWithOffset } from './typed-time.js';
+import type { MilestoneWarning } from './warnings.js';
 
 export interface MilestoneInput {
   loadNumber: string;
@@ -88,18 +89,19 @@ export interface PreparedMilestone {
   load: LoadRow;
   timeMs: number;
   placement: Placement;
-  warnings: string[];
+  warnings: MilestoneWarning[];
 }
 
 export interface RecordedMilestone {
   row: MilestoneRow;
   timeMs: number;
   placement: Placement;
-  warnings: string[];
+  /** Worded by each surface (src/milestones/warnings.ts, src/fleet/warnings.ts). */
+  warnings: MilestoneWarning[];
 }
 
 /** Where the milestone happened and in which zone (see the rule at the top), and its instant, read once in that zone. */
-function place(store: Store, config: Config, load: LoadRow, input: MilestoneInput, typed: TypedTime, nowMs: number, warnings: string[]): { placement: Placement; timeMs: number } {
+function place(store: Store, config: Config, load: LoadRow, input: MilestoneInput, typed: TypedTime, nowMs: number, warnings: MilestoneWarning[]): { placement: Placement; timeMs: number } {
   const origin = input.origin ?? 'manual';
   const onGlobe = (lat: number | undefined, lon: number | undefined): lat is number => typeof lat === 'number' && typeof lon === 'number';
   const at = (source: PlaceSource, lat: number, lon: number, zoneFrom: string, named?: { city?: string; state?: string }, fixAgeS?: number): Placement => {
@@ -130,7 +132,7 @@ function place(store: Store, config: Config, load: LoadRow, input: MilestoneInpu
     const zones = stateZones(input.state);
     const typedPlace = (zone: string, zoneFrom: string): Placement => ({ source: 'command line', city: input.city, state: input.state, zone, zoneFrom });
     if (zones.length === 1) {
-      if (input.city) warnings.push(`${unknown}: sent as typed, in the zone of ${input.state} (${zones[0]})`);
+      if (input.city) warnings.push({ kind: 'city-not-found', city: input.city, state: input.state, zone: zones[0] });
       return timed(typedPlace(zones[0], input.state));
     }
     // Several zones (or a code no state uses): only a typed offset tells which.
@@ -147,7 +149,7 @@ function place(store: Store, config: Config, load: LoadRow, input: MilestoneInpu
   if (!input.city) return rest;
   // A city without its state cannot be looked up: sent as typed, in the zone found below. Say
   // so, rather than claim that Chicago is not in the gazetteer.
-  warnings.push(`${input.city} cannot be looked up in the gazetteer without --state: sent as typed, with the zone of ${rest.placement.zoneFrom} (${rest.placement.zone})`);
+  warnings.push({ kind: 'city-without-state', city: input.city, zoneFrom: rest.placement.zoneFrom, zone: rest.placement.zone });
   const source = rest.placement.source === 'none' ? 'command line' : rest.placement.source;
   return { ...rest, placement: { ...rest.placement, source, city: input.city, state: undefined } };
 
@@ -187,9 +189,7 @@ function place(store: Store, config: Config, load: LoadRow, input: MilestoneInpu
       const offS = Math.round(Math.abs(timeMs - then.timeMs) / 1000);
       const when = new Date(then.timeMs).toISOString().replace(/\.\d+Z$/, 'Z');
       const placed = at('history', then.lat, then.lon, `the position of ${load.resourceId} at ${when}, ${offS} s from the milestone's time`, undefined, offS);
-      if (typed.kind === 'local' && placed.zone !== zone) {
-        warnings.push(`--time ${typed.text} was read in the zone of ${zoneFrom} (${zone}); ${load.resourceId} was in ${placed.zone} then, and the same instant is sent in that zone`);
-      }
+      if (typed.kind === 'local' && placed.zone !== zone) warnings.push({ kind: 'read-in-fix-zone', text: typed.text, zoneFrom, zone, resourceId: load.resourceId, thenZone: placed.zone });
       return { placement: placed, timeMs };
     }
     const timedText = typed.kind === 'now' ? 'old' : "from the milestone's time";
@@ -215,15 +215,7 @@ function place(store: Store, config: Config, load: LoadRow, input: MilestoneInpu
       // A typed offset is the zone's best witness; with none, this device's zone.
       [zone, zoneFrom] = typed.kind === 'instant' && typed.offsetMin !== undefined ? [fixedOffsetZone(typed.offsetMin), 'the offset typed'] : [systemZone(), 'this device'];
     }
-    const stopWhy = input.stop === undefined ? 'no --stop' : `stop ${input.stop} has no coordinates`;
-    const inZone = zoneFrom === 'this device' ? "this device's zone" : `the zone of ${zoneFrom}`;
-    if (!input.city) {
-      warnings.push(
-        `no position for this milestone (${why}; no --lat/--lon or --city/--state; ${stopWhy}): it is recorded in ${inZone} (${zone}) without a city and state${
-          origin === 'manual' ? '; the running agent fills them in from its newest fix when it sends it, if it has one by then' : ''
-        }`,
-      );
-    }
+    if (!input.city) warnings.push({ kind: 'no-position', why: why!, stop: input.stop, zoneFrom: zoneFrom!, zone, fillsIn: origin === 'manual' });
     return { placement: { source: 'none', zone, zoneFrom: zoneFrom!, fixAgeS: fix ? Math.round((nowMs - fix.timeMs) / 1000) : undefined }, timeMs: timeMs! };
   }
 }
@@ -238,7 +230,7 @@ function instantOf(typed: TypedTime, zone: string, nowMs: number): number {
 
 /** Check, place and build a milestone without writing anything (throws MilestoneError). */
 export function prepareMilestone(store: Store, config: Config, input: MilestoneInput, nowMs = Date.now()): PreparedMilestone {
-  const warnings: string[] = [];
+  const warnings: MilestoneWarning[] = [];
   const origin = input.origin ?? 'manual';
   const force = input.force ?? false;
   // Where the number is typed. The detector reports for loads the buffer holds already: one

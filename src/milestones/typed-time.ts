@@ -8,6 +8,7 @@
 import { CLOCK_FLOOR_MS } from '../admission/time-guard.js';
 import { localTimeReadings, readDateTime } from '../geo/localtime.js';
 import { formatTime, hasExplicitOffset, localTimeToInstant, zoneOffsetMinutes } from '../geo/timezone.js';
+import type { MilestoneWarning } from './warnings.js';
 
 export type TypedTime =
   | { kind: 'now' }
@@ -83,7 +84,7 @@ export function instantIn(t: TypedTime, zone: string, nowMs: number): number {
  * moved forward. Said, not refused, as for the appointment; unsaid, 01:30 on fall-back night
  * went out as daylight time, an hour early if the second 01:30 was meant.
  */
-export function clockChangeWarning(t: TypedTime, zone: string): string | undefined {
+export function clockChangeWarning(t: TypedTime, zone: string): MilestoneWarning | undefined {
   if (t.kind !== 'local') return undefined;
   let readings: number[];
   try {
@@ -93,10 +94,8 @@ export function clockChangeWarning(t: TypedTime, zone: string): string | undefin
   }
   if (readings.length === 1) return undefined;
   const shown = (ms: number) => formatTime(new Date(ms), zone, 'local').dateTime.replace('.000', '');
-  if (readings.length === 0) {
-    return `--time ${t.text} does not exist in ${zone} (the clocks skip it): read as ${shown(localTimeToInstant(t.text, zone))}; give the offset if another time was meant`;
-  }
-  return `--time ${t.text} occurs twice in ${zone}: read as the first, ${shown(readings[0]!)}; give the offset (such as ${shown(readings[1]!)}) if the second was meant`;
+  if (readings.length === 0) return { kind: 'clock-change', text: t.text, zone, readAs: shown(localTimeToInstant(t.text, zone)) };
+  return { kind: 'clock-change', text: t.text, zone, readAs: shown(readings[0]!), second: shown(readings[1]!) };
 }
 
 /** The first of `zones` whose offset at `ms` is `offsetMin`: an offset typed for a place with several zones picks its own. */
@@ -133,7 +132,7 @@ export function checkTimeAge(
   timeMs: number,
   nowMs: number,
   limits: { maxPastDays: number; maxFutureS: number; appointment: boolean; appointmentCodes: readonly string[]; force: boolean },
-  warnings: string[],
+  warnings: MilestoneWarning[],
 ): void {
   const at = new Date(timeMs).toISOString().replace('.000Z', 'Z');
   if (timeMs < CLOCK_FLOOR_MS) {
@@ -150,7 +149,7 @@ export function checkTimeAge(
         { problem: 'too-old', at, behind: behindDays, max: limits.maxPastDays },
       );
     }
-    warnings.push(`--time ${at} is ${behindDays} days before this device's clock (sources_time.max_past_days = ${limits.maxPastDays}); recorded anyway (--force)`);
+    warnings.push({ kind: 'forced-old', at, behind: behindDays, max: limits.maxPastDays });
   }
   const aheadS = Math.round((timeMs - nowMs) / 1000);
   if (!limits.appointment && aheadS > limits.maxFutureS) {

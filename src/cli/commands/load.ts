@@ -7,6 +7,7 @@ import { CliError } from '../../errors.js';
 import { EXIT } from '../../exit.js';
 import { resourceTypeOf, RESOURCE_TYPES } from '../../milestones/codes.js';
 import { checkId, describeStart, startLoadChecked } from '../../milestones/assign.js';
+import { cliWarning } from '../../milestones/warnings.js';
 import { checkLoadNumber } from '../../milestones/record.js';
 import { readStopsFile } from '../../milestones/stops.js';
 import { commandNow } from '../now.js';
@@ -43,7 +44,7 @@ export function addLoadCommand(program: Command): void {
       });
       if (clockNote) err(`note: ${clockNote}`);
       out(describeStart(row));
-      for (const w of warnings) err(`warning: ${w}`);
+      for (const w of warnings) err(`warning: ${cliWarning(w)}`);
     });
   loadCmd
     .command('end')

@@ -7,6 +7,7 @@ import { CliError } from '../../errors.js';
 import { EXIT } from '../../exit.js';
 import { formatTime } from '../../geo/timezone.js';
 import { MilestoneError, recordMilestone } from '../../milestones/record.js';
+import { cliWarning } from '../../milestones/warnings.js';
 import { commandNow } from '../now.js';
 import { configOption, err, load, out, parseCoordinate, parseIntArg, withReader, withStore } from '../common.js';
 
@@ -75,7 +76,7 @@ sources_time.max_past_days (30) old is refused unless --force.`,
           );
         });
         if (clockNote) err(`note: ${clockNote}`);
-        for (const w of warnings) err(`warning: ${w}`);
+        for (const w of warnings) err(`warning: ${cliWarning(w)}`);
         if (opts.json) return out(JSON.stringify(row, null, 2));
         const local = formatTime(new Date(timeMs), placement.zone, 'local');
         // Either may be missing (--city without --state): never print "Chicago, undefined".
