@@ -3,13 +3,19 @@
  * against a real buffer file and the sandbox:
  * - a first GNSS fix with a wrong date (a week rollover the wrong way, 19.6 years ahead, or a
  *   single garbled RMC date) set GNSS time ahead while the clock was not synchronised: a
- *   milestone of "now" went out years in the future.
+ *   milestone of "now" went out years in the future;
+ * - after the system clock stepped back, the newest fix is dated after "now": a milestone
+ *   said its zone was "of the last fix of T1, -3570 s old", and `status --json` gave a
+ *   negative `ageS`.
  */
 import type { ChildProcess } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { agentConfig, daemonFixture, runCli, startDaemon, waitFor, writeFile } from './helpers.js';
+import { agentConfig, cliFixture, daemonFixture, fakeClockEnv, findLibfaketime, runCli, startDaemon, waitFor, writeFile } from './helpers.js';
 import { nmeaFrom } from './nmea-lines.js';
 import { stopProcess } from './sources/support.js';
+
+const LIBFAKETIME = findLibfaketime();
+const CHICAGO = { lat: 41.8781, lon: -87.6298 };
 
 const procs: Array<ChildProcess | undefined> = [];
 const fx = daemonFixture({
@@ -55,4 +61,31 @@ describe('the first GNSS fixes while the clock is not synchronised', () => {
     );
     expect(out).toMatch(/GNSS time not taken yet: nmea:T1's fix at 2031-\S+ and nmea:T1's fix at 20\d\d-\S+ \d+ s later disagree by -\d+ d \d+ h .*waits for two fixes that agree/);
   }, 60_000);
+});
+
+describe('a fix dated after now, the system clock stepped back an hour', () => {
+  const cli = cliFixture();
+  it('a milestone says the fix is ahead of the clock, never a negative age; status gives age 0 and says so', async (ctx) => {
+    if (!LIBFAKETIME) {
+      console.log('skipped: libfaketime not found under /usr/lib/*/faketime/ (apt-get install faketime)');
+      ctx.skip();
+    }
+    expect((await runCli(['load', 'start', 'L1', '-r', 'T1', '--config', cli.cfg])).code).toBe(0);
+    const fixMs = Math.floor(Date.now() / 1000) * 1000 - 30_000;
+    cli.withBuffer((s) => s.insertReadings([{ resourceId: 'T1', timeMs: fixMs, lat: CHICAGO.lat, lon: CHICAGO.lon, source: 'gpsd' }], true));
+    // NTP stepped the clock back an hour after that fix (it had been running ahead).
+    const stepped = { TZ: 'UTC', ...fakeClockEnv(LIBFAKETIME!, writeFile(cli.dir, 'faketime', '-1h\n')) };
+
+    const m = await runCli(['milestone', '--load', 'L1', '--code', 'X6', '--config', cli.cfg], { env: stepped });
+    expect(m.code, m.stderr).toBe(0);
+    const said = m.stdout + m.stderr;
+    expect(said).not.toMatch(/-\d+ s old/);
+    expect(said).not.toMatch(/is 35\d\d s old/);
+    expect(said).toMatch(/the last fix of T1, dated 35\d\d s after this device's clock \(it stepped back, or runs behind\)/);
+
+    const json = JSON.parse((await runCli(['status', '--json', '--config', cli.cfg], { env: stepped })).stdout) as { lastFixes: Array<{ ageS: number }> };
+    expect(json.lastFixes[0]!.ageS).toBe(0);
+    const text = (await runCli(['status', '--config', cli.cfg], { env: stepped })).stdout;
+    expect(text).toMatch(/^last fix: +T1 41\.87810, -87\.62980 at \S+ \S+Z \(dated 35\d\d s after this device's clock \(it stepped back, or runs behind\)\)$/m);
+  });
 });
