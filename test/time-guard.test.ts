@@ -6,7 +6,9 @@
  *   milestone of "now" went out years in the future;
  * - after the system clock stepped back, the newest fix is dated after "now": a milestone
  *   said its zone was "of the last fix of T1, -3570 s old", and `status --json` gave a
- *   negative `ageS`.
+ *   negative `ageS`;
+ * - a malformed offset (`+5:30`, `+0530x`) got the message about every form a time may take,
+ *   not what was wrong with this one.
  */
 import type { ChildProcess } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
@@ -87,5 +89,31 @@ describe('a fix dated after now, the system clock stepped back an hour', () => {
     expect(json.lastFixes[0]!.ageS).toBe(0);
     const text = (await runCli(['status', '--config', cli.cfg], { env: stepped })).stdout;
     expect(text).toMatch(/^last fix: +T1 41\.87810, -87\.62980 at \S+ \S+Z \(dated 35\d\d s after this device's clock \(it stepped back, or runs behind\)\)$/m);
+  });
+});
+
+describe('a malformed UTC offset in milestone --time says what is wrong with it', () => {
+  const cli = cliFixture('[sources_time]\nmax_past_days = 3650\n');
+  const milestone = (time: string) => runCli(['milestone', '--load', 'L1', '--code', 'X6', '--city', 'Chicago', '--state', 'IL', '--time', time, '--config', cli.cfg], { env: { TZ: 'UTC' } });
+  it.each([
+    ['2026-11-23T10:00:00+5:30', 'the UTC offset "+5:30" in "2026-11-23T10:00:00+5:30" needs two digits for its hours: 2026-11-23T10:00:00+05:30'],
+    ['2026-11-23T10:00:00-6', 'the UTC offset "-6" in "2026-11-23T10:00:00-6" needs two digits for its hours: 2026-11-23T10:00:00-06:00'],
+    ['2026-11-23T10:00:00+0530x', 'the UTC offset "+0530x" in "2026-11-23T10:00:00+0530x" has "x" after it: 2026-11-23T10:00:00+05:30'],
+    ['2026-11-23T10:00:00+05:3', 'the UTC offset "+05:3" in "2026-11-23T10:00:00+05:3" needs two digits for its minutes, such as +05:30'],
+    ['2026-11-23T10:00:00+25:00', 'the UTC offset "+25:00" in "2026-11-23T10:00:00+25:00" has hours beyond 23 (offsets in use run from -12:00 to +14:00)'],
+    ['2026-11-23T10:00:00 UTC-6', 'the UTC offset "UTC-6" in "2026-11-23T10:00:00 UTC-6" is written after UTC: give it alone, 2026-11-23T10:00:00-06:00'],
+    ['2026-11-23T10:00:00 CST', 'the UTC offset "CST" in "2026-11-23T10:00:00 CST" is a zone\'s name, not an offset: give the offset (such as 2026-11-23T10:00:00-06:00) or the time in UTC with Z'],
+  ])('%s: refused (65), naming the fault', async (time, why) => {
+    expect((await runCli(['load', 'start', 'L1', '-r', 'T1', '--config', cli.cfg])).code).toBe(0);
+    const r = await milestone(time);
+    expect(r.code).toBe(65);
+    expect(r.stderr).toContain(`--time: ${why}`);
+    expect(cli.withBuffer((s) => s.listMilestones())).toEqual([]);
+  });
+
+  it('load start --from, read by the same reader, says the same', async () => {
+    const r = await runCli(['load', 'start', 'L1', '-r', 'T1', '--from', '2026-11-23T10:00:00+5:30', '--config', cli.cfg]);
+    expect(r.code).toBe(65);
+    expect(r.stderr).toContain('from: the UTC offset "+5:30" in "2026-11-23T10:00:00+5:30" needs two digits for its hours: 2026-11-23T10:00:00+05:30');
   });
 });
