@@ -8,7 +8,9 @@
  *   said its zone was "of the last fix of T1, -3570 s old", and `status --json` gave a
  *   negative `ageS`;
  * - a malformed offset (`+5:30`, `+0530x`) got the message about every form a time may take,
- *   not what was wrong with this one.
+ *   not what was wrong with this one;
+ * - an offset that is not the zone of the typed place then (-08:00 typed for Chicago, which
+ *   is at -06:00 that day) went out silently, at an instant two hours off what was meant.
  */
 import type { ChildProcess } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
@@ -115,5 +117,41 @@ describe('a malformed UTC offset in milestone --time says what is wrong with it'
     const r = await runCli(['load', 'start', 'L1', '-r', 'T1', '--from', '2026-11-23T10:00:00+5:30', '--config', cli.cfg]);
     expect(r.code).toBe(65);
     expect(r.stderr).toContain('from: the UTC offset "+5:30" in "2026-11-23T10:00:00+5:30" needs two digits for its hours: 2026-11-23T10:00:00+05:30');
+  });
+});
+
+describe('an offset typed that is not the zone of the typed place then: warned, not refused', () => {
+  const cli = cliFixture('[sources_time]\nmax_past_days = 3650\n');
+  const milestone = (place: string[], time: string) => runCli(['milestone', '--load', 'L1', '--code', 'X6', ...place, '--time', time, '--force', '--config', cli.cfg], { env: { TZ: 'UTC' } });
+  const bodyTime = (stdout: string) => {
+    const id = Number(/^milestone (\d+) /.exec(stdout)![1]);
+    return (cli.withBuffer((s) => s.listMilestones().find((m) => m.id === id)!.body) as { time: { dateTime: string } }).time.dateTime;
+  };
+
+  it('-08:00 for Chicago, IL (-06:00 that day): the same instant in Chicago, with a warning naming both offsets', async () => {
+    expect((await runCli(['load', 'start', 'L1', '-r', 'T1', '--config', cli.cfg])).code).toBe(0);
+    const r = await milestone(['--city', 'Chicago', '--state', 'IL'], '2026-11-23T10:00:00-08:00');
+    expect(r.code, r.stderr).toBe(0);
+    expect(bodyTime(r.stdout)).toBe('2026-11-23T12:00:00.000-06:00');
+    expect(r.stderr).toContain(
+      'warning: --time 2026-11-23T10:00:00-08:00 has the offset -08:00, but the zone of Chicago, IL (America/Chicago) is at -06:00 then: sent as the same instant there, 2026-11-23T12:00:00-06:00; give -06:00 (2026-11-23T10:00:00-06:00) if 10:00 there was meant',
+    );
+  });
+
+  it('-08:00 for KS, whose zones are -06:00 and -07:00 that day: sent at the offset typed, with a warning', async () => {
+    expect((await runCli(['load', 'start', 'L1', '-r', 'T1', '--config', cli.cfg])).code).toBe(0);
+    const r = await milestone(['--city', 'Smallville', '--state', 'KS'], '2026-11-23T10:00:00-08:00');
+    expect(r.code, r.stderr).toBe(0);
+    expect(bodyTime(r.stdout)).toBe('2026-11-23T10:00:00.000-08:00');
+    expect(r.stderr).toContain('warning: --time 2026-11-23T10:00:00-08:00 has the offset -08:00, which no zone of KS has then (America/Chicago -06:00, America/Denver -07:00): sent at the offset typed');
+  });
+
+  it('the offset of the place, Z, or no offset: no such warning', async () => {
+    expect((await runCli(['load', 'start', 'L1', '-r', 'T1', '--config', cli.cfg])).code).toBe(0);
+    for (const time of ['2026-11-23T10:00:00-06:00', '2026-11-23T10:00:00', '2026-11-23T16:00:00-0600', '2026-11-23T22:00:00Z']) {
+      const r = await milestone(['--city', 'Chicago', '--state', 'IL'], time);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stderr).not.toContain('has the offset');
+    }
   });
 });

@@ -39,6 +39,7 @@ import { stateZones } from '../geo/state-zones.js';
 import { fixedOffsetZone, formatTime, systemZone, zoneAt } from '../geo/timezone.js';
 import { check, problemLine } from '../validation.js';
 import { checkCode, checkLoadNumber, MilestoneError } from './checks.js';
+import { offsetFitWarnings } from './offset-fit.js';
 import { RuleRefusal } from './refusal.js';
 import { checkTimeAge, clockChangeWarning, instantIn, TimeRefusal, type TypedTime, typedTime, withOffsetOf, zoneWithOffset } from './typed-time.js';
 
@@ -264,6 +265,7 @@ export function prepareMilestone(store: Store, config: Config, input: MilestoneI
     throw new MilestoneError((err as Error).message, { cause: err });
   }
   const { placement, timeMs } = place(store, config, load, input, typed, nowMs, warnings);
+  warnings.push(...offsetFitWarnings(typed, placement, input.state));
   // What is typed by hand (a program's instant too); the detector's times are its fixes'.
   if (origin === 'manual' && typed.kind !== 'now') {
     const limits = {
