@@ -12,21 +12,14 @@
  * - an offset that is not the zone of the typed place then (-08:00 typed for Chicago, which
  *   is at -06:00 that day) went out silently, at an instant two hours off what was meant.
  */
-import type { ChildProcess } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { agentConfig, cliFixture, daemonFixture, fakeClockEnv, findLibfaketime, runCli, startDaemon, waitFor, writeFile } from './helpers.js';
 import { nmeaFrom } from './nmea-lines.js';
-import { stopProcess } from './sources/support.js';
 
 const LIBFAKETIME = findLibfaketime();
 const CHICAGO = { lat: 41.8781, lon: -87.6298 };
 
-const procs: Array<ChildProcess | undefined> = [];
-const fx = daemonFixture({
-  afterStop: async () => {
-    while (procs.length) await stopProcess(procs.pop());
-  },
-});
+const fx = daemonFixture();
 
 const DAY = 86_400_000;
 /** 1024 GPS weeks: a receiver resolving its week number the wrong way is this far off. */
