@@ -22,6 +22,7 @@ export class ClockKeeper {
     private readonly probe?: SyncProbe,
   ) {
     this.gnss.onChange((v) => this.tell(v));
+    this.gnss.onWarning((text) => this.log.warn(text));
   }
 
   /** Ask once before the sources start (their first readings are judged by the answer), then every minute. */

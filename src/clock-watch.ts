@@ -18,15 +18,21 @@ export interface StepParts {
   ingest: () => Ingest;
   /** Write the daemon's state row now (`status` shows the new times at once). */
   writeState: () => void;
-  /** Measures the GNSS offset again after a step (src/gnss-clock.ts). */
-  gnss: { clockStepped(): void };
+  /** Measures the GNSS offset again after a step (src/gnss-clock.ts); tells when its state changes. */
+  gnss: { clockStepped(): void; onChange(fn: () => void): () => void };
   /** Told of an error showing the deadlines again (a corrupt buffer read for the refused loads). */
   onError: (err: unknown) => void;
 }
 
-/** Listen to the daemon's detector of clock steps; returns what stops listening. */
+/**
+ * Listen to the daemon's detector of clock steps, and to the GNSS clock's state; returns what
+ * stops listening. A change of state writes the state row too: `milestone` and `load` take
+ * GNSS time as "now" from it, and a row a minute old stamped the first minute on the system clock.
+ */
 export function watchClockSteps(steps: ClockSteps, parts: StepParts): () => void {
-  return steps.onStep((ms) => {
+  // Told from inside admission (a fix): the row is written after it returns.
+  const offState = parts.gnss.onChange(() => setImmediate(() => parts.writeState()));
+  const offSteps = steps.onStep((ms) => {
     parts.log.warn(
       { stepMs: Math.round(ms) },
       `system clock stepped ${formatStep(ms)} against the monotonic clock: retries, backoffs and Retry-After keep their waits (they run on the monotonic clock); the trace schedule follows the new time`,
@@ -40,4 +46,8 @@ export function watchClockSteps(steps: ClockSteps, parts: StepParts): () => void
     }
     parts.writeState();
   });
+  return () => {
+    offState();
+    offSteps();
+  };
 }

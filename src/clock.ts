@@ -136,6 +136,12 @@ export class TrustedClock {
     return Math.max(this.clocks.wall(), this.startWall + (this.clocks.mono() - this.startMono));
   }
 
+  /** The newest time known to have passed: the latest of the wall clock, the monotonic reckoning and the newest reading carried forward. */
+  newestKnown(): number {
+    const t = this.latest();
+    return this.newest ? Math.max(t, this.newest.timeMs + (this.clocks.mono() - this.newest.mono)) : t;
+  }
+
   /**
    * How far the wall clock moved beyond the monotonic clock since the previous call (a jump
    * when over CLOCK_JUMP_MS either way), and start the next interval from now.

@@ -9,15 +9,16 @@
  *   clock: fixes are judged against the previous GNSS time carried forward on the monotonic
  *   clock, and readings only the system clock stamps (1-Wire, exec lines without `time`,
  *   modules) are re-stamped by the offset;
- * - `unsynchronised`: neither; the first GNSS fix is believed if it is not before the floor
- *   or too old (nothing else can say it is ahead), and system-stamped readings wait for it
- *   (src/admission/clock-hold.ts).
+ * - `unsynchronised`: neither; fixes are kept if not before the floor, too old, or
+ *   implausibly far ahead, and GNSS time is taken once two of them agree
+ *   (src/gnss-first-fix.ts); system-stamped readings wait for it (src/admission/clock-hold.ts).
  *
  * An offset under LATENCY_MS is the way from the receiver to here (gpsd's reporting, a serial
  * line), not a wrong clock: nothing is re-stamped by it.
  */
 import { type ClockSources, systemClocks } from './clock.js';
 import type { SyncAnswer } from './clock-sync.js';
+import { FirstFix } from './gnss-first-fix.js';
 import type { Reading } from './reading.js';
 
 /** Which clock stamped a reading (see `Reading.clock`); undefined: the device's own. */
@@ -42,6 +43,14 @@ export interface JudgeWindow {
   latestMs: number;
 }
 
+/** The agent's clocks as a time is judged against them (src/clock.ts TrustedClock). */
+export interface JudgeBase {
+  earliest(): number;
+  latest(): number;
+  /** The newest time known to have passed (the buffer's newest reading carried forward). */
+  newestKnown?(): number;
+}
+
 export class GnssClock {
   private sync: SyncAnswer = { synchronised: undefined, from: 'not asked yet' };
   /** The newest GNSS time seen, and the monotonic time it came at. */
@@ -49,10 +58,16 @@ export class GnssClock {
   /** GNSS time minus the wall clock, at the anchor. */
   private offsetMs: number | undefined;
   private readonly listeners = new Set<(view: ClockView) => void>();
+  private readonly warners = new Set<(text: string) => void>();
+  private readonly first: FirstFix;
   /** Whether a source giving GNSS time runs (gpsd, nmea): only then do system stamps wait for one. */
   expectGnss = false;
 
-  constructor(private readonly clocks: ClockSources = systemClocks) {}
+  constructor(private readonly clocks: ClockSources = systemClocks) {
+    this.first = new FirstFix(clocks, (text) => {
+      for (const fn of this.warners) fn(text);
+    });
+  }
 
   get synchronised(): boolean {
     return this.sync.synchronised === true;
@@ -73,6 +88,12 @@ export class GnssClock {
     return () => this.listeners.delete(fn);
   }
 
+  /** Told of fixes not believed as GNSS time (a log line). */
+  onWarning(fn: (text: string) => void): () => void {
+    this.warners.add(fn);
+    return () => this.warners.delete(fn);
+  }
+
   /** The system's answer to "is the clock set?" (asked at start and every minute). */
   setSync(answer: SyncAnswer): void {
     const before = this.state();
@@ -86,9 +107,13 @@ export class GnssClock {
     return this.anchor && this.anchor.timeMs + (this.clocks.mono() - this.anchor.mono);
   }
 
-  /** A GNSS fix was admitted with this time: the newest one anchors GNSS time and the offset. */
-  noteFix(timeMs: number): void {
+  /**
+   * A GNSS fix was admitted with this time (from `source`): the newest one anchors GNSS time
+   * and the offset; the first anchor only once two fixes agree (src/gnss-first-fix.ts).
+   */
+  noteFix(timeMs: number, source?: string): void {
     if (this.anchor && timeMs < this.anchor.timeMs) return;
+    if (!this.anchor && !this.first.agrees(timeMs, source)) return;
     const before = this.state();
     this.anchor = { timeMs, mono: this.clocks.mono() };
     this.offsetMs = timeMs - this.clocks.wall();
@@ -125,7 +150,7 @@ export class GnssClock {
    * fix (no upper bound before the first), and the later of the usual window and GNSS time
    * for the rest.
    */
-  judge(timeMs: number, stamp: Stamp, base: { earliest(): number; latest(): number }): { timeMs: number; window: JudgeWindow } {
+  judge(timeMs: number, stamp: Stamp, base: JudgeBase): { timeMs: number; window: JudgeWindow } {
     const earliestMs = base.earliest();
     if (this.synchronised) return { timeMs, window: { earliestMs, latestMs: base.latest() } };
     const gnssNow = this.reckon();
@@ -134,6 +159,12 @@ export class GnssClock {
     const off = this.offsetMs;
     const restamp = stamp === 'system' && off !== undefined && Math.abs(off) >= LATENCY_MS;
     return { timeMs: restamp ? Math.round(timeMs + off) : timeMs, window: { earliestMs, latestMs } };
+  }
+
+  /** Why a fix cannot be believed before any GNSS time is known (implausibly far ahead), or undefined. */
+  firstFixProblem(timeMs: number, stamp: Stamp, base: JudgeBase): string | undefined {
+    if (this.synchronised || this.anchor || stamp !== 'gnss') return undefined;
+    return this.first.problem(timeMs, Math.max(base.latest(), base.newestKnown?.() ?? Number.NEGATIVE_INFINITY));
   }
 
   private tell(): void {

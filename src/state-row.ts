@@ -36,6 +36,8 @@ export class StateRow {
   /** When (monotonic ms) the row was handed to the next commit of readings (undefined: it was not). */
   private queuedMs: number | undefined;
   private failing = false;
+  /** The last row was written (running: false): a late change (a clock answer after the stop) writes nothing. */
+  private stopped = false;
 
   constructor(private readonly parts: StateRowParts) {}
 
@@ -94,6 +96,8 @@ export class StateRow {
 
   /** Write the row now, by itself (not riding in a commit); a failure is logged once, not thrown. */
   write(running: boolean): void {
+    if (this.stopped) return;
+    this.stopped = !running;
     this.parts.ingest.writeWithNextCommit('state', undefined);
     try {
       this.writeRow(running);

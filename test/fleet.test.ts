@@ -39,6 +39,9 @@ interface Reply {
   message: string;
 }
 
+/** `ms` as a local time at a whole-hour UTC offset: `2026-11-23T09:00:00-08:00`. */
+const withOffset = (ms: number, hours: number) => `${new Date(ms + hours * 3_600_000).toISOString().slice(0, 19)}${hours < 0 ? '-' : '+'}${String(Math.abs(hours)).padStart(2, '0')}:00`;
+
 describe.skipIf(NO_MOSQUITTO)('the fleet link (real mosquitto with ACLs, real daemon, real sandbox)', () => {
   let broker: Broker;
   const clients: MqttClient[] = [];
@@ -430,6 +433,15 @@ ${extra}`,
         new RegExp(
           `warning: time ${typed} was read in the zone of the last fix of TRUCK-H, \\d+ s old \\(America/Hermosillo\\); TRUCK-H was in America/Mexico_City then, and the same instant is sent in that zone$`,
         ),
+      ],
+      // An hour ago, at offsets the place does not have then.
+      [
+        { eventCode: 'X2', stopsequenceNumber: 2, time: withOffset(Date.now() - 3_600_000, -8) },
+        /warning: time \S+ has the offset -08:00, but the zone of stop 2 \(America\/Chicago\) is at -0[56]:00 then: sent as the same instant there, \S+; give -0[56]:00 \(\S+\) if \d\d:\d\d there was meant/,
+      ],
+      [
+        { eventCode: 'AF', eventState: 'KS', time: withOffset(Date.now() - 3_600_000, 1) },
+        /warning: time \S+ has the offset \+01:00, which no zone of KS has then \(America\/Chicago -0[56]:00, America\/Denver -0[67]:00\): sent at the offset typed; check it if a time in KS was meant/,
       ],
     ];
     for (const [i, [fields, words]] of cases.entries()) {

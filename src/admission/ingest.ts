@@ -182,7 +182,7 @@ export class Ingest {
       source.counts.readings += 1;
       source.counts.lastReadingMs = reading.timeMs;
       if (source.time) {
-        const judged = judgeTime(reading, source.time);
+        const judged = judgeTime(reading, source.time, source.name);
         if (judged.problem) {
           source.counts.timeRejected += 1;
           return this.refused(source, judged.problem);

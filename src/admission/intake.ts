@@ -5,12 +5,12 @@ import type { TimeGuardOptions } from './time-guard.js';
 import type { SourceContext, SourceCounts } from '../sources/types.js';
 import type { Ingest } from './ingest.js';
 import type { OdometerOptions } from './odometer.js';
-import type { GnssClock, Stamp } from '../gnss-clock.js';
+import type { GnssClock, JudgeBase, Stamp } from '../gnss-clock.js';
 import type { ClockHold } from './clock-hold.js';
 
 /** How a source's reading times are judged: against the window of the agent's clocks (src/clock.ts). */
 export interface TimeCheck extends TimeGuardOptions {
-  clock: { earliest(): number; latest(): number };
+  clock: JudgeBase;
   /** Time while the system clock is not synchronised: judges and re-stamps (src/gnss-clock.ts). */
   gnss?: GnssClock;
   /** Where system-stamped readings wait for a GNSS time. */

@@ -74,14 +74,15 @@ export function timeProblem(timeMs: number, now: NowWindow, opts: TimeGuardOptio
 /**
  * A reading's time as admitted: re-stamped where the GNSS clock says the system clock that
  * stamped it is wrong, and judged against the window it gives (the agent's clocks while the
- * system clock is synchronised). A GNSS fix that passes anchors GNSS time.
+ * system clock is synchronised). A GNSS fix that passes anchors GNSS time (the first once two
+ * agree, src/gnss-first-fix.ts); `source` names it in the warning when they do not.
  */
-export function judgeTime(reading: Reading, t: TimeCheck): { reading: Reading; problem?: string } {
+export function judgeTime(reading: Reading, t: TimeCheck, source?: string): { reading: Reading; problem?: string } {
   const stamp = reading.clock ?? t.stamp;
   const j = t.gnss?.judge(reading.timeMs, stamp, t.clock);
   const r = j && j.timeMs !== reading.timeMs ? { ...reading, timeMs: j.timeMs } : reading;
-  const problem = timeProblem(r.timeMs, j?.window ?? { earliestMs: t.clock.earliest(), latestMs: t.clock.latest() }, t);
-  if (!problem && stamp === 'gnss') t.gnss?.noteFix(r.timeMs);
+  const problem = timeProblem(r.timeMs, j?.window ?? { earliestMs: t.clock.earliest(), latestMs: t.clock.latest() }, t) ?? t.gnss?.firstFixProblem(r.timeMs, stamp, t.clock);
+  if (!problem && stamp === 'gnss') t.gnss?.noteFix(r.timeMs, source);
   return { reading: r, problem };
 }
 

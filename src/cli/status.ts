@@ -10,6 +10,7 @@ import type { LastFix, Store } from '../buffer/store.js';
 import { deviceZone, describeDeviceZone } from '../geo/device-zone.js';
 import { formatStep } from '../clock.js';
 import { LATENCY_MS } from '../gnss-clock.js';
+import { fixAgeS, fixAgeText, fixAhead } from '../fix-age.js';
 import { VERSION } from '../version.js';
 
 export interface StatusReport {
@@ -92,7 +93,7 @@ export function buildStatus(store: Store, info: { deviceId: string; configFile: 
     activeLoads: activeLoads(store),
     lateLoads: lateLoads(store, (info.lateReadingsS ?? 0) * 1000, nowMs),
     sources: state?.sources ?? [],
-    lastFixes: store.lastFixes().map((f) => ({ ...f, ageS: Math.round((dataNowMs - f.timeMs) / 1000) })),
+    lastFixes: store.lastFixes().map((f) => ({ ...f, ageS: fixAgeS(dataNowMs, f.timeMs) })),
     commits: running ? (state?.ingest.trouble ?? null) : null,
     disk: state?.disk ?? null,
     clockJump: state?.clockJump ?? null,
@@ -142,13 +143,18 @@ function readingsNow(clock: StatusReport['clock'], nowMs: number): number {
   return Math.abs(off) >= LATENCY_MS ? nowMs + off : nowMs;
 }
 
-function ago(ms: number | null | undefined, nowMs: number): string {
-  if (ms === null || ms === undefined) return 'never';
-  const s = Math.round((nowMs - ms) / 1000);
-  const when = new Date(ms)
+/** `2026-11-26 11:59:30Z`. */
+function stamp(ms: number): string {
+  return new Date(ms)
     .toISOString()
     .replace('T', ' ')
     .replace(/\.\d+Z$/, 'Z');
+}
+
+function ago(ms: number | null | undefined, nowMs: number): string {
+  if (ms === null || ms === undefined) return 'never';
+  const s = Math.round((nowMs - ms) / 1000);
+  const when = stamp(ms);
   if (s < 0) return `${when} (in ${formatDuration(-s)})`;
   return `${when} (${formatDuration(s)} ago)`;
 }
@@ -223,7 +229,9 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
   }
   if (r.lastFixes.length === 0) row('last fix', 'none yet');
   for (const [i, f] of r.lastFixes.entries()) {
-    row(i === 0 ? 'last fix' : '', `${f.resourceId} ${f.lat.toFixed(5)}, ${f.lon.toFixed(5)} at ${ago(f.timeMs, dataNowMs)}`);
+    // A fix dated after now (the clock stepped back) is not "in 59 min": say it is ahead.
+    const at = fixAhead(dataNowMs, f.timeMs) ? `${stamp(f.timeMs)} (${fixAgeText(dataNowMs, f.timeMs)})` : ago(f.timeMs, dataNowMs);
+    row(i === 0 ? 'last fix' : '', `${f.resourceId} ${f.lat.toFixed(5)}, ${f.lon.toFixed(5)} at ${at}`);
   }
   if (r.sources.length === 0) row('sources', 'none reported');
   for (const [i, s] of r.sources.entries()) {

@@ -3,6 +3,7 @@
  * and /healthz tell it on the device (healthProblems is /healthz's own list), in one message.
  */
 import type { Agent } from '../agent.js';
+import { fixAgeS } from '../fix-age.js';
 import { placeAt } from '../geo/places.js';
 import { healthProblems } from '../health.js';
 import { packageVersion } from '../paths.js';
@@ -64,7 +65,7 @@ export function fleetStatus(agent: Agent, deviceId: string, nowMs = Date.now()):
         latitude: f.lat,
         longitude: f.lon,
         time: new Date(f.timeMs).toISOString(),
-        ageS: Math.round((nowMs - f.timeMs) / 1000),
+        ageS: fixAgeS(nowMs, f.timeMs),
         ...(place ? { eventCity: place.city, eventState: place.state } : {}),
       };
     }),

@@ -4,7 +4,7 @@
  * CLI's options (`--time`, `--state`, `--stop`), from the facts the rules give
  * (src/milestones/warnings.ts), as a refusal is worded in refusal.ts.
  */
-import { clockChangeWords, cliWarning, inZoneOf, type MilestoneWarning, unfedWords } from '../milestones/warnings.js';
+import { clockChangeWords, cliWarning, inZoneOf, type MilestoneWarning, offsetFitWords, unfedWords } from '../milestones/warnings.js';
 
 /** One warning of a `load-start` or `milestone` answer. */
 export function dispatchWarning(w: MilestoneWarning): string {
@@ -14,6 +14,9 @@ export function dispatchWarning(w: MilestoneWarning): string {
     case 'appointment-clock-change':
       // The stops' own field names, as dispatch sent them.
       return `stop ${w.stop} appointment.${w.field}: ${clockChangeWords(w)}`;
+    case 'offset-not-in-state':
+    case 'offset-not-of-place':
+      return `time ${offsetFitWords(w)}`;
     case 'city-not-found':
       return `eventCity ${w.city}, eventState ${w.state} is not in the gazetteer: sent as typed, in the zone of ${w.state} (${w.zone})`;
     case 'city-without-state':

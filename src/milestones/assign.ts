@@ -10,6 +10,7 @@ import { CliError } from '../errors.js';
 import { EXIT } from '../exit.js';
 import { readDateTime } from '../geo/localtime.js';
 import { appointmentMs, resolveAppointments } from './appointments.js';
+import { offsetMistake } from './offset-form.js';
 import { RESOURCE_TYPES, resourceTypeOf } from './codes.js';
 import { checkLoadNumber } from './record.js';
 import type { Stop } from './stops.js';
@@ -56,6 +57,8 @@ export function startLoadChecked(store: Store, config: Config, input: LoadStart,
 function fromTime(text: string, config: Config, nowMs: number): number {
   // The reader of every typed time (milestone --time, appointments): Date.parse took RFC 2822
   // and prose, and made 2026-02-30 into 2026-03-02.
+  const mistake = offsetMistake(text.trim());
+  if (mistake) throw new CliError(`from: ${mistake}`, EXIT.DATA);
   const read = readDateTime(text.trim());
   const ms = read?.kind === 'instant' ? read.ms : Number.NaN;
   if (Number.isNaN(ms)) throw new CliError(`from: expected an ISO 8601 time with its offset (2026-03-01T08:00:00Z), got ${JSON.stringify(text)}`, EXIT.DATA);

@@ -33,11 +33,13 @@ import { withRoom } from '../buffer/bounds.js';
 import { positionAt } from '../buffer/position-at.js';
 import { DuplicateEventError, type LoadRow, type MilestoneOrigin, type MilestoneRow, type NewMilestone, type Store } from '../buffer/store.js';
 import type { Config } from '../config/schema.js';
+import { fixAgeS, fixAgeText } from '../fix-age.js';
 import { placeAt, placeNamed } from '../geo/places.js';
 import { stateZones } from '../geo/state-zones.js';
 import { fixedOffsetZone, formatTime, systemZone, zoneAt } from '../geo/timezone.js';
 import { check, problemLine } from '../validation.js';
 import { checkCode, checkLoadNumber, MilestoneError } from './checks.js';
+import { offsetFitWarnings } from './offset-fit.js';
 import { RuleRefusal } from './refusal.js';
 import { checkTimeAge, clockChangeWarning, instantIn, TimeRefusal, type TypedTime, typedTime, withOffsetOf, zoneWithOffset } from './typed-time.js';
 import type { MilestoneWarning } from './warnings.js';
@@ -173,7 +175,7 @@ function place(store: Store, config: Config, load: LoadRow, input: MilestoneInpu
     const fix = store.lastFix(load.resourceId);
     if (!fix) return none();
     const zone = zoneAt(fix.lat, fix.lon);
-    const zoneFrom = `the last fix of ${load.resourceId}, ${Math.round((nowMs - fix.timeMs) / 1000)} s old`;
+    const zoneFrom = `the last fix of ${load.resourceId}, ${fixAgeText(nowMs, fix.timeMs)}`;
     const timeMs = read(zone);
     // A milestone typed hours after the event did not happen where the truck is now. An
     // appointment's time is the appointment's, not the truck's: its fix is judged against now.
@@ -192,9 +194,9 @@ function place(store: Store, config: Config, load: LoadRow, input: MilestoneInpu
       if (typed.kind === 'local' && placed.zone !== zone) warnings.push({ kind: 'read-in-fix-zone', text: typed.text, zoneFrom, zone, resourceId: load.resourceId, thenZone: placed.zone });
       return { placement: placed, timeMs };
     }
-    const timedText = typed.kind === 'now' ? 'old' : "from the milestone's time";
+    const timedText = typed.kind === 'now' ? fixAgeText(nowMs, fix.timeMs) : `${gapS} s from the milestone's time`;
     const noneThen = appointment || typed.kind === 'now' ? '' : `, and no position of ${load.resourceId} in its readings or history is that close to it`;
-    const why = `the last fix of ${load.resourceId} is ${gapS} s ${timedText}${noneThen} (milestones.max_fix_age_s = ${config.milestones.max_fix_age_s})`;
+    const why = `the last fix of ${load.resourceId} is ${timedText}${noneThen} (milestones.max_fix_age_s = ${config.milestones.max_fix_age_s})`;
     // An offset typed that the fix's zone does not have at that instant: the offset's.
     if (typed.kind === 'instant' && typed.offsetMin !== undefined && !zoneWithOffset([zone], typed.offsetMin, timeMs)) {
       return none(why, fixedOffsetZone(typed.offsetMin), 'the offset typed', timeMs, fix);
@@ -216,7 +218,7 @@ function place(store: Store, config: Config, load: LoadRow, input: MilestoneInpu
       [zone, zoneFrom] = typed.kind === 'instant' && typed.offsetMin !== undefined ? [fixedOffsetZone(typed.offsetMin), 'the offset typed'] : [systemZone(), 'this device'];
     }
     if (!input.city) warnings.push({ kind: 'no-position', why: why!, stop: input.stop, zoneFrom: zoneFrom!, zone, fillsIn: origin === 'manual' });
-    return { placement: { source: 'none', zone, zoneFrom: zoneFrom!, fixAgeS: fix ? Math.round((nowMs - fix.timeMs) / 1000) : undefined }, timeMs: timeMs! };
+    return { placement: { source: 'none', zone, zoneFrom: zoneFrom!, fixAgeS: fix ? fixAgeS(nowMs, fix.timeMs) : undefined }, timeMs: timeMs! };
   }
 }
 
@@ -255,6 +257,7 @@ export function prepareMilestone(store: Store, config: Config, input: MilestoneI
     throw new MilestoneError((err as Error).message, { cause: err });
   }
   const { placement, timeMs } = place(store, config, load, input, typed, nowMs, warnings);
+  warnings.push(...offsetFitWarnings(typed, placement, input.state));
   // What is typed by hand (a program's instant too); the detector's times are its fixes'.
   if (origin === 'manual' && typed.kind !== 'now') {
     const limits = {

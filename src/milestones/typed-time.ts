@@ -8,6 +8,7 @@
 import { CLOCK_FLOOR_MS } from '../admission/time-guard.js';
 import { localTimeReadings, readDateTime } from '../geo/localtime.js';
 import { formatTime, hasExplicitOffset, localTimeToInstant, zoneOffsetMinutes } from '../geo/timezone.js';
+import { offsetMistake } from './offset-form.js';
 import type { MilestoneWarning } from './warnings.js';
 
 export type TypedTime =
@@ -56,6 +57,8 @@ export function typedTime(input: { timeMs?: number; timeText?: string }): TypedT
   if (input.timeMs !== undefined) return { kind: 'instant', ms: input.timeMs };
   if (input.timeText === undefined) return { kind: 'now' };
   const text = input.timeText.trim();
+  const mistake = offsetMistake(text);
+  if (mistake) throw new TimeRefusal(`--time: ${mistake}`, { problem: 'form', text, why: mistake });
   if (hasExplicitOffset(text)) {
     // ISO 8601 only: Date.parse also takes RFC 2822 and whatever V8 makes of the rest.
     const read = readDateTime(text);

@@ -20,6 +20,10 @@ export type MilestoneWarning =
   | ({ kind: 'clock-change' } & ClockChange)
   /** A stop's appointment time, the same (appointments.ts). */
   | ({ kind: 'appointment-clock-change'; stop: number; field: 'start' | 'end' } & ClockChange)
+  /** A typed offset no zone of the typed state has then (offset-fit.ts). */
+  | { kind: 'offset-not-in-state'; text: string; offset: string; state: string; theirs: string }
+  /** A typed offset that is not the one of the place's zone then: `meant`, the same wall time at the place's offset. */
+  | { kind: 'offset-not-of-place'; text: string; offset: string; zoneFrom: string; zone: string; placeOffset: string; sentAs: string; meant: string; wall: string }
   /** A city the gazetteer does not know, in a state of one zone. */
   | { kind: 'city-not-found'; city: string; state: string; zone: string }
   /** A city typed without its state. */
@@ -46,6 +50,14 @@ export function clockChangeWords(c: ClockChange): string {
     : `${c.text} occurs twice in ${c.zone}: read as the first, ${c.readAs}; give the offset (such as ${c.second}) if the second was meant`;
 }
 
+/** A typed offset that does not fit the place (`2026-11-23T10:00:00-08:00 has the offset ...`): the part every surface shares. */
+export function offsetFitWords(w: Extract<MilestoneWarning, { kind: 'offset-not-in-state' | 'offset-not-of-place' }>): string {
+  const has = `${w.text} has the offset ${w.offset}`;
+  return w.kind === 'offset-not-in-state'
+    ? `${has}, which no zone of ${w.state} has then (${w.theirs}): sent at the offset typed; check it if a time in ${w.state} was meant`
+    : `${has}, but the zone of ${w.zoneFrom} (${w.zone}) is at ${w.placeOffset} then: sent as the same instant there, ${w.sentAs}; give ${w.placeOffset} (${w.meant}) if ${w.wall} there was meant`;
+}
+
 /** A load's resource no source feeds: the part every surface shares. */
 export function unfedWords(w: { resourceId: string; tags: string[]; like?: string }): string {
   const fed = w.tags.length > 0 ? `the sources tag their readings ${w.tags.map((n) => JSON.stringify(n)).join(', ')}` : 'no source is configured';
@@ -59,6 +71,9 @@ export function cliWarning(w: MilestoneWarning): string {
       return `--time ${clockChangeWords(w)}`;
     case 'appointment-clock-change':
       return `stop ${w.stop} appointment.${w.field}: ${clockChangeWords(w)}`;
+    case 'offset-not-in-state':
+    case 'offset-not-of-place':
+      return `--time ${offsetFitWords(w)}`;
     case 'city-not-found':
       return `${w.city}, ${w.state} is not in the gazetteer: sent as typed, in the zone of ${w.state} (${w.zone})`;
     case 'city-without-state':

@@ -90,9 +90,12 @@ describe('judging times with the system clock 12 h behind', () => {
     gnss.setSync({ synchronised: false, from: 'test' });
     const t = { ...LIMITS, clock: new TrustedClock(undefined, k.sources), gnss };
     expect(gnss.state()).toBe('unsynchronised');
-    // Without GNSS time the agent would refuse this fix; now it is the clock.
+    // Without GNSS time the agent would refuse this fix; now it is kept, and with the next that agrees, it is the clock.
+    expect(judgeTime(fix(TRUE_NOW - 1000), t)).toEqual({ reading: fix(TRUE_NOW - 1000), problem: undefined });
+    expect(gnss.state()).toBe('unsynchronised');
+    k.tick(1000);
     expect(judgeTime(fix(TRUE_NOW), t)).toEqual({ reading: fix(TRUE_NOW), problem: undefined });
-    expect(gnss.view()).toEqual({ state: 'gnss', from: 'test', offsetMs: BEHIND });
+    expect(gnss.view()).toEqual({ state: 'gnss', from: 'test', offsetMs: BEHIND - 1000 });
     k.tick(1000);
     expect(judgeTime(fix(TRUE_NOW + 1000), t).problem).toBeUndefined();
     // A fix an hour ahead of GNSS time carried forward is a receiver's error: refused.
@@ -109,6 +112,9 @@ describe('judging times with the system clock 12 h behind', () => {
     const t = { ...LIMITS, clock: new TrustedClock(undefined, k.sources), gnss };
     // Before any fix: nothing to re-stamp by.
     expect(judgeTime(temp(k.c.wallMs), t).reading.timeMs).toBe(TRUE_NOW - BEHIND);
+    k.tick(-1000);
+    judgeTime(fix(TRUE_NOW - 1000), t);
+    k.tick(1000);
     judgeTime(fix(TRUE_NOW), t);
     k.tick(5000);
     expect(judgeTime(temp(k.c.wallMs), t)).toEqual({ reading: temp(TRUE_NOW + 5000), problem: undefined });
@@ -123,14 +129,55 @@ describe('judging times with the system clock 12 h behind', () => {
     gnss.setSync({ synchronised: undefined, from: 'unknown' });
     const t = { ...LIMITS, clock: new TrustedClock(undefined, k.sources), gnss };
     judgeTime(fix(TRUE_NOW - LATENCY_MS + 100), t);
+    judgeTime(fix(TRUE_NOW - LATENCY_MS + 100), t);
     expect(gnss.state()).toBe('gnss');
     expect(judgeTime(temp(TRUE_NOW), t).reading.timeMs).toBe(TRUE_NOW);
+  });
+
+  it('before GNSS time is known, a fix more than 512 weeks past the newest time known is refused; the buffer’s newest reading counts', () => {
+    const k = clocks();
+    k.c.wallMs = 0; // no RTC, no saved clock: 1970
+    const gnss = new GnssClock(k.sources);
+    gnss.setSync({ synchronised: false, from: 'test' });
+    const at2045 = Date.parse('2045-06-01T00:00:00Z');
+    // Nothing newer known than the release's floor (2025-01-01): 2045 is a rollover the wrong way.
+    const bare = { ...LIMITS, clock: new TrustedClock(undefined, k.sources), gnss };
+    expect(judgeTime(fix(at2045), bare, 'nmea:T1').problem).toMatch(
+      /^time: 2045-06-01T00:00:00\.000Z is \d+ days after the newest time this agent knows \(2025-01-01T00:00:00\.000Z\) and no GNSS time is known yet/,
+    );
+    expect(gnss.state()).toBe('unsynchronised');
+    // A buffer whose newest reading is of 2036: 2045 is within reach of a device switched off since.
+    const seen = { ...LIMITS, clock: new TrustedClock(Date.parse('2036-01-01T00:00:00Z'), k.sources), gnss };
+    expect(judgeTime(fix(at2045), seen).problem).toBeUndefined();
+  });
+
+  it('GNSS time is taken from two fixes that agree, not from one with a garbled date; the disagreement is told with the source', () => {
+    const k = clocks();
+    const gnss = new GnssClock(k.sources);
+    const told: string[] = [];
+    gnss.onWarning((text) => told.push(text));
+    gnss.setSync({ synchronised: false, from: 'test' });
+    const t = { ...LIMITS, clock: new TrustedClock(undefined, k.sources), gnss };
+    const YEAR = 365 * 86_400_000;
+    judgeTime(fix(TRUE_NOW + 3 * YEAR), t, 'nmea:T1');
+    k.tick(1000);
+    judgeTime(fix(TRUE_NOW + 1000), t, 'nmea:T1');
+    expect(gnss.state()).toBe('unsynchronised');
+    expect(told).toEqual([
+      "GNSS time not taken yet: nmea:T1's fix at 2029-11-25T12:00:00.000Z and nmea:T1's fix at 2026-11-26T12:00:01.000Z 1 s later disagree by -1095 d 0 h (a garbled date or a receiver's week rollover); GNSS time waits for two fixes that agree",
+    ]);
+    k.tick(1000);
+    judgeTime(fix(TRUE_NOW + 2000), t, 'nmea:T1');
+    expect(gnss.view()).toMatchObject({ state: 'gnss', offsetMs: BEHIND });
+    // The commands' "now" is GNSS time, not three years ahead.
+    expect(gnss.commandNow()).toBe(TRUE_NOW + 2000);
   });
 
   it('a step of the wall clock measures the offset again from GNSS time', () => {
     const k = clocks();
     const gnss = new GnssClock(k.sources);
     gnss.setSync({ synchronised: false, from: 'test' });
+    gnss.noteFix(TRUE_NOW);
     gnss.noteFix(TRUE_NOW);
     k.c.wallMs += BEHIND; // set by hand, right now
     gnss.clockStepped();
@@ -165,6 +212,9 @@ describe('system-stamped readings wait for a GNSS time', () => {
     a.ingest.flush();
     expect(a.stored()).toEqual([]);
     a.k.tick(1000);
+    a.gps.emit({ resourceId: 'T1', timeMs: TRUE_NOW + 2000, lat: 41.6, lon: -87.6 });
+    expect(a.hold.count).toBe(2);
+    // GNSS time once a second fix agrees with the first.
     a.gps.emit({ resourceId: 'T1', timeMs: TRUE_NOW + 2000, lat: 41.6, lon: -87.6 });
     await new Promise((r) => setImmediate(r));
     expect(a.hold.count).toBe(0);
