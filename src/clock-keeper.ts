@@ -53,6 +53,9 @@ export class ClockKeeper {
     else if (v.state === 'gnss')
       this.log.warn({ clock: v }, `system clock not synchronised (${v.from}): GNSS time is ${offset} from it; fixes keep their own time, readings stamped by the system clock are re-stamped`);
     else
-      this.log.warn({ clock: v }, `system clock not synchronised (${v.from}): GNSS fixes are believed for their own time; readings stamped by the system clock wait for the first one (clock.unsynced_hold_s)`);
+      this.log.warn(
+        { clock: v },
+        `system clock not synchronised (${v.from}): GNSS fixes are believed for their own time; readings stamped by the system clock wait for GNSS time, taken from the first two fixes of a source that agree (clock.unsynced_hold_s)`,
+      );
   }
 }

@@ -113,7 +113,9 @@ export class GnssClock {
    */
   noteFix(timeMs: number, source?: string): void {
     if (this.anchor && timeMs < this.anchor.timeMs) return;
-    if (!this.anchor && !this.first.agrees(timeMs, source)) return;
+    // A synchronised clock needs no GNSS time, and its window already keeps out a fix dated
+    // ahead: the anchor is only kept for a clock that loses its synchronisation.
+    if (!this.anchor && !this.synchronised && !this.first.agrees(timeMs, source)) return;
     const before = this.state();
     this.anchor = { timeMs, mono: this.clocks.mono() };
     this.offsetMs = timeMs - this.clocks.wall();

@@ -10,9 +10,11 @@
  *   the agent knows to have passed (the system clock, the buffer's newest reading, the
  *   release's floor) is refused: no device is switched off that long, and a rollover the
  *   wrong way is a whole 1024 weeks;
- * - GNSS time is taken only from two fixes that agree: the second as far after the first as
- *   the monotonic clock says it came, give or take AGREE_MS. A garbled date is a day or more
- *   off; a receiver's burst or a file read at once is seconds. Until two agree, the clock
+ * - GNSS time is taken only from two fixes of the same source that agree: the second as far
+ *   after the first as the monotonic clock says it came, give or take AGREE_MS. A garbled date
+ *   is a day or more off; a receiver's burst or a file read at once is seconds. Each source is
+ *   compared with itself: a gateway's receivers, one of them wrong or late, take turns, and
+ *   fixes compared across them would never agree. Until two agree, the clock
  *   stays `unsynchronised` (system-stamped readings keep waiting) and the fixes themselves
  *   are kept: their positions are real.
  */
@@ -25,7 +27,8 @@ export const FIRST_FIX_AHEAD_MS = 512 * 7 * 86_400_000;
 const MAX_TOLD = 5;
 
 export class FirstFix {
-  private candidate: { timeMs: number; mono: number; source?: string } | undefined;
+  /** Each source's newest fix before GNSS time is known. */
+  private readonly candidates = new Map<string, { timeMs: number; mono: number }>();
   private told = 0;
 
   constructor(
@@ -44,8 +47,9 @@ export class FirstFix {
   /** A fix passed admission: true when it agrees with the one before, so GNSS time may be taken from it. */
   agrees(timeMs: number, source?: string): boolean {
     const mono = this.clocks.mono();
-    const c = this.candidate;
-    this.candidate = { timeMs, mono, source };
+    const key = source ?? '';
+    const c = this.candidates.get(key);
+    this.candidates.set(key, { timeMs, mono });
     if (!c) return false;
     const gap = timeMs - c.timeMs - (mono - c.mono);
     if (Math.abs(gap) <= AGREE_MS) return true;
@@ -53,7 +57,7 @@ export class FirstFix {
       this.told += 1;
       const who = (s?: string) => (s ? `${s}'s fix` : 'a fix');
       this.warn(
-        `GNSS time not taken yet: ${who(c.source)} at ${new Date(c.timeMs).toISOString()} and ${who(source)} at ${new Date(timeMs).toISOString()} ${Math.round((mono - c.mono) / 1000)} s later disagree by ${formatStep(gap)} (a garbled date or a receiver's week rollover); GNSS time waits for two fixes that agree`,
+        `GNSS time not taken yet: ${who(source)} at ${new Date(c.timeMs).toISOString()} and ${who(source)} at ${new Date(timeMs).toISOString()} ${Math.round((mono - c.mono) / 1000)} s later disagree by ${formatStep(gap)} (a garbled date or a receiver's week rollover); GNSS time waits for two fixes that agree`,
       );
     }
     return false;

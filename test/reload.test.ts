@@ -354,7 +354,7 @@ describe('reload (SIGHUP)', () => {
     }
   });
 
-  it('a SIGHUP before the code has loaded (the config still being read) is kept too, not the death it is by default', async () => {
+  it('a SIGHUP before the daemon has installed its handler (the config still being read) is kept too, not the death it is by default', async () => {
     const { url } = await fx.sandbox.start();
     const text = readFileSync(agentConfig(fx.tmp.dir, url), 'utf8');
     // The config a FIFO: the agent waits in its first read of it, before the daemon's code has

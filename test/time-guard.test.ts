@@ -93,6 +93,7 @@ describe('a malformed UTC offset in milestone --time says what is wrong with it'
   it.each([
     ['2026-11-23T10:00:00+5:30', 'the UTC offset "+5:30" in "2026-11-23T10:00:00+5:30" needs two digits for its hours: 2026-11-23T10:00:00+05:30'],
     ['2026-11-23T10:00:00-6', 'the UTC offset "-6" in "2026-11-23T10:00:00-6" needs two digits for its hours: 2026-11-23T10:00:00-06:00'],
+    ['2026-11-23T10:00:00-0:30', 'the UTC offset "-0:30" in "2026-11-23T10:00:00-0:30" needs two digits for its hours: 2026-11-23T10:00:00-00:30'],
     ['2026-11-23T10:00:00+0530x', 'the UTC offset "+0530x" in "2026-11-23T10:00:00+0530x" has "x" after it: 2026-11-23T10:00:00+05:30'],
     ['2026-11-23T10:00:00+05:3', 'the UTC offset "+05:3" in "2026-11-23T10:00:00+05:3" needs two digits for its minutes, such as +05:30'],
     ['2026-11-23T10:00:00+25:00', 'the UTC offset "+25:00" in "2026-11-23T10:00:00+25:00" has hours beyond 23 (offsets in use run from -12:00 to +14:00)'],

@@ -32,7 +32,7 @@ export function offsetMistake(text: string): string | undefined {
   if (named) return `${bad} is written after UTC: give it alone, ${head}${named[1]}${two(named[2]!)}:${named[3] ?? '00'}`;
   if (/^[A-Za-z]{2,5}$/.test(rest)) return `${bad} is a zone's name, not an offset: give the offset (such as ${head}-06:00) or the time in UTC with Z`;
   // `+5:30`, `-6`, `+530`: one digit of hours.
-  const short = /^([+-])([1-9])(?::?(\d{2}))?$/.exec(rest);
+  const short = /^([+-])(\d)(?::?(\d{2}))?$/.exec(rest);
   if (short) return `${bad} needs two digits for its hours: ${head}${short[1]}0${short[2]}:${short[3] ?? '00'}`;
   if (/^[+-]\d{3}$/.test(rest)) return `${bad} has three digits: give hours and minutes, such as +05:30 or +0530`;
   if (/^[+-]\d{2}:\d$/.test(rest)) return `${bad} needs two digits for its minutes, such as ${rest.slice(0, 4)}30`;

@@ -173,6 +173,40 @@ describe('judging times with the system clock 12 h behind', () => {
     expect(gnss.commandNow()).toBe(TRUE_NOW + 2000);
   });
 
+  it("each source is compared with itself: a gateway's two receivers taking turns, one 90 s late, do not hold GNSS time back", () => {
+    const k = clocks();
+    const gnss = new GnssClock(k.sources);
+    const told: string[] = [];
+    gnss.onWarning((text) => told.push(text));
+    gnss.setSync({ synchronised: false, from: 'test' });
+    const t = { ...LIMITS, clock: new TrustedClock(undefined, k.sources), gnss };
+    // T2's receiver 90 s late (a lagging feed), T1's right, their fixes interleaved second by
+    // second: compared across sources, no two in a row would ever agree.
+    for (let i = 0; i < 3 && gnss.state() === 'unsynchronised'; i++) {
+      judgeTime(fix(TRUE_NOW + i * 1000 - 90_000), t, 'nmea:T2');
+      judgeTime(fix(TRUE_NOW + i * 1000), t, 'nmea:T1');
+      k.tick(1000);
+    }
+    expect(gnss.view()).toMatchObject({ state: 'gnss', offsetMs: BEHIND });
+    expect(gnss.commandNow()).toBe(TRUE_NOW + 2000);
+    expect(told).toEqual([]);
+  });
+
+  it('a synchronised clock takes its anchor from the first fix and tells of no disagreement', () => {
+    const k = clocks();
+    const gnss = new GnssClock(k.sources);
+    const told: string[] = [];
+    gnss.onWarning((text) => told.push(text));
+    gnss.setSync({ synchronised: true, from: 'test' });
+    gnss.noteFix(TRUE_NOW, 'nmea:T1');
+    k.tick(1000);
+    gnss.noteFix(TRUE_NOW + 86_400_000, 'nmea:T2');
+    expect(told).toEqual([]);
+    // The clock loses its synchronisation: GNSS time is there at once.
+    gnss.setSync({ synchronised: false, from: 'test' });
+    expect(gnss.state()).toBe('gnss');
+  });
+
   it('a step of the wall clock measures the offset again from GNSS time', () => {
     const k = clocks();
     const gnss = new GnssClock(k.sources);
