@@ -69,7 +69,7 @@ command = ["${script}"]
     fx.daemon = startDaemon(['--config', cfg], fakeClock);
     await fx.daemon!.started('the start');
     // Temperatures come at once, stamped 12 h early: they wait for a GNSS time.
-    await waitFor(() => fx.daemon!.output().includes('wait for the first one'), 10_000, 'the clock said unsynchronised');
+    await waitFor(() => fx.daemon!.output().includes('wait for GNSS time'), 10_000, 'the clock said unsynchronised');
 
     // The receiver: one epoch a second (two lines), stamped from now on, through a real gpsd.
     const { text, times } = nmeaFrom(Math.ceil(Date.now() / 1000) * 1000 + 1000);
