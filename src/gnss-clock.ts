@@ -111,11 +111,12 @@ export class GnssClock {
    * A GNSS fix was admitted with this time (from `source`): the newest one anchors GNSS time
    * and the offset; the first anchor only once two fixes agree (src/gnss-first-fix.ts).
    */
-  noteFix(timeMs: number, source?: string): void {
+  noteFix(timeMs: number, source?: string, dateCarried = false): void {
     if (this.anchor && timeMs < this.anchor.timeMs) return;
     // A synchronised clock needs no GNSS time, and its window already keeps out a fix dated
-    // ahead: the anchor is only kept for a clock that loses its synchronisation.
-    if (!this.anchor && !this.synchronised && !this.first.agrees(timeMs, source)) return;
+    // ahead: the anchor is only kept for a clock that loses its synchronisation. A date carried
+    // from an earlier sentence would agree with the sentence it came from, garbled or not.
+    if (!this.anchor && !this.synchronised && (dateCarried || !this.first.agrees(timeMs, source))) return;
     const before = this.state();
     this.anchor = { timeMs, mono: this.clocks.mono() };
     this.offsetMs = timeMs - this.clocks.wall();

@@ -32,4 +32,10 @@ export interface Reading {
    * re-stamped while the system clock is not synchronised (src/gnss-clock.ts). Not stored.
    */
   clock?: 'gnss' | 'system';
+  /**
+   * The date of a GNSS fix was carried from an earlier sentence (an NMEA GGA-only epoch takes
+   * the last RMC's date): not a witness of its own to the date, so it does not count towards
+   * the two fixes that must agree before GNSS time is taken (src/gnss-first-fix.ts). Not stored.
+   */
+  dateCarried?: boolean;
 }

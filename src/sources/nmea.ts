@@ -214,6 +214,7 @@ export class NmeaDecoder {
     }
     const src = e.rmc ?? e.gga!;
     let day = e.rmc && !Number.isNaN(e.rmc.dateMs) ? e.rmc.dateMs : undefined;
+    const dateCarried = day === undefined;
     if (day === undefined && this.lastDate) {
       // A GGA-only epoch after midnight, with the last RMC date from before it.
       day = this.lastDate.dateMs + (e.todMs < this.lastDate.todMs - 12 * 3_600_000 ? 86_400_000 : 0);
@@ -242,6 +243,7 @@ export class NmeaDecoder {
         heading: course,
         // For the GNSS odometer only (not stored): a bad HDOP field is no reason to drop a fix.
         errorM: hdop !== undefined && Number.isFinite(hdop) && hdop > 0 ? hdop * HDOP_TO_M : undefined,
+        ...(dateCarried ? { dateCarried } : {}),
       },
       `fix at ${e.key}`,
     );

@@ -14,7 +14,9 @@ import { TrustedClock } from '../../src/clock.js';
 import { clockSyncOf, probeClockSync } from '../../src/clock-sync.js';
 import { GnssClock, LATENCY_MS } from '../../src/gnss-clock.js';
 import type { Reading } from '../../src/reading.js';
+import { NmeaDecoder } from '../../src/sources/nmea.js';
 import { jsonLogger, tempFixture, writeFile } from '../helpers.js';
+import { nmeaFrom } from '../nmea-lines.js';
 
 const TRUE_NOW = Date.parse('2026-11-26T12:00:00Z');
 const BEHIND = 12 * 3_600_000;
@@ -190,6 +192,34 @@ describe('judging times with the system clock 12 h behind', () => {
     expect(gnss.view()).toMatchObject({ state: 'gnss', offsetMs: BEHIND });
     expect(gnss.commandNow()).toBe(TRUE_NOW + 2000);
     expect(told).toEqual([]);
+  });
+
+  it("a receiver's one garbled RMC date, carried to the GGA-only epochs after it, does not set GNSS time", () => {
+    const k = clocks();
+    const gnss = new GnssClock(k.sources);
+    gnss.setSync({ synchronised: false, from: 'test' });
+    const t = { ...LIMITS, clock: new TrustedClock(undefined, k.sources), gnss, stamp: 'gnss' as const };
+    const kept: number[] = [];
+    const decoder = new NmeaDecoder('T1', { reading: (r) => void (judgeTime(r, t, 'nmea:T1').problem ?? kept.push(r.timeMs)), reject: () => {} });
+    // GGA every second, RMC every 5 s (lines in pairs: GGA, RMC); the first RMC dated a year ahead.
+    const lines = nmeaFrom(TRUE_NOW, 11).text.trim().split('\n');
+    const garbled = nmeaFrom(TRUE_NOW + 365 * 86_400_000, 1)
+      .text.trim()
+      .split('\n')[1]!;
+    let n = 0;
+    const states: string[] = [];
+    for (let i = 0; i < 11; i++) {
+      decoder.line(lines[2 * i]!, ++n);
+      if (i % 5 === 0) decoder.line(i === 0 ? garbled : lines[2 * i + 1]!, ++n);
+      states.push(gnss.state());
+      k.tick(1000);
+    }
+    decoder.flush();
+    // The carried dates agreed with their RMC; only the RMCs of 5 and 10 s later, agreeing, give GNSS time.
+    expect(states.indexOf('gnss')).toBeGreaterThanOrEqual(9);
+    expect(gnss.state()).toBe('gnss');
+    expect(Math.abs(gnss.commandNow() - (TRUE_NOW + 11_000))).toBeLessThanOrEqual(1000);
+    expect(kept.length).toBeGreaterThan(8);
   });
 
   it('a synchronised clock takes its anchor from the first fix and tells of no disagreement', () => {
