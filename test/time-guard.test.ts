@@ -80,8 +80,10 @@ describe('a fix dated after now, the system clock stepped back an hour', () => {
     expect(said).not.toMatch(/is 35\d\d s old/);
     expect(said).toMatch(/the last fix of T1, dated 35\d\d s after this device's clock \(it stepped back, or runs behind\)/);
 
-    const json = JSON.parse((await runCli(['status', '--json', '--config', cli.cfg], { env: stepped })).stdout) as { lastFixes: Array<{ ageS: number }> };
+    const json = JSON.parse((await runCli(['status', '--json', '--config', cli.cfg], { env: stepped })).stdout) as { lastFixes: Array<{ ageS: number; aheadS?: number }> };
     expect(json.lastFixes[0]!.ageS).toBe(0);
+    expect(json.lastFixes[0]!.aheadS).toBeGreaterThan(3500);
+    expect(json.lastFixes[0]!.aheadS).toBeLessThan(3600);
     const text = (await runCli(['status', '--config', cli.cfg], { env: stepped })).stdout;
     expect(text).toMatch(/^last fix: +T1 41\.87810, -87\.62980 at \S+ \S+Z \(dated 35\d\d s after this device's clock \(it stepped back, or runs behind\)\)$/m);
   });

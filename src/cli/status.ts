@@ -39,8 +39,11 @@ export interface StatusReport {
   /** Ended loads still taking late readings of their window (loads.late_readings_s), until lateUntilMs, the first ended first. */
   lateLoads: Array<{ loadNumber: string; resourceId: string; resourceType: string; endedMs: number; lateUntilMs: number; backlog: number }>;
   sources: DaemonState['sources'];
-  /** The last fix of each resource (what a milestone without a position of its own uses), newest first. */
-  lastFixes: Array<LastFix & { ageS: number }>;
+  /**
+   * The last fix of each resource (what a milestone without a position of its own uses), newest
+   * first. `aheadS` only for a fix dated after now (the clock stepped back): by how much; its `ageS` is 0.
+   */
+  lastFixes: Array<LastFix & { ageS: number; aheadS?: number }>;
   /** Readings are not being committed (the disk is full, or commits fail), as the daemon last reported. */
   commits: DaemonState['ingest']['trouble'] | null;
   disk: DaemonState['disk'] | null;
@@ -93,7 +96,8 @@ export function buildStatus(store: Store, info: { deviceId: string; configFile: 
     activeLoads: activeLoads(store),
     lateLoads: lateLoads(store, (info.lateReadingsS ?? 0) * 1000, nowMs),
     sources: state?.sources ?? [],
-    lastFixes: store.lastFixes().map((f) => ({ ...f, ageS: fixAgeS(dataNowMs, f.timeMs) })),
+    // A fix dated after now (the clock stepped back) is 0 s old and says by how much it is ahead.
+    lastFixes: store.lastFixes().map((f) => ({ ...f, ageS: fixAgeS(dataNowMs, f.timeMs), ...(fixAhead(dataNowMs, f.timeMs) ? { aheadS: Math.round((f.timeMs - dataNowMs) / 1000) } : {}) })),
     commits: running ? (state?.ingest.trouble ?? null) : null,
     disk: state?.disk ?? null,
     clockJump: state?.clockJump ?? null,
