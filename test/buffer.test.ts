@@ -1,10 +1,10 @@
 import { spawn } from 'node:child_process';
-import { chownSync, mkdirSync, readdirSync, readlinkSync, rmSync, statSync, truncateSync } from 'node:fs';
+import { chownSync, mkdirSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it, vi } from 'vitest';
 import { ADMITTED_EVERY_MS, Ingest } from '../src/admission/ingest.js';
-import { MIGRATIONS, migrate, openDatabase, PAGE_SIZE, SCHEMA_VERSION } from '../src/buffer/db.js';
+import { checkFile, MIGRATIONS, migrate, openDatabase, PAGE_SIZE, SCHEMA_VERSION } from '../src/buffer/db.js';
 import { planFor } from '../src/buffer/disk.js';
 import { DEFAULT_RESERVE_KB, Store } from '../src/buffer/store.js';
 import { configSchema } from '../src/config/schema.js';
@@ -85,6 +85,30 @@ describe('buffer file', () => {
     store.close();
     truncateSync(tmp.buffer, 4096);
     expect(() => openDatabase(tmp.buffer)).toThrow(/the buffer is corrupt \(truncated: 4096 bytes where its header says \d+\)/);
+  });
+
+  it('a checkpoint stalled for 2 s between page 1 and the rest (a loaded machine) is waited for, not called truncated', async () => {
+    const store = Store.open(tmp.buffer);
+    store.insertReadings(Array.from({ length: 2000 }, (_, i) => reading(i)));
+    store.close();
+    const whole = readFileSync(tmp.buffer);
+    expect(whole.length).toBeGreaterThan(16 * PAGE_SIZE);
+    // Another process's checkpoint has written page 1 (whose header counts every page) and is
+    // descheduled before the rest; it writes them 2 s later, then deletes the WAL it copied
+    // them from (here a stand-in: the pages are in no WAL this check could read).
+    const file = join(tmp.dir, 'stalled.db');
+    writeFileSync(file, whole.subarray(0, PAGE_SIZE));
+    writeFileSync(`${file}-wal`, '');
+    writeFileSync(join(tmp.dir, 'rest'), whole.subarray(PAGE_SIZE));
+    const writer = spawn('sh', ['-c', `sleep 2; cat "${join(tmp.dir, 'rest')}" >> "${file}"; rm "${file}-wal"`], { stdio: 'ignore' });
+    const done = new Promise((r) => writer.on('exit', r));
+    try {
+      const header = checkFile(file);
+      expect(header).toMatchObject({ bytes: whole.length, pageSize: PAGE_SIZE });
+    } finally {
+      writer.kill();
+      await done;
+    }
   });
 
   it('refuses a file written by a newer agent instead of damaging it', () => {

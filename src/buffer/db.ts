@@ -69,8 +69,12 @@ export function readHeader(path: string): Header | 'empty' | 'not-sqlite' {
   return { bytes: size, pageSize, pages, applicationId: buf.readUInt32BE(68), userVersion: buf.readUInt32BE(60) };
 }
 
-/** How many times a header that looks truncated is read again, 50 ms apart. */
-const TRUNCATED_CHECKS = 20;
+/**
+ * How many times a header that looks truncated is read again, 50 ms apart, while a WAL is
+ * beside it: 5 s. A checkpoint descheduled between page 1 and the rest on a loaded machine (six
+ * processes opening a new buffer at once, beside others) stalled longer than the 1 s this was.
+ */
+const TRUNCATED_CHECKS = 100;
 const PAUSE = new Int32Array(new SharedArrayBuffer(4));
 
 function isTruncated(h: Header | 'empty' | 'not-sqlite', path: string): h is Header & { pages: number } {
@@ -150,8 +154,14 @@ export function checkFile(path: string): Header | 'empty' {
   // A checkpoint in another process (the daemon's, or the first open of a new buffer)
   // writes page 1 before the pages that make the file longer: a header read in between
   // claims pages the file does not have yet, and a sound buffer was called truncated. A
-  // truncated file stays truncated: look again for up to a second before saying so.
+  // checkpoint copies from the WAL, which SQLite deletes only once the file is whole: while
+  // one is beside it, look again for up to 5 s; without one, what the file says now is final.
   for (let i = 0; i < TRUNCATED_CHECKS && isTruncated(header, path); i++) {
+    if (!existsSync(`${path}-wal`)) {
+      header = readHeader(path);
+      if (!existsSync(`${path}-wal`)) break;
+      continue;
+    }
     Atomics.wait(PAUSE, 0, 0, 50);
     header = readHeader(path);
   }
