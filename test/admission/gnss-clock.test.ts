@@ -35,6 +35,16 @@ function clocks() {
   };
 }
 
+/** A GNSS clock on the test's clocks (synchronised or not), the warnings it tells, and the limits to judge fixes with. */
+function gnssTold(synchronised = false) {
+  const k = clocks();
+  const gnss = new GnssClock(k.sources);
+  const told: string[] = [];
+  gnss.onWarning((text) => told.push(text));
+  gnss.setSync({ synchronised, from: 'test' });
+  return { k, gnss, told, t: { ...LIMITS, clock: new TrustedClock(undefined, k.sources), gnss } };
+}
+
 const tmp = tempFixture();
 let logs: Array<{ level: number; msg: string } & Record<string, unknown>>;
 const open: Array<{ close(): void }> = [];
@@ -154,12 +164,7 @@ describe('judging times with the system clock 12 h behind', () => {
   });
 
   it('GNSS time is taken from two fixes that agree, not from one with a garbled date; the disagreement is told with the source', () => {
-    const k = clocks();
-    const gnss = new GnssClock(k.sources);
-    const told: string[] = [];
-    gnss.onWarning((text) => told.push(text));
-    gnss.setSync({ synchronised: false, from: 'test' });
-    const t = { ...LIMITS, clock: new TrustedClock(undefined, k.sources), gnss };
+    const { k, gnss, told, t } = gnssTold();
     const YEAR = 365 * 86_400_000;
     judgeTime(fix(TRUE_NOW + 3 * YEAR), t, 'nmea:T1');
     k.tick(1000);
@@ -176,12 +181,7 @@ describe('judging times with the system clock 12 h behind', () => {
   });
 
   it("each source is compared with itself: a gateway's two receivers taking turns, one 90 s late, do not hold GNSS time back", () => {
-    const k = clocks();
-    const gnss = new GnssClock(k.sources);
-    const told: string[] = [];
-    gnss.onWarning((text) => told.push(text));
-    gnss.setSync({ synchronised: false, from: 'test' });
-    const t = { ...LIMITS, clock: new TrustedClock(undefined, k.sources), gnss };
+    const { k, gnss, told, t } = gnssTold();
     // T2's receiver 90 s late (a lagging feed), T1's right, their fixes interleaved second by
     // second: compared across sources, no two in a row would ever agree.
     for (let i = 0; i < 3 && gnss.state() === 'unsynchronised'; i++) {
@@ -195,10 +195,8 @@ describe('judging times with the system clock 12 h behind', () => {
   });
 
   it("a receiver's one garbled RMC date, carried to the GGA-only epochs after it, does not set GNSS time", () => {
-    const k = clocks();
-    const gnss = new GnssClock(k.sources);
-    gnss.setSync({ synchronised: false, from: 'test' });
-    const t = { ...LIMITS, clock: new TrustedClock(undefined, k.sources), gnss, stamp: 'gnss' as const };
+    const { k, gnss, t: judged } = gnssTold();
+    const t = { ...judged, stamp: 'gnss' as const };
     const kept: number[] = [];
     const decoder = new NmeaDecoder('T1', { reading: (r) => void (judgeTime(r, t, 'nmea:T1').problem ?? kept.push(r.timeMs)), reject: () => {} });
     // GGA every second, RMC every 5 s (lines in pairs: GGA, RMC); the first RMC dated a year ahead.
@@ -223,11 +221,7 @@ describe('judging times with the system clock 12 h behind', () => {
   });
 
   it('a synchronised clock takes its anchor from the first fix and tells of no disagreement', () => {
-    const k = clocks();
-    const gnss = new GnssClock(k.sources);
-    const told: string[] = [];
-    gnss.onWarning((text) => told.push(text));
-    gnss.setSync({ synchronised: true, from: 'test' });
+    const { k, gnss, told } = gnssTold(true);
     gnss.noteFix(TRUE_NOW, 'nmea:T1');
     k.tick(1000);
     gnss.noteFix(TRUE_NOW + 86_400_000, 'nmea:T2');
