@@ -151,15 +151,22 @@ export function fakeClockEnv(lib: string, file: string): NodeJS.ProcessEnv {
 }
 
 /** A logger at `level` whose lines (pino's JSON) are parsed into `into`, for assertions. */
-export function jsonLogger<T>(into: T[], level: 'debug' | 'info' = 'debug'): Logger {
+/** A logger that hands each line it writes (its JSON text) to `onLine`. */
+function loggerTo(onLine: (line: string) => void, level: 'debug' | 'info'): Logger {
   const sink = new Writable({
     write(chunk: Buffer, _enc, cb) {
-      for (const line of chunk.toString().split('\n')) if (line.trim()) into.push(JSON.parse(line));
+      for (const line of chunk.toString().split('\n')) if (line.trim()) onLine(line);
       cb();
     },
   });
-  return createLogger({ level, destination: sink });
+  return createLogger({ level, destination: sink, pretty: false });
 }
+
+/** A logger whose lines land parsed in `into`. */
+export const jsonLogger = <T>(into: T[], level: 'debug' | 'info' = 'debug'): Logger => loggerTo((line) => into.push(JSON.parse(line)), level);
+
+/** A logger whose lines land as written in `into`: to check what text reached the log at all (a PIN, a key). */
+export const lineLogger = (into: string[], level: 'debug' | 'info' = 'info'): Logger => loggerTo((line) => into.push(line), level);
 
 export const TEST_KEY = 'test-key-0123456789abcdef';
 export const TEST_SCAC = 'ABCD';

@@ -7,14 +7,12 @@
  * loopback addresses (127.0.0.2, ...) as the guesser's.
  */
 import { get as httpGet, request as httpRequest } from 'node:http';
-import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { Agent } from '../src/agent.js';
-import { createLogger } from '../src/log.js';
 import { Auth, LOCK_MS } from '../src/ui/auth.js';
 import { waitWords } from '../src/ui/i18n.js';
 import { PinSlowing, SLOW_ALLOWANCE, SLOW_WAITS_MS } from '../src/ui/pin-slowing.js';
-import { pageAgentConfig, TEST_KEY, tempDir, writeFile } from './helpers.js';
+import { lineLogger, pageAgentConfig, TEST_KEY, tempDir, writeFile } from './helpers.js';
 
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
@@ -183,14 +181,8 @@ describe('the slowing over HTTP', () => {
   it('refuses a slowed address unchecked, "try again in N s" in its language, while a new one is checked and the driver gets in at once', async () => {
     const tmp = tempDir('ta-page-pin-');
     const lines: string[] = [];
-    const sink = new Writable({
-      write(chunk, _enc, done) {
-        lines.push(...String(chunk).split('\n').filter(Boolean));
-        done();
-      },
-    });
     const config = pageAgentConfig(tmp.dir, 'pin-test', { pin_file: writeFile(tmp.dir, 'pin', `${PIN}\n`, 0o600) });
-    const agent = new Agent({ file: '(test)', config, deviceId: 'pin-test', warnings: [] }, { key: TEST_KEY, origin: 'test' }, createLogger({ level: 'info', destination: sink, pretty: false }));
+    const agent = new Agent({ file: '(test)', config, deviceId: 'pin-test', warnings: [] }, { key: TEST_KEY, origin: 'test' }, lineLogger(lines));
     await agent.start();
     try {
       const port = agent.effectiveSettings()['ui.port'] as number;

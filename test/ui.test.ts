@@ -7,7 +7,6 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { get as httpGet, request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Agent } from '../src/agent.js';
 import { ConfigError, type LoadedConfig, parseConfigText } from '../src/config/load.js';
@@ -17,7 +16,7 @@ import { EVENT_CODES, REASON_CODES } from '../src/milestones/codes.js';
 import { eventName, reasonName } from '../src/ui/actions.js';
 import { EVENT_NAMES, REASON_NAMES } from '../src/ui/code-names.js';
 import { pickLanguage } from '../src/ui/i18n.js';
-import { agentConfig, pageAgentConfig, runCli, TEST_KEY, tempDir, writeFile } from './helpers.js';
+import { agentConfig, lineLogger, pageAgentConfig, runCli, TEST_KEY, tempDir, writeFile } from './helpers.js';
 import { makePki } from './pki.js';
 
 const SRC = '[api]\nscac = "ABCD"\n[[sources]]\ntype = "simulator"\nresource_id = "T1"\n';
@@ -173,14 +172,8 @@ describe('the lock over HTTP, per client address', () => {
   it('5 wrong PINs from 127.0.0.2 lock 127.0.0.2 (logged, naming it), while 127.0.0.1 logs in', async () => {
     const tmp = tempDir('ta-ui-lock-');
     const lines: string[] = [];
-    const sink = new Writable({
-      write(chunk, _enc, done) {
-        lines.push(...String(chunk).split('\n').filter(Boolean));
-        done();
-      },
-    });
     const config = pageAgentConfig(tmp.dir, 'lock-test', { pin_file: writeFile(tmp.dir, 'pin', '2468\n', 0o600) });
-    const agent = new Agent({ file: '(test)', config, deviceId: 'lock-test', warnings: [] }, { key: TEST_KEY, origin: 'test' }, createLogger({ level: 'info', destination: sink, pretty: false }));
+    const agent = new Agent({ file: '(test)', config, deviceId: 'lock-test', warnings: [] }, { key: TEST_KEY, origin: 'test' }, lineLogger(lines));
     await agent.start();
     try {
       const port = agent.effectiveSettings()['ui.port'] as number;
