@@ -114,6 +114,15 @@ ${extra}`,
     return waitFor(() => fx.daemon!.output().includes('connected to the fleet broker'), 15_000, 'the daemon on the fleet broker');
   };
 
+  /** The broker, the sandbox and a daemon on the link with `fleetConfig(...)`; its config file. */
+  async function linked(...args: Parameters<typeof fleetConfig>): Promise<string> {
+    await startBroker();
+    await fx.sandbox.start();
+    const cfg = fleetConfig(...args);
+    await run(cfg);
+    return cfg;
+  }
+
   const buffer = () => join(fx.tmp.dir, 'buffer.db');
   const countOf = (sql: string) => {
     const db = new Database(buffer(), { readonly: true });
@@ -201,10 +210,7 @@ ${extra}`,
   });
 
   it('a command delivered twice, and again after a restart, is applied once and answered with its first answer', async () => {
-    await startBroker();
-    await fx.sandbox.start();
-    const cfg = fleetConfig();
-    await run(cfg);
+    const cfg = await linked();
     const d = await dispatch();
     const cmd = { commandId: 'sd-1', loadNumber: 'L-7', eventCode: 'SD', reasonCode: 'AO', time: new Date(Math.floor(Date.now() / 1000) * 1000 - 3_600_000).toISOString() };
     // The operator's CLI, as dispatch would: its exit status is the answer's.
@@ -249,10 +255,7 @@ ${extra}`,
   });
 
   it('old command ids are forgotten once the link has settled; a retained command, handed over at every connect, is answered again, never applied twice', async () => {
-    await startBroker();
-    await fx.sandbox.start();
-    const cfg = fleetConfig();
-    await run(cfg);
+    const cfg = await linked();
     const d = await dispatch();
     expect(await send(d, 'truck-a', 'load-start', { commandId: 'pl-1', loadNumber: 'L-8', resourceId: 'T8' })).toMatchObject({ ok: true });
     // Dispatch's mistake: a repeatable milestone published retained. The broker hands it over
@@ -279,10 +282,7 @@ ${extra}`,
   });
 
   it('a command sent while the agent is away is applied when it is back (persistent session)', async () => {
-    await startBroker();
-    await fx.sandbox.start();
-    const cfg = fleetConfig();
-    await run(cfg);
+    const cfg = await linked();
     await fx.daemon!.stop('SIGTERM');
     const d = await dispatch();
     const replies = await watch(d, 'fleet/truck-a/reply/away-1');
@@ -295,9 +295,7 @@ ${extra}`,
   });
 
   it('answers a malformed, oversized, invalid or unknown command with an error and keeps running', async () => {
-    await startBroker();
-    await fx.sandbox.start();
-    await run(fleetConfig('', 'max_command_bytes = 2048'));
+    await linked('', 'max_command_bytes = 2048');
     const d = await dispatch();
     expect(await send(d, 'truck-a', 'load-start', '{"commandId": "bad-1", "loadNumber": ')).toMatchObject({ commandId: 'bad-1', ok: false, status: 64, message: expect.stringContaining('not JSON') });
     const big = JSON.stringify({ commandId: 'big-1', loadNumber: 'L-1', resourceId: 'T1', stops: [{ sequence: 1, type: 'pickup', name: 'x'.repeat(5000) }] });
@@ -327,9 +325,7 @@ ${extra}`,
   });
 
   it("a refused command's answer names the command's JSON fields, never the CLI's options; the CLI keeps its words", async () => {
-    await startBroker();
-    await fx.sandbox.start();
-    await run(fleetConfig());
+    await linked();
     const d = await dispatch();
     // Stop 1 is placed (its zone reads a local time); the truck has no fix.
     const stops = [{ sequence: 1, type: 'pickup', latitude: 41.8781, longitude: -87.6298 }];
@@ -497,9 +493,7 @@ ${extra}`,
   });
 
   it('a response topic holding a wildcard is not published to: the broker would drop the link and hand the command over again, for ever', async () => {
-    await startBroker();
-    await fx.sandbox.start();
-    await run(fleetConfig());
+    await linked();
     const d = await dispatch();
     const replies = await watch(d, 'fleet/truck-a/reply/+');
     // mosquitto takes this from dispatch, and disconnects a client that publishes to it.
@@ -535,9 +529,7 @@ ${extra}`,
   });
 
   it('a broker that closes the link soon after accepting it (a cloned device with the same client id) is not fought every second', async () => {
-    await startBroker();
-    await fx.sandbox.start();
-    await run(fleetConfig());
+    await linked();
     const connects = () => fx.daemon!.output().split('connected to the fleet broker').length - 1;
     // The clone: same user, same client id, back 300 ms after each time it is thrown off;
     // mosquitto closes the older connection of a client id without a word.
@@ -560,10 +552,7 @@ ${extra}`,
   }, 200_000);
 
   it('`status` says whether the link is up, and why not when the broker is gone', async () => {
-    await startBroker();
-    await fx.sandbox.start();
-    const cfg = fleetConfig();
-    await run(cfg);
+    const cfg = await linked();
     const fleetRow = async () => (await runCli(['status', '--config', cfg])).stdout.split('\n').find((l) => l.startsWith('fleet link:'));
     await waitFor(async () => (await fleetRow())?.includes(`connected to ${broker.url} as telematics-agent-truck-a`), 10_000, 'the link up in status');
     await broker.stop();
@@ -575,9 +564,7 @@ ${extra}`,
   });
 
   it('`fleet send` to a device the broker holds no session for says nothing is queued, instead of waiting for an answer', async () => {
-    await startBroker();
-    await fx.sandbox.start();
-    await run(fleetConfig());
+    await linked();
     await fx.daemon!.stop('SIGTERM'); // truck-a's session stays at the broker, and takes commands
     const pw = writeFile(fx.tmp.dir, 'dispatch-pw', `${USERS.dispatch}\n`);
     const sendTo = (device: string) => runCli(['fleet', 'send', '--url', broker.url, '--username', 'dispatch', '--password-file', pw, '--device', device, '--timeout', '2', 'status', '--json', '{}']);
@@ -604,9 +591,7 @@ ${extra}`,
 
   /** A linked daemon that said it is online, and dispatch watching its status. */
   async function online() {
-    await startBroker();
-    await fx.sandbox.start();
-    await run(fleetConfig());
+    await linked();
     const d = await dispatch();
     const status = await watch(d, 'fleet/truck-a/status');
     await waitFor(() => status.find((s) => s.body.online === true), 10_000, 'online');
