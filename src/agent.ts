@@ -4,6 +4,7 @@
  * an agent in-process against a sandbox and stop it deterministically.
  */
 import type { Logger } from 'pino';
+import { watchGarbledFixes } from './admission/garbled-fixes.js';
 import { ingestOptionsOf } from './admission/ingest-options.js';
 import { Ingest } from './admission/ingest.js';
 import type { ApiClient } from './api/client.js';
@@ -126,6 +127,7 @@ export class Agent {
     this.clock.noteCommitted(this.store.newestReadingTime() ?? Number.NaN);
     this.ingest = new Ingest(this.store, ingestOptionsOf(config), this.log.child({ component: 'buffer' }));
     this.ingest.onError = (err) => this.checkFatal(err);
+    watchGarbledFixes(this.clockKeeper.gnss, this.store, this.ingest, this.log.child({ component: 'clock' }), this.store.lastReadingId());
     // Positions become arrival, departure and delay milestones as they come (onAdmitted below).
     const detector = new MilestoneDetector(
       this.store,

@@ -37,6 +37,15 @@ export interface ClockView {
   offsetMs: number | null;
 }
 
+/** GNSS time first taken this run (two fixes that agree, the clock not synchronised): see src/admission/garbled-fixes.ts. */
+export interface GnssTaken {
+  timeMs: number;
+  /** How long the run had been up on the monotonic clock then. */
+  upMs: number;
+  /** The sources whose fixes were admitted before it. */
+  sources: string[];
+}
+
 /** The window a reading's time is judged against (see time-guard.ts `NowWindow`). */
 export interface JudgeWindow {
   earliestMs: number;
@@ -60,10 +69,15 @@ export class GnssClock {
   private readonly listeners = new Set<(view: ClockView) => void>();
   private readonly warners = new Set<(text: string) => void>();
   private readonly first: FirstFix;
+  private readonly takenListeners = new Set<(taken: GnssTaken) => void>();
+  /** Sources of the fixes admitted while no GNSS time is known: their rows are looked at when it is taken. */
+  private readonly firstSources = new Set<string>();
+  private readonly startMono: number;
   /** Whether a source giving GNSS time runs (gpsd, nmea): only then do system stamps wait for one. */
   expectGnss = false;
 
   constructor(private readonly clocks: ClockSources = systemClocks) {
+    this.startMono = clocks.mono();
     this.first = new FirstFix(clocks, (text) => {
       for (const fn of this.warners) fn(text);
     });
@@ -94,6 +108,12 @@ export class GnssClock {
     return () => this.warners.delete(fn);
   }
 
+  /** Told once, when GNSS time is first taken from two fixes that agree (not on a synchronised clock). */
+  onTaken(fn: (taken: GnssTaken) => void): () => void {
+    this.takenListeners.add(fn);
+    return () => this.takenListeners.delete(fn);
+  }
+
   /** The system's answer to "is the clock set?" (asked at start and every minute). */
   setSync(answer: SyncAnswer): void {
     const before = this.state();
@@ -113,14 +133,19 @@ export class GnssClock {
    */
   noteFix(timeMs: number, source?: string, dateCarried = false): void {
     if (this.anchor && timeMs < this.anchor.timeMs) return;
+    if (!this.anchor && source !== undefined) this.firstSources.add(source);
     // A synchronised clock needs no GNSS time, and its window already keeps out a fix dated
     // ahead: the anchor is only kept for a clock that loses its synchronisation. A date carried
     // from an earlier sentence would agree with the sentence it came from, garbled or not.
     if (!this.anchor && !this.synchronised && (dateCarried || !this.first.agrees(timeMs, source))) return;
     const before = this.state();
+    const taken = !this.anchor && !this.synchronised;
     this.anchor = { timeMs, mono: this.clocks.mono() };
     this.offsetMs = timeMs - this.clocks.wall();
     if (this.state() !== before) this.tell();
+    if (!taken) return;
+    const t: GnssTaken = { timeMs, upMs: this.anchor.mono - this.startMono, sources: [...this.firstSources] };
+    for (const fn of this.takenListeners) fn(t);
   }
 
   /**

@@ -12,7 +12,10 @@
  * - an offset that is not the zone of the typed place then (-08:00 typed for Chicago, which
  *   is at -06:00 that day) went out silently, at an instant two hours off what was meant.
  */
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
+import { Store } from '../src/buffer/store.js';
 import { agentConfig, cliFixture, daemonFixture, fakeClockEnv, findLibfaketime, runCli, startDaemon, waitFor, writeFile } from './helpers.js';
 import { nmeaFrom } from './nmea-lines.js';
 
@@ -57,6 +60,47 @@ describe('the first GNSS fixes while the clock is not synchronised', () => {
       /"source":"nmea:T1".*bad input skipped: time: 2046-\S+ is \d+ days after the newest time this agent knows .* no GNSS time is known yet: a garbled date or a GPS week rollover, not believed/,
     );
     expect(out).toMatch(/GNSS time not taken yet: nmea:T1's fix at 2031-\S+ and nmea:T1's fix at 20\d\d-\S+ \d+ s later disagree by -\d+ d \d+ h .*waits for two fixes that agree/);
+  }, 60_000);
+});
+
+describe('a garbled first fix kept as a reading is set aside once GNSS time is taken', () => {
+  it('an RMC a year ahead and the GGA-only epoch carrying its date: not the last fix, not in the traces; the earlier run untouched', async () => {
+    const { url } = await fx.sandbox.start();
+    // The load's window takes the fixes: from its start on.
+    const t0 = Math.ceil(Date.now() / 1000) * 1000 + 3000;
+    // The first epoch's RMC a year ahead (less than 512 weeks: kept as a reading), then a GGA-only epoch carrying its date.
+    const gga = nmeaFrom(t0 - 1000, 1).text.split('\r\n')[0];
+    const fixes = writeFile(fx.tmp.dir, 'fixes.nmea', `${garbled(t0 - 2000, 365 * DAY)}${gga}\r\n${nmeaFrom(t0, 8).text}`);
+    const cfg = agentConfig(fx.tmp.dir, url, `[clock]\nsynchronised = "no"\n[[sources]]\ntype = "nmea"\nresource_id = "T1"\ndevice = "${fixes}"\n`, { traces: '*/2 * * * * *', sampling: 1 });
+    expect((await runCli(['load', 'start', 'L1', '-r', 'T1', '--config', cfg])).code).toBe(0);
+    // The earlier run's fix of T1, an hour before, kept without a load: outside this run's window, and good.
+    const before = Store.open(join(fx.tmp.dir, 'buffer.db'));
+    before.insertReadings([{ resourceId: 'T1', timeMs: t0 - 3_600_000, lat: 41.7, lon: -87.7 }], true, ['nmea:T1']);
+    before.close();
+    fx.daemon = startDaemon(['--config', cfg]);
+    await fx.daemon.started();
+    const status = async () => JSON.parse((await runCli(['status', '--json', '--config', cfg])).stdout) as { clock: { state: string }; lastFixes: Array<{ timeMs: number; aheadS?: number }> };
+    await waitFor(async () => (await status()).clock.state === 'gnss', 15_000, 'the agent on GNSS time');
+    const points = () => fx.sandbox.traces.flatMap((t) => t.body.traces.map((p) => Date.parse(p.time.dateTime)));
+    await waitFor(() => points().includes(t0 + 7000), 20_000, 'the last good fix in the traces');
+    await waitFor(async () => (await status()).lastFixes[0]?.timeMs === t0 + 7000, 15_000, 'the last good fix as the last fix');
+
+    // No point of the garbled date went out; the good ones did.
+    expect(points().filter((ms) => ms > Date.now() + 60_000)).toEqual([]);
+    expect(points()).toContain(t0);
+    const s = await status();
+    expect(s.lastFixes).toHaveLength(1);
+    expect(s.lastFixes[0]!.aheadS).toBeUndefined();
+    // Said once, with the source, the reading's time and GNSS time; counted with the drops.
+    const out = fx.daemon.output();
+    expect(out.match(/reading\(s\) of this run set aside/g)).toHaveLength(1);
+    expect(out).toMatch(/"setAside":2,.*time: nmea:T1's reading of T1 at \d{4}-\S+ is 365 days after GNSS time 20\d\d-\S+ \(run up \d+ s\): a garbled date, set aside/);
+    expect((await runCli(['status', '--config', cfg])).stdout).toMatch(/dropped:\s+2 readings \(garbled date\)/);
+    const after = new Database(join(fx.tmp.dir, 'buffer.db'), { readonly: true });
+    const times = (after.prepare('SELECT time_ms AS t FROM readings ORDER BY id').all() as Array<{ t: number }>).map((r) => r.t);
+    after.close();
+    expect(times[0]).toBe(t0 - 3_600_000);
+    expect(times.filter((ms) => ms > Date.now() + 60_000)).toEqual([]);
   }, 60_000);
 });
 

@@ -41,10 +41,7 @@ export interface IngestStats {
   rejected: number;
   /** Pending readings dropped because more than maxPending waited. */
   droppedPending: number;
-  /**
-   * Of those, the ones not yet in the buffer's counter (readings_dropped_pending): it is
-   * bumped in the next commit of readings, so while the disk is full they are counted only here.
-   */
+  /** Of those, the ones not yet in the buffer's counter (readings_dropped_pending): it is bumped in the next commit of readings, so while the disk is full they are counted only here. */
   droppedUncounted: number;
   commitErrors: number;
   pending: number;
@@ -154,6 +151,11 @@ export class Ingest {
   /** The newest fix of a resource seen by this process, committed or still queued. */
   newestFix(resourceId: string): Fix | undefined {
     return this.fixes.get(resourceId);
+  }
+
+  /** Their fixes were set aside from the buffer (garbled-fixes.ts): none is the newest any more. */
+  forgetFixes(resourceIds: Iterable<string>): void {
+    for (const id of resourceIds) this.fixes.delete(id);
   }
 
   private get maxPending(): number {
@@ -383,9 +385,8 @@ export class Ingest {
   }
 
   /**
-   * The readings dropped from memory are counted in the next commit of readings (it rides
-   * along), not in a transaction of their own: on a full disk that second commit was one
-   * more write that could fail, and a crash between the two lost the count.
+   * The readings dropped from memory are counted in the next commit of readings (it rides along), not in a
+   * transaction of their own: on a full disk that second commit was one more write that could fail, and a crash between the two lost the count.
    */
   private countDrops(): void {
     const n = this.stats.droppedUncounted;

@@ -1,0 +1,63 @@
+/**
+ * Readings whose receiver's date was garbled, found once GNSS time is known. Before it is
+ * known nothing can say that a fix a year ahead (or 40 days behind) is wrong: the fix is
+ * refused as *time* (src/gnss-first-fix.ts) but kept as a reading, and so are the GGA-only
+ * epochs that carry its date. Measured before this: such a reading stood as the truck's newest
+ * fix (status, the driver's page, a milestone's position) and went out in its traces.
+ *
+ * When GNSS time T is taken, the run has been up `upMs` on the monotonic clock: every fix of
+ * this run admitted before then came at a true time within [T - upMs - AGREE_MS, T + AGREE_MS].
+ * The rows of this run (ids above the newest at start) from the sources whose fixes were
+ * admitted before T and timed outside that window are set aside (src/buffer/set-aside.ts), in
+ * one transaction, with one warning. Readings of earlier runs, of other sources, and those
+ * admitted after T (judged against GNSS time) are not looked at.
+ */
+import type { Logger } from 'pino';
+import { type SetAsideRow, setAsideReadings } from '../buffer/set-aside.js';
+import type { Store } from '../buffer/store.js';
+import type { GnssClock, GnssTaken } from '../gnss-clock.js';
+import { AGREE_MS } from '../gnss-first-fix.js';
+
+/** Readings named one by one in the warning; the rest are counted. */
+const MAX_NAMED = 10;
+
+/** What of the ingest is needed: what is queued goes into the buffer first, and its newest fix per resource is forgotten. */
+export interface GarbledIngest {
+  flush(force?: boolean): number;
+  forgetFixes(resourceIds: Iterable<string>): void;
+}
+
+/** The window of true times a fix of this run admitted before GNSS time was taken can have. */
+export function trueWindow(t: GnssTaken): { fromMs: number; untilMs: number } {
+  return { fromMs: t.timeMs - t.upMs - AGREE_MS, untilMs: t.timeMs + AGREE_MS };
+}
+
+/** Why a reading is set aside: its source, its time and GNSS time. */
+export function garbledReason(r: SetAsideRow, t: GnssTaken): string {
+  const iso = (ms: number) => new Date(ms).toISOString();
+  const days = (r.timeMs - t.timeMs) / 86_400_000;
+  const off = Math.abs(days) >= 1 ? `${Math.round(Math.abs(days))} days` : `${Math.round(Math.abs(r.timeMs - t.timeMs) / 1000)} s`;
+  const where = days > 0 ? `${off} after` : `${off} before`;
+  return `time: ${r.source}'s reading of ${r.resourceId} at ${iso(r.timeMs)} is ${where} GNSS time ${iso(t.timeMs)} (run up ${Math.round(t.upMs / 1000)} s): a garbled date, set aside`;
+}
+
+/** Look for garbled readings of this run once GNSS time is taken. `afterId`: the newest reading's id when the run started. */
+export function watchGarbledFixes(gnss: GnssClock, store: Pick<Store, 'db'>, ingest: GarbledIngest, log: Logger, afterId: number): () => void {
+  return gnss.onTaken((t) => {
+    try {
+      // The fixes admitted before T and still waiting in memory are committed first (the one
+      // that gave T comes after): one query then finds them all. A commit failing (a full
+      // disk) leaves them waiting; they are not looked at again.
+      ingest.flush(true);
+      const rows = setAsideReadings(store.db, { afterId, sources: t.sources, ...trueWindow(t) });
+      if (rows.length === 0) return;
+      ingest.forgetFixes(new Set(rows.map((r) => r.resourceId)));
+      log.warn(
+        { setAside: rows.length, gnssTime: new Date(t.timeMs).toISOString(), readings: rows.slice(0, MAX_NAMED).map((r) => garbledReason(r, t)) },
+        `${rows.length} reading(s) of this run set aside: their receiver's date is garbled, outside what GNSS time allows (${garbledReason(rows[0]!, t)}${rows.length > 1 ? `, and ${rows.length - 1} more` : ''})`,
+      );
+    } catch (err) {
+      log.error({ err: (err as Error).message }, 'could not look for readings with a garbled receiver date; they stay');
+    }
+  });
+}

@@ -1,0 +1,130 @@
+/**
+ * A garbled first GNSS fix, refused as time but kept as a reading, is set aside once GNSS time
+ * is taken (src/admission/garbled-fixes.ts): real NMEA lines through the decoder, the ingest
+ * and the GNSS clock on test clocks, into a real buffer file. Before, the reading dated a
+ * year ahead (and the GGA-only epoch carrying its date) stayed the truck's last fix.
+ */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { watchGarbledFixes } from '../../src/admission/garbled-fixes.js';
+import { Ingest } from '../../src/admission/ingest.js';
+import { Store } from '../../src/buffer/store.js';
+import { TrustedClock } from '../../src/clock.js';
+import { GnssClock } from '../../src/gnss-clock.js';
+import { NmeaDecoder } from '../../src/sources/nmea.js';
+import { jsonLogger, tempFixture } from '../helpers.js';
+import { nmeaFrom } from '../nmea-lines.js';
+
+const TRUE_NOW = Date.parse('2026-11-26T12:00:00Z');
+const BEHIND = 12 * 3_600_000;
+const DAY = 86_400_000;
+const LIMITS = { maxFutureS: 300, maxPastDays: 30 };
+
+const tmp = tempFixture();
+let logs: Array<{ level: number; msg: string } & Record<string, unknown>>;
+const open: Array<{ close(): void }> = [];
+beforeEach(() => {
+  logs = [];
+});
+afterEach(() => {
+  while (open.length) open.pop()!.close();
+});
+
+/** A daemon's admission on a wall clock 12 h behind, not synchronised, with a buffer that holds a reading of an earlier run. */
+function agent() {
+  const c = { wallMs: TRUE_NOW - BEHIND, monoMs: 1000 };
+  const clocks = { wall: () => c.wallMs, mono: () => c.monoMs };
+  const tick = (ms: number) => {
+    c.wallMs += ms;
+    c.monoMs += ms;
+  };
+  const store = Store.open(tmp.buffer);
+  open.push(store);
+  // The earlier run's last fix, two hours ago: outside this run's window, and good.
+  store.insertReadings([{ resourceId: 'T1', timeMs: TRUE_NOW - 2 * 3_600_000, lat: 41.7, lon: -87.7 }], true, ['nmea:T1']);
+  const log = jsonLogger(logs);
+  const gnss = new GnssClock(clocks);
+  gnss.setSync({ synchronised: false, from: 'test' });
+  const ingest = new Ingest(store, { batchSize: 500, flushIntervalMs: 60_000, keepWithoutLoad: true }, log, clocks.wall);
+  watchGarbledFixes(gnss, store, ingest, log, store.lastReadingId());
+  const base = { ...LIMITS, clock: new TrustedClock(undefined, clocks), gnss };
+  const gps = ingest.intake('nmea:T1', log, { ...base, stamp: 'gnss' });
+  const decoder = new NmeaDecoder('T1', { reading: (r, where) => gps.emit(r, where), reject: gps.reject });
+  let n = 0;
+  const feed = (lines: string[]) => {
+    for (const l of lines) decoder.line(l, ++n);
+  };
+  const times = () => (store.db.prepare('SELECT time_ms AS t FROM readings ORDER BY id').all() as Array<{ t: number }>).map((r) => r.t);
+  return { tick, store, ingest, gnss, gps, decoder, feed, times, clocks };
+}
+
+const epoch = (atMs: number) => nmeaFrom(atMs, 1).text.trim().split('\r\n');
+
+describe('a garbled first fix is set aside once GNSS time is taken', () => {
+  it('an RMC dated a year ahead and the GGA-only epoch carrying its date go; the good fixes and the earlier run stay', () => {
+    const a = agent();
+    const iso = (ms: number) => new Date(ms).toISOString();
+    // The first epoch's RMC a year ahead; a GGA-only epoch a second later takes its date.
+    a.feed(epoch(TRUE_NOW - 2000 + 365 * DAY));
+    a.tick(1000);
+    a.feed(epoch(TRUE_NOW - 1000).slice(0, 1));
+    // The garbled fix was committed at once (the first reading is), and a minute's flush of
+    // the last fix took it (Readings.flushFixes): it is the truck's last fix now.
+    a.store.flushFixes();
+    expect(a.store.lastFix('T1')?.timeMs).toBe(TRUE_NOW - 2000 + 365 * DAY);
+    for (let i = 0; i < 4; i++) {
+      a.tick(1000);
+      a.feed(epoch(TRUE_NOW + i * 1000));
+    }
+    a.decoder.flush();
+    expect(a.gnss.state()).toBe('gnss');
+    a.ingest.flush();
+
+    // Only the earlier run's fix and the good ones are left, and the last fix is the newest good one.
+    expect(a.times()).toEqual([TRUE_NOW - 2 * 3_600_000, TRUE_NOW, TRUE_NOW + 1000, TRUE_NOW + 2000, TRUE_NOW + 3000]);
+    expect(a.store.lastFix('T1')?.timeMs).toBe(TRUE_NOW + 3000);
+    expect(a.store.lastFixes().map((f) => f.timeMs)).toEqual([TRUE_NOW + 3000]);
+    expect(a.ingest.newestFix('T1')?.timeMs).toBe(TRUE_NOW + 3000);
+    // Counted with the other drops (status, /metrics), and said once, with the source, the reading's time and GNSS time.
+    expect(a.store.counters().readings_dropped_garbled_date).toBe(2);
+    const warned = logs.filter((l) => l.level === 40 && /set aside/.test(l.msg));
+    expect(warned).toHaveLength(1);
+    expect(warned[0]!.msg).toContain(`2 reading(s) of this run set aside: their receiver's date is garbled`);
+    expect(warned[0]!.readings).toEqual([
+      `time: nmea:T1's reading of T1 at ${iso(TRUE_NOW - 2000 + 365 * DAY)} is 365 days after GNSS time ${iso(TRUE_NOW + 1000)} (run up 3 s): a garbled date, set aside`,
+      `time: nmea:T1's reading of T1 at ${iso(TRUE_NOW - 1000 + 365 * DAY)} is 365 days after GNSS time ${iso(TRUE_NOW + 1000)} (run up 3 s): a garbled date, set aside`,
+    ]);
+  });
+
+  it('a first fix 20 days behind goes too; a reading of another source with its own clock and the earlier run stay', () => {
+    const a = agent();
+    const exec = a.ingest.intake('exec:T1', jsonLogger(logs), { ...LIMITS, clock: new TrustedClock(undefined, a.clocks), gnss: a.gnss });
+    exec.emit({ resourceId: 'T1', timeMs: TRUE_NOW - 20 * DAY, temperatureC: -18 });
+    a.feed(epoch(TRUE_NOW - 20 * DAY - 2000));
+    for (let i = 0; i < 3; i++) {
+      a.tick(1000);
+      a.feed(epoch(TRUE_NOW + i * 1000));
+    }
+    a.decoder.flush();
+    a.ingest.flush();
+    expect(a.gnss.state()).toBe('gnss');
+    expect(a.times()).toEqual([TRUE_NOW - 2 * 3_600_000, TRUE_NOW - 20 * DAY, TRUE_NOW, TRUE_NOW + 1000, TRUE_NOW + 2000]);
+    expect(a.store.counters().readings_dropped_garbled_date).toBe(1);
+    expect(logs.find((l) => /set aside/.test(l.msg))?.readings).toEqual([
+      `time: nmea:T1's reading of T1 at ${new Date(TRUE_NOW - 20 * DAY - 2000).toISOString()} is 20 days before GNSS time ${new Date(TRUE_NOW + 1000).toISOString()} (run up 2 s): a garbled date, set aside`,
+    ]);
+  });
+
+  it('nothing is set aside when the first fixes are good', () => {
+    const a = agent();
+    for (let i = 0; i < 3; i++) {
+      a.tick(1000);
+      a.feed(epoch(TRUE_NOW + i * 1000));
+    }
+    a.decoder.flush();
+    a.ingest.flush();
+    expect(a.gnss.state()).toBe('gnss');
+    expect(a.times()).toHaveLength(4);
+    expect(a.store.counters().readings_dropped_garbled_date).toBeUndefined();
+    expect(logs.filter((l) => /set aside/.test(l.msg))).toEqual([]);
+  });
+});
