@@ -150,7 +150,7 @@ export class Agent {
       config,
       deviceId,
       log: this.log.child({ component: 'sender' }),
-      fixOf: (resourceId) => this.ingest.newestFix(resourceId),
+      fixOf: (resourceId) => this.ingest.fixes.get(resourceId),
       onError: (err) => this.checkFatal(err),
       // Purging is how a full disk gets room back: readings waiting in memory go in next.
       onPurged: () => this.ingest.roomMade(),

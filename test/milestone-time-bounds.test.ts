@@ -85,7 +85,7 @@ describe('a typed milestone time older than a load can be', () => {
     const old = typed(Date.now() - 45 * DAY_MS);
     const page = fx.withBuffer((store) =>
       perform(
-        { store, config, sender: { status: undefined as never, kick: async () => {} }, ingest: { newestFix: () => undefined }, clockKeeper: { gnss: { commandNow: () => Date.now() } } },
+        { store, config, sender: { status: undefined as never, kick: async () => {} }, ingest: { fixes: { get: () => undefined } }, clockKeeper: { gnss: { commandNow: () => Date.now() } } },
         { load: 'L-1001', stop: '1', action: 'arrive', time: formatTime(new Date(Date.parse(old)), 'America/Chicago', 'local').dateTime.slice(0, 16) },
         createLogger({ level: 'silent', destination: process.stdout }),
       ),

@@ -16,6 +16,7 @@ import type { Logger } from 'pino';
 import { type SetAsideRow, setAsideReadings } from '../buffer/set-aside.js';
 import type { Store } from '../buffer/store.js';
 import type { GnssClock, GnssTaken } from '../gnss-clock.js';
+import type { NewestFixes } from './newest-fixes.js';
 import { AGREE_MS } from '../gnss-first-fix.js';
 
 /** Readings named one by one in the warning; the rest are counted. */
@@ -24,7 +25,7 @@ const MAX_NAMED = 10;
 /** What of the ingest is needed: what is queued goes into the buffer first, and its newest fix per resource is forgotten. */
 export interface GarbledIngest {
   flush(force?: boolean): number;
-  forgetFixes(resourceIds: Iterable<string>): void;
+  readonly fixes: Pick<NewestFixes, 'forget'>;
 }
 
 /** The window of true times a fix of this run admitted before GNSS time was taken can have. */
@@ -51,7 +52,7 @@ export function watchGarbledFixes(gnss: GnssClock, store: Pick<Store, 'db'>, ing
       ingest.flush(true);
       const rows = setAsideReadings(store.db, { afterId, sources: t.sources, ...trueWindow(t) });
       if (rows.length === 0) return;
-      ingest.forgetFixes(new Set(rows.map((r) => r.resourceId)));
+      ingest.fixes.forget(new Set(rows.map((r) => r.resourceId)));
       log.warn(
         { setAside: rows.length, gnssTime: new Date(t.timeMs).toISOString(), readings: rows.slice(0, MAX_NAMED).map((r) => garbledReason(r, t)) },
         `${rows.length} reading(s) of this run set aside: their receiver's date is garbled, outside what GNSS time allows (${garbledReason(rows[0]!, t)}${rows.length > 1 ? `, and ${rows.length - 1} more` : ''})`,

@@ -15,12 +15,12 @@ import { COUNTER_DROPPED_PENDING } from '../buffer/bounds.js';
 import { lateSince } from '../buffer/ledger.js';
 import { OdometerMarks, type OdometerBuffer } from '../buffer/odometer-marks.js';
 import type { Store } from '../buffer/store.js';
-import type { Fix } from '../buffer/types.js';
 import { type ClockSources, clockOf } from '../clock.js';
 import type { Reading } from '../reading.js';
 import { commitDue, commitFailed, commitNow, commitsResumed, type CommitTrouble } from './commit-trouble.js';
 import { SourceIntake, type TimeCheck } from './intake.js';
 import { logLeftBehind } from './left-behind.js';
+import { NewestFixes } from './newest-fixes.js';
 import { GnssOdometers, type OdometerOptions } from './odometer.js';
 import { Riders } from './riders.js';
 import { judgeTime } from './time-guard.js';
@@ -41,7 +41,10 @@ export interface IngestStats {
   rejected: number;
   /** Pending readings dropped because more than maxPending waited. */
   droppedPending: number;
-  /** Of those, the ones not yet in the buffer's counter (readings_dropped_pending): it is bumped in the next commit of readings, so while the disk is full they are counted only here. */
+  /**
+   * Of those, the ones not yet in the buffer's counter (readings_dropped_pending): it is
+   * bumped in the next commit of readings, so while the disk is full they are counted only here.
+   */
   droppedUncounted: number;
   commitErrors: number;
   pending: number;
@@ -71,7 +74,7 @@ export class Ingest {
   private admitted: Reading[] = [];
   private handTimer: NodeJS.Timeout | undefined;
   /** Newest fix per resource, from every reading accepted (for milestones recorded before a commit). */
-  private readonly fixes = new Map<string, Fix>();
+  readonly fixes = new NewestFixes();
   private warnedFull = false;
   /** Totals of the sources with `odometer = "gnss"`, per resource. */
   private readonly odometers: GnssOdometers;
@@ -148,16 +151,6 @@ export class Ingest {
     return this.opts;
   }
 
-  /** The newest fix of a resource seen by this process, committed or still queued. */
-  newestFix(resourceId: string): Fix | undefined {
-    return this.fixes.get(resourceId);
-  }
-
-  /** Their fixes were set aside from the buffer (garbled-fixes.ts): none is the newest any more. */
-  forgetFixes(resourceIds: Iterable<string>): void {
-    for (const id of resourceIds) this.fixes.delete(id);
-  }
-
   private get maxPending(): number {
     return this.opts.maxPending ?? this.opts.batchSize * 100;
   }
@@ -225,10 +218,7 @@ export class Ingest {
     this.queue.push(reading);
     if (this.admittedListeners.length > 0) this.admitted.push(reading);
     this.sources.push(source);
-    if (reading.lat !== undefined && reading.lon !== undefined) {
-      const f = this.fixes.get(reading.resourceId);
-      if (!f || reading.timeMs >= f.timeMs) this.fixes.set(reading.resourceId, { timeMs: reading.timeMs, lat: reading.lat, lon: reading.lon });
-    }
+    this.fixes.note(reading);
     if (this.queue.length > this.maxPending) {
       const drop = this.queue.length - this.maxPending;
       this.queue.splice(0, drop);
@@ -385,8 +375,9 @@ export class Ingest {
   }
 
   /**
-   * The readings dropped from memory are counted in the next commit of readings (it rides along), not in a
-   * transaction of their own: on a full disk that second commit was one more write that could fail, and a crash between the two lost the count.
+   * The readings dropped from memory are counted in the next commit of readings (it rides
+   * along), not in a transaction of their own: on a full disk that second commit was one
+   * more write that could fail, and a crash between the two lost the count.
    */
   private countDrops(): void {
     const n = this.stats.droppedUncounted;

@@ -5,7 +5,8 @@
  */
 import type { GnssClock } from '../gnss-clock.js';
 import type { Store } from '../buffer/store.js';
-import type { Fix, LoadRow, MilestoneRow } from '../buffer/types.js';
+import type { NewestFixes } from '../admission/newest-fixes.js';
+import type { LoadRow, MilestoneRow } from '../buffer/types.js';
 import { buildStatus } from '../cli/status.js';
 import type { Config } from '../config/schema.js';
 import type { SenderStatus } from '../delivery/context.js';
@@ -19,7 +20,7 @@ export interface UiHost {
   readonly store: Store;
   readonly config: Config;
   readonly sender: { readonly status: SenderStatus; kick(): Promise<void> };
-  readonly ingest: { newestFix(resourceId: string): Fix | undefined };
+  readonly ingest: { fixes: Pick<NewestFixes, 'get'> };
   /** Now for what the page records: GNSS time while the system clock is not set (gnss-clock.ts). */
   readonly clockKeeper: { readonly gnss: Pick<GnssClock, 'commandNow'> };
 }
@@ -131,7 +132,7 @@ export function driverView(host: UiHost, link: LinkWatch, nowMs = Date.now()): D
   const loads = status.activeLoads.map((a): LoadView => {
     const load = store.getLoad(a.loadNumber)!;
     const stored = status.lastFixes.find((f) => f.resourceId === a.resourceId);
-    const live = host.ingest.newestFix(a.resourceId);
+    const live = host.ingest.fixes.get(a.resourceId);
     const f = live && (!stored || live.timeMs > stored.timeMs) ? live : stored;
     const place = f ? placeAt(f.lat, f.lon) : undefined;
     const milestones = store.listMilestones(a.loadNumber).slice(-RECENT).reverse().map(milestoneView);

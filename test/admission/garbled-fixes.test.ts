@@ -83,7 +83,7 @@ describe('a garbled first fix is set aside once GNSS time is taken', () => {
     expect(a.times()).toEqual([TRUE_NOW - 2 * 3_600_000, TRUE_NOW, TRUE_NOW + 1000, TRUE_NOW + 2000, TRUE_NOW + 3000]);
     expect(a.store.lastFix('T1')?.timeMs).toBe(TRUE_NOW + 3000);
     expect(a.store.lastFixes().map((f) => f.timeMs)).toEqual([TRUE_NOW + 3000]);
-    expect(a.ingest.newestFix('T1')?.timeMs).toBe(TRUE_NOW + 3000);
+    expect(a.ingest.fixes.get('T1')?.timeMs).toBe(TRUE_NOW + 3000);
     // Counted with the other drops (status, /metrics), and said once, with the source, the reading's time and GNSS time.
     expect(a.store.counters().readings_dropped_garbled_date).toBe(2);
     const warned = logs.filter((l) => l.level === 40 && /set aside/.test(l.msg));
