@@ -185,6 +185,34 @@ describe('a refusal in words a driver can act on (the page cannot force, and has
   });
 });
 
+describe("what is missing from a form, in the driver's language", () => {
+  it('an appointment without its time (Spanish), a delay without its reason and a stop the load has not (French): nothing written', async () => {
+    const es = new Browser('es-ES');
+    await es.logIn();
+    const a = await es.request('/milestone', { method: 'POST', body: await es.confirmForm('load=L-1001&stop=1&action=appointment', { time: '' }) });
+    expect([a.status, errorOf(a.text)]).toEqual([422, 'Una cita necesita su hora: indique la fecha y la hora.']);
+    const fr = new Browser('fr-FR');
+    await fr.logIn();
+    const d = await fr.request('/milestone', { method: 'POST', body: await fr.confirmForm('load=L-1001&stop=1&action=delay') });
+    expect([d.status, errorOf(d.text)]).toEqual([422, 'Choisissez le motif du retard.']);
+    const stale = new URLSearchParams(await fr.confirmForm('load=L-1001&stop=1&action=arrive'));
+    stale.set('stop', '9');
+    const s = await fr.request('/milestone', { method: 'POST', body: stale.toString() });
+    expect([s.status, s.text.trim()]).toEqual([422, 'Le chargement L-1001 n’a pas d’arrêt 9 (ses arrêts : 1, 2) : rechargez la page.']);
+    expect(codes()).toEqual([]);
+  });
+
+  it("a load number the config no longer takes: the driver is told to call dispatch, not the CLI's rule", async () => {
+    // Started before api.load_number_pattern was tightened (the store takes it as it is).
+    agent.store.startLoad({ loadNumber: 'L 9009', resourceId: 'T9', resourceType: 'Truck', stops: STOPS, nowMs: Date.now() - DAY_MS });
+    const es = new Browser('es-ES');
+    await es.logIn();
+    const r = await es.request('/milestone', { method: 'POST', body: await es.confirmForm('load=L%209009&stop=1&action=arrive') });
+    expect([r.status, errorOf(r.text)]).toEqual([422, 'La configuración de este agente rechaza este hito: no se guardó nada. Avise al despacho.']);
+    expect(agent.store.listMilestones('L 9009')).toEqual([]);
+  });
+});
+
 describe("the time field names the zone it is read in (the stop's, maybe not the driver's phone's)", () => {
   it('Chicago for stop 1, Indianapolis for stop 2, whichever is next', async () => {
     const b = new Browser();

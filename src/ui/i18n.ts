@@ -65,6 +65,11 @@ const en = {
   badRequest: 'The form was refused (it came from another page, or too late): reload the page and try again.',
   themeSun: 'High contrast (sunlight)',
   themeNormal: 'Normal contrast',
+  appointmentNeedsTime: 'An appointment needs its time: give the date and the time.',
+  chooseReason: 'Choose the reason of the delay.',
+  noSuchStop: 'Load {load} has no stop {stop} (its stops: {stops}): reload the page.',
+  unknownAction: 'The page does not know this button: reload the page and try again.',
+  refusedBySettings: "This agent's settings refuse this milestone: nothing was saved. Tell dispatch.",
 };
 type Words = typeof en;
 
@@ -127,6 +132,11 @@ const es: Words = {
   badRequest: 'El formulario fue rechazado (vino de otra página, o demasiado tarde): recargue la página e inténtelo de nuevo.',
   themeSun: 'Alto contraste (sol)',
   themeNormal: 'Contraste normal',
+  appointmentNeedsTime: 'Una cita necesita su hora: indique la fecha y la hora.',
+  chooseReason: 'Elija el motivo del retraso.',
+  noSuchStop: 'La carga {load} no tiene parada {stop} (sus paradas: {stops}): recargue la página.',
+  unknownAction: 'La página no conoce este botón: recargue la página e inténtelo de nuevo.',
+  refusedBySettings: 'La configuración de este agente rechaza este hito: no se guardó nada. Avise al despacho.',
 };
 
 const fr: Words = {
@@ -188,6 +198,11 @@ const fr: Words = {
   badRequest: 'Le formulaire a été refusé (il venait d’une autre page, ou trop tard) : rechargez la page et réessayez.',
   themeSun: 'Contraste élevé (plein soleil)',
   themeNormal: 'Contraste normal',
+  appointmentNeedsTime: 'Un rendez-vous a besoin de son heure : indiquez la date et l’heure.',
+  chooseReason: 'Choisissez le motif du retard.',
+  noSuchStop: 'Le chargement {load} n’a pas d’arrêt {stop} (ses arrêts : {stops}) : rechargez la page.',
+  unknownAction: 'La page ne connaît pas ce bouton : rechargez la page et réessayez.',
+  refusedBySettings: 'Les réglages de cet agent refusent ce jalon : rien n’a été enregistré. Prévenez l’exploitation.',
 };
 
 const WORDS: Record<Lang, Words> = { en, es, fr };
