@@ -9,6 +9,7 @@ import type { Config } from '../config/schema.js';
 import { EVENT_CODES, REASON_CODES } from '../milestones/codes.js';
 import { type MilestoneInput, MilestoneError, recordMilestone } from '../milestones/record.js';
 import type { Stop } from '../milestones/stops.js';
+import type { MilestoneWarning } from '../milestones/warnings.js';
 import { EVENT_NAMES, REASON_NAMES } from './code-names.js';
 import { type Lang, translator } from './i18n.js';
 import { driverWords } from './refusal.js';
@@ -57,7 +58,8 @@ export interface ActionForm {
   ref?: string;
 }
 
-export type ActionResult = { ok: true; id: number; what: string; time: string } | { ok: false; message: string; status: 409 | 422; gone?: true };
+/** `warnings`: what the rules said of a milestone they let through, for the page to word (warnings.ts). */
+export type ActionResult = { ok: true; id: number; what: string; time: string; warnings: MilestoneWarning[] } | { ok: false; message: string; status: 409 | 422; gone?: true };
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -78,7 +80,8 @@ export function perform(host: UiHost, form: ActionForm, log: Logger, lang: Lang 
   const first = ref === undefined ? undefined : host.store.milestones.byRef(ref);
   if (first) {
     // The same confirm page sent again (a second tap, an answer lost on the cab's Wi-Fi): what the first recorded.
-    if (first.loadNumber === load.loadNumber && first.code === code && first.stop === stop.sequence) return { ok: true, id: first.id, what: eventName(code, lang), time: milestoneView(first).time };
+    if (first.loadNumber === load.loadNumber && first.code === code && first.stop === stop.sequence)
+      return { ok: true, id: first.id, what: eventName(code, lang), time: milestoneView(first).time, warnings: [] };
     return { ok: false, message: t('badRequest'), status: 422 };
   }
   const time = form.time?.trim() || undefined;
@@ -89,8 +92,10 @@ export function perform(host: UiHost, form: ActionForm, log: Logger, lang: Lang 
     const r = recordMilestone(host.store, config, input, host.clockKeeper.gnss.commandNow(), log);
     // Committed: the sender goes now, not at its next poll.
     void host.sender.kick();
-    log.info({ milestone: r.row.id, load: load.loadNumber, code, stop: stop.sequence }, 'milestone recorded on the driver page');
-    return { ok: true, id: r.row.id, what: eventName(code, lang), time: milestoneView(r.row).time };
+    // The warnings' kinds, so support sees what the driver was told (their facts are the driver's).
+    const warnings = r.warnings.length ? { warnings: r.warnings.map((w) => w.kind) } : {};
+    log.info({ milestone: r.row.id, load: load.loadNumber, code, stop: stop.sequence, ...warnings }, 'milestone recorded on the driver page');
+    return { ok: true, id: r.row.id, what: eventName(code, lang), time: milestoneView(r.row).time, warnings: r.warnings };
   } catch (err) {
     if (!(err instanceof MilestoneError)) throw err;
     const words = driverWords(err, t, action === 'appointment');
