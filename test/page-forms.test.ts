@@ -4,9 +4,10 @@
  * CLI. A real agent on a real buffer file, over HTTP; the service is unreachable (the
  * milestones wait), which changes nothing of what is recorded.
  */
+import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Agent } from '../src/agent.js';
-import { formatTime } from '../src/geo/timezone.js';
+import { formatTime, systemZone, zoneOffsetMinutes } from '../src/geo/timezone.js';
 import { createLogger } from '../src/log.js';
 import { pageAgentConfig, TEST_KEY, tempDir, writeFile } from './helpers.js';
 
@@ -21,11 +22,21 @@ const STOPS = [
 let tmp: ReturnType<typeof tempDir>;
 let agent: Agent;
 let base: string;
+/** The agent's log lines (support reads them): JSON, one a line. */
+let logLines: string[];
 
 beforeEach(async () => {
   tmp = tempDir('ta-page-forms-');
   const config = pageAgentConfig(tmp.dir, 'forms-test', { pin_file: writeFile(tmp.dir, 'pin', `${PIN}\n`, 0o600) });
-  agent = new Agent({ file: '(test)', config, deviceId: 'forms-test', warnings: [] }, { key: TEST_KEY, origin: 'test' }, createLogger({ level: 'silent', destination: process.stdout }));
+  logLines = [];
+  const lines = new Writable({
+    write(chunk, _encoding, done) {
+      logLines.push(String(chunk));
+      done();
+    },
+  });
+  const log = createLogger({ level: 'info', destination: lines });
+  agent = new Agent({ file: '(test)', config, deviceId: 'forms-test', warnings: [] }, { key: TEST_KEY, origin: 'test' }, log);
   await agent.start();
   agent.store.startLoad({ loadNumber: 'L-1001', resourceId: 'T1', resourceType: 'Truck', stops: STOPS, nowMs: Date.now() - DAY_MS });
   base = `http://127.0.0.1:${agent.effectiveSettings()['ui.port']}`;
@@ -78,6 +89,7 @@ const errorOf = (html: string) =>
     .exec(html)?.[1]
     ?.replace(/&#39;/g, "'")
     .replace(/&quot;/g, '"');
+const warningsOf = (html: string) => [...html.matchAll(/<p class="warn" role="alert">([^<]*)<\/p>/g)].map((m) => m[1].replace(/&#39;/g, "'").replace(/&quot;/g, '"'));
 const codes = () => agent.store.listMilestones('L-1001').map((m) => `${m.code}/${m.stop}`);
 /** `2026-10-12T09:41` in Chicago: what a datetime-local field sends. */
 const chicago = (ms: number) => formatTime(new Date(ms), 'America/Chicago', 'local').dateTime.slice(0, 16);
@@ -182,6 +194,123 @@ describe('a refusal in words a driver can act on (the page cannot force, and has
     await b.logIn();
     const r = await b.request('/milestone', { method: 'POST', body: await b.confirmForm('load=L-1001&stop=1&action=arrive', { time: chicago(Date.now() - 45 * DAY_MS) }) });
     expect(errorOf(r.text)).toBe('Esa hora es de hace 45 días: la página acepta horas de hasta 30 días atrás. Revise la fecha; una corrección más antigua pasa por el despacho.');
+  });
+});
+
+describe("a milestone recorded with a warning: the page says it, in the driver's words and language", () => {
+  const cli = /--|stopsequenceNumber|eventCity|max_fix_age_s|zone of this device|the last fix of/;
+
+  it('recorded without a position: said after Saved, in English and in Spanish, only to the session that recorded it, and logged by kind', async () => {
+    agent.store.startLoad({ loadNumber: 'L-2002', resourceId: 'T2', resourceType: 'Truck', stops: [{ sequence: 1, type: 'delivery', name: 'Somewhere' }], nowMs: Date.now() - DAY_MS });
+    const en = new Browser();
+    await en.logIn();
+    const r = await en.request('/milestone', { method: 'POST', body: await en.confirmForm('load=L-2002&stop=1&action=arrive') });
+    expect(r.status).toBe(303);
+    const page = await en.request(r.location!);
+    expect(page.text).toMatch(/<p class="flash" role="status">Saved: [^<]*<\/p>/);
+    expect(warningsOf(page.text)).toEqual([
+      `Recorded without a position (neither the stop nor the truck has one for that time): its time is sent in ${systemZone()} time. The agent adds the truck's position when it sends it, if it has one by then.`,
+    ]);
+    // Another phone's page of the same milestone: its Saved, not this driver's warnings.
+    const other = new Browser();
+    await other.logIn();
+    expect(warningsOf((await other.request(r.location!)).text)).toEqual([]);
+    const es = new Browser('es-MX,es;q=0.9');
+    await es.logIn();
+    const d = await es.request('/milestone', { method: 'POST', body: await es.confirmForm('load=L-2002&stop=1&action=depart') });
+    expect(d.status).toBe(303);
+    const [w] = warningsOf((await es.request(d.location!)).text);
+    expect(w).toBe(
+      `Registrado sin posición (ni la parada ni el camión tienen una para esa hora): su hora se envía en la hora de ${systemZone()}. El agente añade la posición del camión al enviarlo, si para entonces tiene una.`,
+    );
+    expect(w).not.toMatch(cli);
+    const recorded = logLines.map((l) => JSON.parse(l)).filter((l) => l.msg === 'milestone recorded on the driver page');
+    expect(recorded.map((l) => [l.code, l.warnings])).toEqual([
+      ['X1', ['no-position']],
+      ['D1', ['no-position']],
+    ]);
+  });
+
+  it('an appointment typed for the night the clocks go back: read as the first of the two, said in English and in French', async () => {
+    // The next night Chicago's clocks go back (always within the year an appointment may be ahead).
+    const HOUR = 3_600_000;
+    let ms = Math.ceil(Date.now() / HOUR) * HOUR;
+    while (!(zoneOffsetMinutes('America/Chicago', ms) === -300 && zoneOffsetMinutes('America/Chicago', ms + HOUR) === -360)) ms += HOUR;
+    const text = chicago(ms + HOUR / 2);
+    expect(text).toMatch(/T01:30$/);
+    const [first, second] = [ms + HOUR / 2, ms + (3 * HOUR) / 2].map((x) => formatTime(new Date(x), 'America/Chicago', 'local').dateTime.replace('.000', ''));
+    const en = new Browser();
+    await en.logIn();
+    const r = await en.request('/milestone', { method: 'POST', body: await en.confirmForm('load=L-1001&stop=1&action=appointment', { time: text }) });
+    expect(r.status).toBe(303);
+    expect(warningsOf((await en.request(r.location!)).text)).toEqual([
+      `${text} happens twice in America/Chicago (the clocks go back an hour that night): it was recorded as the first, ${first}. If you meant the second (${second}), tell dispatch.`,
+    ]);
+    const fr = new Browser('fr-CA,fr;q=0.9');
+    await fr.logIn();
+    const f = await fr.request('/milestone', { method: 'POST', body: await fr.confirmForm('load=L-1001&stop=1&action=appointment', { time: text }) });
+    expect(warningsOf((await fr.request(f.location!)).text)).toEqual([
+      `${text} existe deux fois dans le fuseau America/Chicago (les horloges reculent d’une heure cette nuit-là) : enregistré comme la première, ${first}. Si vous vouliez dire la seconde (${second}), prévenez l’exploitation.`,
+    ]);
+    expect(codes()).toEqual(['AA/1', 'AA/1']);
+  });
+
+  it('a time typed for a stop with no place, on a truck since gone to another zone: read in the zone of its last fix, sent in the zone it was in then, and said', async () => {
+    // T3 in Querétaro (America/Mexico_City) three hours ago, in Hermosillo (America/Hermosillo) now.
+    const HOUR = 3_600_000;
+    const now = Date.now();
+    agent.store.startLoad({ loadNumber: 'L-3003', resourceId: 'T3', resourceType: 'Truck', stops: [{ sequence: 1, type: 'delivery', name: 'Somewhere' }], nowMs: now - 4 * HOUR });
+    const then = Array.from({ length: 30 }, (_, i) => ({ resourceId: 'T3', timeMs: now - 3 * HOUR + i * 10_000, lat: 20.5888, lon: -100.3899 }));
+    agent.store.insertReadings([...then, { resourceId: 'T3', timeMs: now - 30_000, lat: 29.0729, lon: -110.9559 }]);
+    const typed = formatTime(new Date(now - 3 * HOUR + 120_000), 'America/Hermosillo', 'local').dateTime.slice(0, 16);
+    const b = new Browser('es-MX');
+    await b.logIn();
+    const r = await b.request('/milestone', { method: 'POST', body: await b.confirmForm('load=L-3003&stop=1&action=arrive', { time: typed }) });
+    expect(r.status).toBe(303);
+    expect(warningsOf((await b.request(r.location!)).text)).toEqual([
+      `${typed} se leyó en la zona horaria de la última posición del camión (America/Hermosillo); a esa hora el camión estaba en America/Mexico_City, así que el mismo instante se envía en la hora de America/Mexico_City.`,
+    ]);
+  });
+
+  it("a time typed with an offset not the stop's (a browser that shows the field as plain text): sent as that instant, and said", async () => {
+    const pacific = `${formatTime(new Date(Date.now() - 3_600_000), 'Etc/GMT+8', 'local').dateTime.slice(0, 16)}-08:00`;
+    const b = new Browser();
+    await b.logIn();
+    const r = await b.request('/milestone', { method: 'POST', body: await b.confirmForm('load=L-1001&stop=1&action=arrive', { time: pacific }) });
+    expect(r.status).toBe(303);
+    const [w] = warningsOf((await b.request(r.location!)).text);
+    expect(w).toMatch(
+      /^\S+-08:00 has the offset -08:00, but the place's time zone \(America\/Chicago\) is at -0[56]:00 then: it was recorded as the same moment there, \S+-0[56]:00\. If you meant \d\d:\d\d there, tell dispatch\.$/,
+    );
+    expect(w).not.toMatch(cli);
+  });
+});
+
+describe("what is missing from a form, in the driver's language", () => {
+  it('an appointment without its time (Spanish), a delay without its reason and a stop the load has not (French): nothing written', async () => {
+    const es = new Browser('es-ES');
+    await es.logIn();
+    const a = await es.request('/milestone', { method: 'POST', body: await es.confirmForm('load=L-1001&stop=1&action=appointment', { time: '' }) });
+    expect([a.status, errorOf(a.text)]).toEqual([422, 'Una cita necesita su hora: indique la fecha y la hora.']);
+    const fr = new Browser('fr-FR');
+    await fr.logIn();
+    const d = await fr.request('/milestone', { method: 'POST', body: await fr.confirmForm('load=L-1001&stop=1&action=delay') });
+    expect([d.status, errorOf(d.text)]).toEqual([422, 'Choisissez le motif du retard.']);
+    const stale = new URLSearchParams(await fr.confirmForm('load=L-1001&stop=1&action=arrive'));
+    stale.set('stop', '9');
+    const s = await fr.request('/milestone', { method: 'POST', body: stale.toString() });
+    expect([s.status, s.text.trim()]).toEqual([422, 'Le chargement L-1001 n’a pas d’arrêt 9 (ses arrêts : 1, 2) : rechargez la page.']);
+    expect(codes()).toEqual([]);
+  });
+
+  it("a load number the config no longer takes: the driver is told to call dispatch, not the CLI's rule", async () => {
+    // Started before api.load_number_pattern was tightened (the store takes it as it is).
+    agent.store.startLoad({ loadNumber: 'L 9009', resourceId: 'T9', resourceType: 'Truck', stops: STOPS, nowMs: Date.now() - DAY_MS });
+    const es = new Browser('es-ES');
+    await es.logIn();
+    const r = await es.request('/milestone', { method: 'POST', body: await es.confirmForm('load=L%209009&stop=1&action=arrive') });
+    expect([r.status, errorOf(r.text)]).toEqual([422, 'La configuración de este agente rechaza este hito: no se guardó nada. Avise al despacho.']);
+    expect(agent.store.listMilestones('L 9009')).toEqual([]);
   });
 });
 

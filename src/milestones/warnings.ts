@@ -3,7 +3,8 @@
  * (assign.ts, appointments.ts) say when they let it through: a kind and the facts it was judged
  * on, as their refusals carry (refusal.ts, TimeRefusal). Each surface words them: `cliWarning`
  * below in the command line's words (its options: --time, --state, --stop, --force); the fleet
- * link in the command's JSON fields (src/fleet/warnings.ts). The driver's page shows none.
+ * link in the command's JSON fields (src/fleet/warnings.ts); the driver's page in a driver's
+ * words and language (src/ui/warnings.ts).
  */
 
 /** How a local time fell on a clock change: `second` (the other reading) when it occurs twice; none when the clocks skip it. */

@@ -9,6 +9,7 @@ import type { Config } from '../config/schema.js';
 import { EVENT_CODES, REASON_CODES } from '../milestones/codes.js';
 import { type MilestoneInput, MilestoneError, recordMilestone } from '../milestones/record.js';
 import type { Stop } from '../milestones/stops.js';
+import type { MilestoneWarning } from '../milestones/warnings.js';
 import { EVENT_NAMES, REASON_NAMES } from './code-names.js';
 import { type Lang, translator } from './i18n.js';
 import { driverWords } from './refusal.js';
@@ -57,7 +58,8 @@ export interface ActionForm {
   ref?: string;
 }
 
-export type ActionResult = { ok: true; id: number; what: string; time: string } | { ok: false; message: string; status: 409 | 422; gone?: true };
+/** `warnings`: what the rules said of a milestone they let through, for the page to word (warnings.ts). */
+export type ActionResult = { ok: true; id: number; what: string; time: string; warnings: MilestoneWarning[] } | { ok: false; message: string; status: 409 | 422; gone?: true };
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -69,30 +71,38 @@ export function perform(host: UiHost, form: ActionForm, log: Logger, lang: Lang 
   // A page shown before the load was ended (from the CLI, the fleet).
   if (!load || load.endedMs !== null) return { ok: false, message: t('loadGone', { load: form.load }), status: 409, gone: true };
   const stop = load.stops.find((s) => String(s.sequence) === form.stop);
-  if (!stop) return { ok: false, message: `stop ${form.stop}: load ${load.loadNumber} has stops ${load.stops.map((s) => s.sequence).join(', ')}`, status: 422 };
-  if (!(ACTIONS as readonly string[]).includes(form.action)) return { ok: false, message: `unknown action ${JSON.stringify(form.action)}`, status: 422 };
+  // A page shown before the load's stops changed (a fleet update), or an older page's button.
+  if (!stop) return { ok: false, message: t('noSuchStop', { load: load.loadNumber, stop: form.stop, stops: load.stops.map((s) => s.sequence).join(', ') }), status: 422 };
+  if (!(ACTIONS as readonly string[]).includes(form.action)) return { ok: false, message: t('unknownAction'), status: 422 };
   const action = form.action as Action;
   const code = codeOf(action, stop, config);
   const ref = form.ref && UUID.test(form.ref) ? form.ref : undefined;
   const first = ref === undefined ? undefined : host.store.milestones.byRef(ref);
   if (first) {
     // The same confirm page sent again (a second tap, an answer lost on the cab's Wi-Fi): what the first recorded.
-    if (first.loadNumber === load.loadNumber && first.code === code && first.stop === stop.sequence) return { ok: true, id: first.id, what: eventName(code), time: milestoneView(first).time };
+    if (first.loadNumber === load.loadNumber && first.code === code && first.stop === stop.sequence)
+      return { ok: true, id: first.id, what: eventName(code, lang), time: milestoneView(first).time, warnings: [] };
     return { ok: false, message: t('badRequest'), status: 422 };
   }
   const time = form.time?.trim() || undefined;
-  if (action === 'appointment' && !time) return { ok: false, message: 'an appointment needs its time', status: 422 };
-  if (action === 'delay' && !(form.reason && delayReasons(config).includes(form.reason))) return { ok: false, message: 'choose the reason of the delay', status: 422 };
+  if (action === 'appointment' && !time) return { ok: false, message: t('appointmentNeedsTime'), status: 422 };
+  if (action === 'delay' && !(form.reason && delayReasons(config).includes(form.reason))) return { ok: false, message: t('chooseReason'), status: 422 };
   const input: MilestoneInput = { loadNumber: load.loadNumber, code, stop: stop.sequence, timeText: time, reason: action === 'delay' ? form.reason : undefined, origin: 'manual', ref };
   try {
     const r = recordMilestone(host.store, config, input, host.clockKeeper.gnss.commandNow(), log);
     // Committed: the sender goes now, not at its next poll.
     void host.sender.kick();
-    log.info({ milestone: r.row.id, load: load.loadNumber, code, stop: stop.sequence }, 'milestone recorded on the driver page');
-    return { ok: true, id: r.row.id, what: eventName(code), time: milestoneView(r.row).time };
+    // The warnings' kinds, so support sees what the driver was told (their facts are the driver's).
+    const warnings = r.warnings.length ? { warnings: r.warnings.map((w) => w.kind) } : {};
+    log.info({ milestone: r.row.id, load: load.loadNumber, code, stop: stop.sequence, ...warnings }, 'milestone recorded on the driver page');
+    return { ok: true, id: r.row.id, what: eventName(code, lang), time: milestoneView(r.row).time, warnings: r.warnings };
   } catch (err) {
     if (!(err instanceof MilestoneError)) throw err;
     const words = driverWords(err, t, action === 'appointment');
-    return words ? { ok: false, message: words.text, status: words.already ? 409 : 422 } : { ok: false, message: err.message, status: 422 };
+    if (words) return { ok: false, message: words.text, status: words.already ? 409 : 422 };
+    // A rule the driver cannot act on (a load number or code the config now refuses): its
+    // message is the CLI's, for support in the log; the driver is told to call dispatch.
+    log.warn({ load: load.loadNumber, code, stop: stop.sequence, err: err.message }, 'driver page: milestone refused');
+    return { ok: false, message: t('refusedBySettings'), status: 422 };
   }
 }

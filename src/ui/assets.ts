@@ -9,8 +9,8 @@ const sun = (scope: string): string =>
     `${scope} .muted{color:#000}`,
     `${scope} button,${scope} .button{background:#000;color:#fff;border-width:4px}`,
     `${scope} button.secondary,${scope} .button.secondary,${scope} header button{background:#fff;color:#000}`,
-    `${scope} .link,${scope} section.load,${scope} input,${scope} select,${scope} .flash,${scope} .error{border-width:4px}`,
-    `${scope} .flash,${scope} .error,${scope} .link.online{background:#fff;color:#000}`,
+    `${scope} .link,${scope} section.load,${scope} input,${scope} select,${scope} .flash,${scope} .error,${scope} .warn{border-width:4px}`,
+    `${scope} .flash,${scope} .error,${scope} .warn,${scope} .link.online{background:#fff;color:#000}`,
     `${scope} ul.ms li{border-top-width:3px}`,
     `${scope} .state.delivered{background:#003d00}`,
     `${scope} .state.refused{background:#7a0016}`,
@@ -36,6 +36,7 @@ main{padding:8px 12px;max-width:960px;margin:0 auto}
 .link.online{background:#fff}
 .flash{border:3px solid #006100;background:#e6ffe6;padding:8px 12px;margin:8px 0;font-weight:700}
 .error{border:3px solid #b00020;background:#ffe8ea;padding:8px 12px;margin:8px 0;font-weight:700}
+.warn{border:3px solid #000;border-left-width:12px;background:#ffd400;color:#000;padding:8px 12px;margin:8px 0;font-weight:700}
 section.load{border:3px solid #000;padding:8px 12px;margin:8px 0}
 h2{font-size:22px;margin:4px 0}
 h3{font-size:18px;margin:10px 0 4px}

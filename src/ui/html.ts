@@ -133,7 +133,8 @@ function milestoneList(t: T, lang: Lang, load: LoadView): string {
   return `<ul class="ms">\n${items.join('\n')}\n</ul>`;
 }
 
-export function mainPage(t: T, look: Look, view: DriverView, config: Config, csrf: string, flash?: { ok?: string; error?: string }, nowMs = Date.now()): string {
+/** `flash.warnings`: what the rules said of the milestone just saved, worded (warnings.ts), shown under its `Saved`. */
+export function mainPage(t: T, look: Look, view: DriverView, config: Config, csrf: string, flash?: { ok?: string; error?: string; warnings?: string[] }, nowMs = Date.now()): string {
   const loads = view.loads.map((l) => {
     const fix = l.fix
       ? l.fix.city
@@ -148,7 +149,8 @@ ${l.next ? `${stopLine(t, l.next)}\n${actionButtons(t, look.lang, l, l.next, con
 ${milestoneList(t, look.lang, l)}
 </section>`;
   });
-  const banner = flash?.ok ? `<p class="flash" role="status">${esc(flash.ok)}</p>` : flash?.error ? `<p class="error" role="alert">${esc(flash.error)}</p>` : '';
+  const warned = (flash?.warnings ?? []).map((w) => `<p class="warn" role="alert">${esc(w)}</p>\n`).join('');
+  const banner = flash?.ok ? `<p class="flash" role="status">${esc(flash.ok)}</p>\n${warned}` : flash?.error ? `<p class="error" role="alert">${esc(flash.error)}</p>` : '';
   return layout(
     t,
     look,

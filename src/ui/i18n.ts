@@ -65,6 +65,18 @@ const en = {
   badRequest: 'The form was refused (it came from another page, or too late): reload the page and try again.',
   themeSun: 'High contrast (sunlight)',
   themeNormal: 'Normal contrast',
+  appointmentNeedsTime: 'An appointment needs its time: give the date and the time.',
+  chooseReason: 'Choose the reason of the delay.',
+  noSuchStop: 'Load {load} has no stop {stop} (its stops: {stops}): reload the page.',
+  unknownAction: 'The page does not know this button: reload the page and try again.',
+  refusedBySettings: "This agent's settings refuse this milestone: nothing was saved. Tell dispatch.",
+  warnClockTwice: '{text} happens twice in {zone} (the clocks go back an hour that night): it was recorded as the first, {readAs}. If you meant the second ({second}), tell dispatch.',
+  warnClockSkipped: '{text} does not exist in {zone} (the clocks go forward an hour that night): it was recorded as {readAs}. If you meant another time, tell dispatch.',
+  warnOffset: "{text} has the offset {offset}, but the place's time zone ({zone}) is at {placeOffset} then: it was recorded as the same moment there, {sentAs}. If you meant {wall} there, tell dispatch.",
+  warnReadInFixZone: "{text} was read in the time zone of the truck's last position ({zone}); the truck was in {thenZone} at that time, so the same moment is sent in {thenZone} time.",
+  warnNoPosition: 'Recorded without a position (neither the stop nor the truck has one for that time): its time is sent in {zone} time.',
+  warnFillsIn: " The agent adds the truck's position when it sends it, if it has one by then.",
+  warnOther: 'Saved with a note for dispatch ({kind}).',
 };
 type Words = typeof en;
 
@@ -127,6 +139,19 @@ const es: Words = {
   badRequest: 'El formulario fue rechazado (vino de otra página, o demasiado tarde): recargue la página e inténtelo de nuevo.',
   themeSun: 'Alto contraste (sol)',
   themeNormal: 'Contraste normal',
+  appointmentNeedsTime: 'Una cita necesita su hora: indique la fecha y la hora.',
+  chooseReason: 'Elija el motivo del retraso.',
+  noSuchStop: 'La carga {load} no tiene parada {stop} (sus paradas: {stops}): recargue la página.',
+  unknownAction: 'La página no conoce este botón: recargue la página e inténtelo de nuevo.',
+  refusedBySettings: 'La configuración de este agente rechaza este hito: no se guardó nada. Avise al despacho.',
+  warnClockTwice: '{text} ocurre dos veces en {zone} (esa noche los relojes se atrasan una hora): se registró como la primera, {readAs}. Si quería decir la segunda ({second}), avise al despacho.',
+  warnClockSkipped: '{text} no existe en {zone} (esa noche los relojes se adelantan una hora): se registró como {readAs}. Si quería decir otra hora, avise al despacho.',
+  warnOffset:
+    '{text} lleva el desfase {offset}, pero la zona horaria del lugar ({zone}) está en {placeOffset} a esa hora: se registró como el mismo instante allí, {sentAs}. Si quería decir las {wall} allí, avise al despacho.',
+  warnReadInFixZone: '{text} se leyó en la zona horaria de la última posición del camión ({zone}); a esa hora el camión estaba en {thenZone}, así que el mismo instante se envía en la hora de {thenZone}.',
+  warnNoPosition: 'Registrado sin posición (ni la parada ni el camión tienen una para esa hora): su hora se envía en la hora de {zone}.',
+  warnFillsIn: ' El agente añade la posición del camión al enviarlo, si para entonces tiene una.',
+  warnOther: 'Guardado con una nota para el despacho ({kind}).',
 };
 
 const fr: Words = {
@@ -188,6 +213,21 @@ const fr: Words = {
   badRequest: 'Le formulaire a été refusé (il venait d’une autre page, ou trop tard) : rechargez la page et réessayez.',
   themeSun: 'Contraste élevé (plein soleil)',
   themeNormal: 'Contraste normal',
+  appointmentNeedsTime: 'Un rendez-vous a besoin de son heure : indiquez la date et l’heure.',
+  chooseReason: 'Choisissez le motif du retard.',
+  noSuchStop: 'Le chargement {load} n’a pas d’arrêt {stop} (ses arrêts : {stops}) : rechargez la page.',
+  unknownAction: 'La page ne connaît pas ce bouton : rechargez la page et réessayez.',
+  refusedBySettings: 'Les réglages de cet agent refusent ce jalon : rien n’a été enregistré. Prévenez l’exploitation.',
+  warnClockTwice:
+    '{text} existe deux fois dans le fuseau {zone} (les horloges reculent d’une heure cette nuit-là) : enregistré comme la première, {readAs}. Si vous vouliez dire la seconde ({second}), prévenez l’exploitation.',
+  warnClockSkipped: '{text} n’existe pas dans le fuseau {zone} (les horloges avancent d’une heure cette nuit-là) : enregistré comme {readAs}. Si vous vouliez dire une autre heure, prévenez l’exploitation.',
+  warnOffset:
+    '{text} porte le décalage {offset}, mais le fuseau du lieu ({zone}) est à {placeOffset} à ce moment : enregistré comme le même instant là-bas, {sentAs}. Si vous vouliez dire {wall} là-bas, prévenez l’exploitation.',
+  warnReadInFixZone:
+    '{text} a été lu dans le fuseau de la dernière position du camion ({zone}) ; à ce moment le camion était dans le fuseau {thenZone}, donc le même instant est envoyé à l’heure de {thenZone}.',
+  warnNoPosition: 'Enregistré sans position (ni l’arrêt ni le camion n’en a une pour cette heure) : son heure est envoyée à l’heure de {zone}.',
+  warnFillsIn: ' L’agent ajoute la position du camion à l’envoi, s’il en a une d’ici là.',
+  warnOther: 'Enregistré avec une note pour l’exploitation ({kind}).',
 };
 
 const WORDS: Record<Lang, Words> = { en, es, fr };

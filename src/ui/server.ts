@@ -17,6 +17,7 @@ import { type Lang, pickLanguage, translator, waitWords } from './i18n.js';
 import { isLoopback, parseListen } from './listen.js';
 import { driverView, LinkWatch, nextStopOf, stopZone, type UiHost, wallClock } from './view.js';
 import { ACTIONS, type Action } from './actions.js';
+import { KeptWarnings, pageWarning } from './warnings.js';
 
 /** A login or a milestone form is a few hundred bytes; anything much bigger is not ours. */
 export const MAX_BODY_BYTES = 8192;
@@ -87,6 +88,8 @@ export class UiServer {
   private server: Server | undefined;
   readonly auth: Auth;
   private readonly link = new LinkWatch();
+  /** What the rules warned of a milestone this page recorded, for the page after the redirect. */
+  private readonly warned = new KeptWarnings();
   private readonly streams = new Set<{ res: ServerResponse; lang: Lang; last: string; session: string }>();
   private tick: NodeJS.Timeout | undefined;
   port: number | undefined;
@@ -274,11 +277,11 @@ export class UiServer {
     const t = translator(look.lang);
     const view = driverView(this.host, this.link);
     const saved = url.searchParams.get('saved');
-    let flash: { ok?: string } | undefined;
+    let flash: { ok?: string; warnings?: string[] } | undefined;
     if (saved) {
       for (const l of view.loads) {
         const m = this.host.store.listMilestones(l.loadNumber).find((x) => String(x.id) === saved);
-        if (m) flash = { ok: t('saved', { what: `${eventName(m.code, look.lang)}, ${l.loadNumber}, ${wallClock(m.body.time)}` }) };
+        if (m) flash = { ok: t('saved', { what: `${eventName(m.code, look.lang)}, ${l.loadNumber}, ${wallClock(m.body.time)}` }), warnings: this.warned.of(session.id, m.id).map((w) => pageWarning(w, t)) };
       }
     }
     this.send(res, 200, 'text/html; charset=utf-8', mainPage(t, look, view, this.host.config, session.csrf, flash), headers);
@@ -316,6 +319,7 @@ export class UiServer {
     const r = perform(this.host, f, this.log, look.lang);
     // Committed before this answer: the page that follows says so.
     if (r.ok) {
+      this.warned.keep(session.id, r.id, r.warnings);
       this.redirect(res, `/?saved=${r.id}`);
       return;
     }
