@@ -37,8 +37,14 @@ export interface ClockView {
   offsetMs: number | null;
 }
 
-/** GNSS time first taken this run (two fixes that agree, the clock not synchronised): see src/admission/garbled-fixes.ts. */
-export interface GnssTaken {
+/**
+ * The true time first known this run after fixes were admitted without it: GNSS time taken
+ * from two fixes that agree, or the system clock's answer turning synchronised before they
+ * did. See src/admission/garbled-fixes.ts.
+ */
+export interface TimeKnown {
+  /** What gave it: GNSS time, or the system clock once synchronised. */
+  by: 'gnss' | 'clock';
   timeMs: number;
   /** How long the run had been up on the monotonic clock then. */
   upMs: number;
@@ -69,9 +75,11 @@ export class GnssClock {
   private readonly listeners = new Set<(view: ClockView) => void>();
   private readonly warners = new Set<(text: string) => void>();
   private readonly first: FirstFix;
-  private readonly takenListeners = new Set<(taken: GnssTaken) => void>();
-  /** Sources of the fixes admitted while no GNSS time is known: their rows are looked at when it is taken. */
+  private readonly knownListeners = new Set<(known: TimeKnown) => void>();
+  /** Sources of the fixes admitted while no GNSS time is known: their rows are looked at when the true time is. */
   private readonly firstSources = new Set<string>();
+  /** The true time was told (TimeKnown): once a run, whichever came first. */
+  private knownTold = false;
   private readonly startMono: number;
   /** Whether a source giving GNSS time runs (gpsd, nmea): only then do system stamps wait for one. */
   expectGnss = false;
@@ -108,10 +116,13 @@ export class GnssClock {
     return () => this.warners.delete(fn);
   }
 
-  /** Told once, when GNSS time is first taken from two fixes that agree (not on a synchronised clock). */
-  onTaken(fn: (taken: GnssTaken) => void): () => void {
-    this.takenListeners.add(fn);
-    return () => this.takenListeners.delete(fn);
+  /**
+   * Told once a run, when the true time is first known after fixes came without it: GNSS time
+   * taken from two fixes that agree, or the clock's answer turning synchronised before that.
+   */
+  onTimeKnown(fn: (known: TimeKnown) => void): () => void {
+    this.knownListeners.add(fn);
+    return () => this.knownListeners.delete(fn);
   }
 
   /** The system's answer to "is the clock set?" (asked at start and every minute). */
@@ -120,6 +131,10 @@ export class GnssClock {
     const fromChanged = answer.from !== this.sync.from;
     this.sync = answer;
     if (this.state() !== before || fromChanged) this.tell();
+    // Synchronised before two fixes agreed: GNSS time is never taken now (a synchronised clock
+    // needs none), so the fixes admitted without a true time are judged by the clock. No
+    // anchor yet and a source seen: they came unsynchronised (on a synchronised clock the first anchors).
+    if (before !== 'synchronised' && this.synchronised && !this.anchor && this.firstSources.size > 0) this.known('clock', this.clocks.wall());
   }
 
   /** GNSS time now, carried forward on the monotonic clock from the newest fix; undefined before one. */
@@ -143,9 +158,7 @@ export class GnssClock {
     this.anchor = { timeMs, mono: this.clocks.mono() };
     this.offsetMs = timeMs - this.clocks.wall();
     if (this.state() !== before) this.tell();
-    if (!taken) return;
-    const t: GnssTaken = { timeMs, upMs: this.anchor.mono - this.startMono, sources: [...this.firstSources] };
-    for (const fn of this.takenListeners) fn(t);
+    if (taken) this.known('gnss', timeMs);
   }
 
   /**
@@ -193,6 +206,13 @@ export class GnssClock {
   firstFixProblem(timeMs: number, stamp: Stamp, base: JudgeBase): string | undefined {
     if (this.synchronised || this.anchor || stamp !== 'gnss') return undefined;
     return this.first.problem(timeMs, Math.max(base.latest(), base.newestKnown?.() ?? Number.NEGATIVE_INFINITY));
+  }
+
+  private known(by: TimeKnown['by'], timeMs: number): void {
+    if (this.knownTold) return;
+    this.knownTold = true;
+    const t: TimeKnown = { by, timeMs, upMs: this.clocks.mono() - this.startMono, sources: [...this.firstSources] };
+    for (const fn of this.knownListeners) fn(t);
   }
 
   private tell(): void {

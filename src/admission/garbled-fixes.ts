@@ -11,11 +11,15 @@
  * admitted before T and timed outside that window are set aside (src/buffer/set-aside.ts), in
  * one transaction, with one warning. Readings of earlier runs, of other sources, and those
  * admitted after T (judged against GNSS time) are not looked at.
+ *
+ * The system clock turning synchronised before two fixes agree is the same truth (T: the clock
+ * then): GNSS time is never taken after it, and a reading a year ahead would otherwise stay the
+ * truck's newest fix until that date passed. Whichever comes first, once a run (src/gnss-clock.ts).
  */
 import type { Logger } from 'pino';
 import { type SetAsideRow, setAsideReadings } from '../buffer/set-aside.js';
 import type { Store } from '../buffer/store.js';
-import type { GnssClock, GnssTaken } from '../gnss-clock.js';
+import type { GnssClock, TimeKnown } from '../gnss-clock.js';
 import type { NewestFixes } from './newest-fixes.js';
 import { AGREE_MS } from '../gnss-first-fix.js';
 
@@ -28,23 +32,26 @@ export interface GarbledIngest {
   readonly fixes: Pick<NewestFixes, 'forget'>;
 }
 
-/** The window of true times a fix of this run admitted before GNSS time was taken can have. */
-export function trueWindow(t: GnssTaken): { fromMs: number; untilMs: number } {
+/** The window of true times a fix of this run admitted before the true time was known can have. */
+export function trueWindow(t: TimeKnown): { fromMs: number; untilMs: number } {
   return { fromMs: t.timeMs - t.upMs - AGREE_MS, untilMs: t.timeMs + AGREE_MS };
 }
 
-/** Why a reading is set aside: its source, its time and GNSS time. */
-export function garbledReason(r: SetAsideRow, t: GnssTaken): string {
+/** What gave the true time, as the log names it. */
+const truthOf = (t: TimeKnown) => (t.by === 'gnss' ? 'GNSS time' : 'the synchronised clock');
+
+/** Why a reading is set aside: its source, its time and the true time. */
+export function garbledReason(r: SetAsideRow, t: TimeKnown): string {
   const iso = (ms: number) => new Date(ms).toISOString();
   const days = (r.timeMs - t.timeMs) / 86_400_000;
   const off = Math.abs(days) >= 1 ? `${Math.round(Math.abs(days))} days` : `${Math.round(Math.abs(r.timeMs - t.timeMs) / 1000)} s`;
   const where = days > 0 ? `${off} after` : `${off} before`;
-  return `time: ${r.source}'s reading of ${r.resourceId} at ${iso(r.timeMs)} is ${where} GNSS time ${iso(t.timeMs)} (run up ${Math.round(t.upMs / 1000)} s): a garbled date, set aside`;
+  return `time: ${r.source}'s reading of ${r.resourceId} at ${iso(r.timeMs)} is ${where} ${truthOf(t)} ${iso(t.timeMs)} (run up ${Math.round(t.upMs / 1000)} s): a garbled date, set aside`;
 }
 
-/** Look for garbled readings of this run once GNSS time is taken. `afterId`: the newest reading's id when the run started. */
+/** Look for garbled readings of this run once the true time is known. `afterId`: the newest reading's id when the run started. */
 export function watchGarbledFixes(gnss: GnssClock, store: Pick<Store, 'db'>, ingest: GarbledIngest, log: Logger, afterId: number): () => void {
-  return gnss.onTaken((t) => {
+  return gnss.onTimeKnown((t) => {
     try {
       // The fixes admitted before T and still waiting in memory are committed first (the one
       // that gave T comes after): one query then finds them all. A commit failing (a full
@@ -54,8 +61,8 @@ export function watchGarbledFixes(gnss: GnssClock, store: Pick<Store, 'db'>, ing
       if (rows.length === 0) return;
       ingest.fixes.forget(new Set(rows.map((r) => r.resourceId)));
       log.warn(
-        { setAside: rows.length, gnssTime: new Date(t.timeMs).toISOString(), readings: rows.slice(0, MAX_NAMED).map((r) => garbledReason(r, t)) },
-        `${rows.length} reading(s) of this run set aside: their receiver's date is garbled, outside what GNSS time allows (${garbledReason(rows[0]!, t)}${rows.length > 1 ? `, and ${rows.length - 1} more` : ''})`,
+        { setAside: rows.length, [t.by === 'gnss' ? 'gnssTime' : 'clockTime']: new Date(t.timeMs).toISOString(), readings: rows.slice(0, MAX_NAMED).map((r) => garbledReason(r, t)) },
+        `${rows.length} reading(s) of this run set aside: their receiver's date is garbled, outside what ${truthOf(t)} allows (${garbledReason(rows[0]!, t)}${rows.length > 1 ? `, and ${rows.length - 1} more` : ''})`,
       );
     } catch (err) {
       log.error({ err: (err as Error).message }, 'could not look for readings with a garbled receiver date; they stay');

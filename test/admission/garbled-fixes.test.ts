@@ -54,7 +54,7 @@ function agent() {
     for (const l of lines) decoder.line(l, ++n);
   };
   const times = () => (store.db.prepare('SELECT time_ms AS t FROM readings ORDER BY id').all() as Array<{ t: number }>).map((r) => r.t);
-  return { tick, store, ingest, gnss, gps, decoder, feed, times, clocks };
+  return { tick, store, ingest, gnss, gps, decoder, feed, times, clocks, c };
 }
 
 const epoch = (atMs: number) => nmeaFrom(atMs, 1).text.trim().split('\r\n');
@@ -126,5 +126,75 @@ describe('a garbled first fix is set aside once GNSS time is taken', () => {
     expect(a.times()).toHaveLength(4);
     expect(a.store.counters().readings_dropped_garbled_date).toBeUndefined();
     expect(logs.filter((l) => /set aside/.test(l.msg))).toEqual([]);
+  });
+});
+
+describe('a garbled first fix is set aside once the clock is synchronised, before two fixes agree', () => {
+  it('an RMC a year ahead and its GGA-only epoch go, judged by the synchronised clock; a good fix of the run and the earlier run stay; once a run', () => {
+    const a = agent();
+    const iso = (ms: number) => new Date(ms).toISOString();
+    const known: string[] = [];
+    a.gnss.onTimeKnown((t) => known.push(t.by));
+    a.feed(epoch(TRUE_NOW - 2000 + 365 * DAY));
+    a.tick(1000);
+    a.feed(epoch(TRUE_NOW - 1000).slice(0, 1));
+    a.tick(1000);
+    // One good epoch: it disagrees with the garbled RMC, so no GNSS time is taken.
+    a.feed(epoch(TRUE_NOW));
+    a.decoder.flush();
+    a.store.flushFixes();
+    expect(a.gnss.state()).toBe('unsynchronised');
+    expect(a.store.lastFix('T1')?.timeMs).toBe(TRUE_NOW - 2000 + 365 * DAY);
+
+    // A time daemon sets the clock (12 h forward) and the answer turns synchronised.
+    a.tick(1000);
+    a.c.wallMs = TRUE_NOW + 1000;
+    a.gnss.setSync({ synchronised: true, from: 'test' });
+    expect(a.gnss.state()).toBe('synchronised');
+    a.ingest.flush();
+    expect(a.times()).toEqual([TRUE_NOW - 2 * 3_600_000, TRUE_NOW]);
+    expect(a.store.lastFix('T1')?.timeMs).toBe(TRUE_NOW);
+    expect(a.store.lastFixes().map((f) => f.timeMs)).toEqual([TRUE_NOW]);
+    // The newest in memory was the garbled one: forgotten, the buffer's is read.
+    expect(a.ingest.fixes.get('T1')).toBeUndefined();
+    expect(a.store.counters().readings_dropped_garbled_date).toBe(2);
+    const warned = () => logs.filter((l) => l.level === 40 && /set aside/.test(l.msg));
+    expect(warned()).toHaveLength(1);
+    expect(warned()[0]!.msg).toContain(`2 reading(s) of this run set aside: their receiver's date is garbled, outside what the synchronised clock allows`);
+    expect(warned()[0]!.clockTime).toBe(iso(TRUE_NOW + 1000));
+    expect(warned()[0]!.readings).toEqual([
+      `time: nmea:T1's reading of T1 at ${iso(TRUE_NOW - 2000 + 365 * DAY)} is 365 days after the synchronised clock ${iso(TRUE_NOW + 1000)} (run up 3 s): a garbled date, set aside`,
+      `time: nmea:T1's reading of T1 at ${iso(TRUE_NOW - 1000 + 365 * DAY)} is 365 days after the synchronised clock ${iso(TRUE_NOW + 1000)} (run up 3 s): a garbled date, set aside`,
+    ]);
+
+    // The clock loses its synchronisation and two fixes then agree: GNSS time is taken, the set-aside does not run again.
+    a.gnss.setSync({ synchronised: false, from: 'test' });
+    for (let i = 0; i < 3; i++) {
+      a.tick(1000);
+      a.feed(epoch(TRUE_NOW + 2000 + i * 1000));
+    }
+    a.decoder.flush();
+    a.ingest.flush();
+    expect(a.gnss.state()).toBe('gnss');
+    expect(known).toEqual(['clock']);
+    expect(warned()).toHaveLength(1);
+    expect(a.store.counters().readings_dropped_garbled_date).toBe(2);
+    expect(a.times()).toHaveLength(5);
+  });
+
+  it('nothing is looked at when the clock was synchronised before any fix, or turns synchronised again', () => {
+    const a = agent();
+    const known: string[] = [];
+    a.gnss.onTimeKnown((t) => known.push(t.by));
+    a.c.wallMs = TRUE_NOW;
+    a.gnss.setSync({ synchronised: true, from: 'test' });
+    a.tick(1000);
+    a.feed(epoch(TRUE_NOW));
+    a.decoder.flush();
+    a.gnss.setSync({ synchronised: false, from: 'test' });
+    a.gnss.setSync({ synchronised: true, from: 'test' });
+    a.ingest.flush();
+    expect(known).toEqual([]);
+    expect(a.times()).toEqual([TRUE_NOW - 2 * 3_600_000, TRUE_NOW]);
   });
 });
