@@ -3,7 +3,8 @@
  * against a real buffer file and the sandbox:
  * - a first GNSS fix with a wrong date (a week rollover the wrong way, 19.6 years ahead, or a
  *   single garbled RMC date) set GNSS time ahead while the clock was not synchronised: a
- *   milestone of "now" went out years in the future;
+ *   milestone of "now" went out years in the future; a garbled fix kept as a reading stayed the
+ *   last fix for good when the clock turned synchronised before two fixes agreed;
  * - after the system clock stepped back, the newest fix is dated after "now": a milestone
  *   said its zone was "of the last fix of T1, -3570 s old", and `status --json` gave a
  *   negative `ageS`;
@@ -12,6 +13,7 @@
  * - an offset that is not the zone of the typed place then (-08:00 typed for Chicago, which
  *   is at -06:00 that day) went out silently, at an instant two hours off what was meant.
  */
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
@@ -101,6 +103,48 @@ describe('a garbled first fix kept as a reading is set aside once GNSS time is t
     after.close();
     expect(times[0]).toBe(t0 - 3_600_000);
     expect(times.filter((ms) => ms > Date.now() + 60_000)).toEqual([]);
+  }, 60_000);
+});
+
+describe('a garbled first fix is set aside once the clock turns synchronised, before two fixes agree', () => {
+  it('an RMC a year ahead and the GGA-only epoch carrying its date go when a reload says the clock is synchronised; the good fix and the earlier run stay', async () => {
+    const { url } = await fx.sandbox.start();
+    const t0 = Math.ceil(Date.now() / 1000) * 1000 + 3000;
+    // The garbled epoch, its GGA-only follower, and one good epoch (it disagrees with the garbled RMC: no GNSS time).
+    const gga = nmeaFrom(t0 - 1000, 1).text.split('\r\n')[0];
+    const fixes = writeFile(fx.tmp.dir, 'fixes.nmea', `${garbled(t0 - 2000, 365 * DAY)}${gga}\r\n${nmeaFrom(t0, 1).text}`);
+    const cfg = agentConfig(fx.tmp.dir, url, `[clock]\nsynchronised = "no"\n[[sources]]\ntype = "nmea"\nresource_id = "T1"\ndevice = "${fixes}"\n`, { sampling: 1 });
+    expect((await runCli(['load', 'start', 'L1', '-r', 'T1', '--config', cfg])).code).toBe(0);
+    const before = Store.open(join(fx.tmp.dir, 'buffer.db'));
+    before.insertReadings([{ resourceId: 'T1', timeMs: t0 - 3_600_000, lat: 41.7, lon: -87.7 }], true, ['nmea:T1']);
+    before.close();
+    fx.daemon = startDaemon(['--config', cfg]);
+    await fx.daemon.started();
+    const status = async () => JSON.parse((await runCli(['status', '--json', '--config', cfg])).stdout) as { clock: { state: string }; lastFixes: Array<{ timeMs: number }> };
+    const times = () => {
+      const db = new Database(join(fx.tmp.dir, 'buffer.db'), { readonly: true });
+      try {
+        return (db.prepare('SELECT time_ms AS t FROM readings ORDER BY id').all() as Array<{ t: number }>).map((r) => r.t);
+      } finally {
+        db.close();
+      }
+    };
+    await waitFor(() => times().includes(t0), 15_000, 'the good fix in the buffer');
+    expect((await status()).clock.state).toBe('unsynchronised');
+    expect(times().filter((ms) => ms > Date.now() + 60_000)).toHaveLength(2);
+
+    // A time daemon has set the clock: the answer turns synchronised (here by the config and a reload).
+    writeFile(fx.tmp.dir, 'agent.toml', readFileSync(cfg, 'utf8').replace('synchronised = "no"', 'synchronised = "yes"'));
+    fx.daemon.child.kill('SIGHUP');
+    await waitFor(() => /reading\(s\) of this run set aside/.test(fx.daemon!.output()), 15_000, 'the set-aside');
+    const out = fx.daemon.output();
+    expect(out.match(/reading\(s\) of this run set aside/g)).toHaveLength(1);
+    expect(out).toMatch(/"setAside":2,"clockTime":.*time: nmea:T1's reading of T1 at \d{4}-\S+ is 365 days after the synchronised clock 20\d\d-\S+ \(run up \d+ s\): a garbled date, set aside/);
+    expect(times()).toEqual([t0 - 3_600_000, t0]);
+    const s = await status();
+    expect(s.clock.state).toBe('synchronised');
+    expect(s.lastFixes.map((f) => f.timeMs)).toEqual([t0]);
+    expect((await runCli(['status', '--config', cfg])).stdout).toMatch(/dropped:\s+2 readings \(garbled date\)/);
   }, 60_000);
 });
 
