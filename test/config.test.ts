@@ -154,6 +154,25 @@ describe('subscription key', () => {
     expect(resolveSubscriptionKey(inline, {}).key).toBe('inline-key');
   });
 
+  it("outside the unit, a config beside the unit's credential file takes the key from that file (an operator's sudo validate-config)", () => {
+    const etc = join(tmp.dir, 'etc-ta');
+    mkdirSync(etc);
+    const unitKey = join(etc, 'subscription-key');
+    const beside = loadConfig(writeFile(etc, 'agent.toml', base('subscription_key = "inline-key"\n')));
+    const elsewhere = loadConfig(writeFile(tmp.dir, 'e.toml', base()));
+    // No file yet: what was there before (inline), and for a config elsewhere, no key and where the unit looks.
+    expect(resolveSubscriptionKey(beside, {}, unitKey).key).toBe('inline-key');
+    writeFile(etc, 'subscription-key', 'from-unit-file\n', 0o640);
+    expect(resolveSubscriptionKey(beside, {}, unitKey)).toEqual({ key: 'from-unit-file', origin: `the unit's credential file (${unitKey})`, file: unitKey });
+    expect(() => resolveSubscriptionKey(elsewhere, {}, unitKey)).toThrow(`the systemd credential "subscription-key", which the unit loads from ${unitKey})`);
+    // Under the unit its credential is what counts, and the environment comes first as before.
+    const credDir = join(tmp.dir, 'creds-unit');
+    mkdirSync(credDir);
+    writeFile(credDir, 'subscription-key', 'from-credential\n');
+    expect(resolveSubscriptionKey(beside, { CREDENTIALS_DIRECTORY: credDir }, unitKey).key).toBe('from-credential');
+    expect(resolveSubscriptionKey(beside, { TELEMATICS_AGENT_SUBSCRIPTION_KEY: 'from-env' }, unitKey).key).toBe('from-env');
+  });
+
   it('says what was tried when there is no key, and never prints a key', () => {
     const none = loadConfig(writeFile(tmp.dir, 'c.toml', base()));
     expect(() => resolveSubscriptionKey(none, {})).toThrow(ConfigError);
@@ -161,7 +180,7 @@ describe('subscription key', () => {
       resolveSubscriptionKey(none, {});
     } catch (e) {
       expect((e as ConfigError).problems).toEqual([
-        'api.subscription_key_file: no subscription key found (set api.subscription_key_file, $TELEMATICS_AGENT_SUBSCRIPTION_KEY, or the systemd credential "subscription-key")',
+        'api.subscription_key_file: no subscription key found (set api.subscription_key_file, $TELEMATICS_AGENT_SUBSCRIPTION_KEY, or the systemd credential "subscription-key", which the unit loads from /etc/telematics-agent/subscription-key)',
       ]);
     }
     const unreadable = loadConfig(writeFile(tmp.dir, 'd.toml', base(`subscription_key_file = "${join(tmp.dir, 'nope')}"\n`)));

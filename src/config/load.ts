@@ -4,7 +4,7 @@
  * after the file and line it came from; nothing falls back silently to a default the
  * operator did not ask for.
  */
-import { accessSync, constants, readFileSync, statSync } from 'node:fs';
+import { accessSync, constants, existsSync, readFileSync, statSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { parse as parseToml, TomlError } from 'smol-toml';
@@ -25,7 +25,7 @@ export const KEY_ENV = 'TELEMATICS_AGENT_SUBSCRIPTION_KEY';
 /** Name of the credential in `LoadCredential=subscription-key:/etc/...` of the unit. */
 export const CREDENTIAL_NAME = 'subscription-key';
 /** The file the unit loads the credential from (its LoadCredential=). */
-const CREDENTIAL_FILE = '/etc/telematics-agent/subscription-key';
+export const CREDENTIAL_FILE = '/etc/telematics-agent/subscription-key';
 
 /** The config file cannot be read or is invalid, or the key cannot be found: exit 78, and the unit does not restart. */
 export class ConfigError extends AgentError {
@@ -334,10 +334,11 @@ export interface KeyLookup {
 
 /**
  * The subscription key, in order: api.subscription_key_file, $TELEMATICS_AGENT_SUBSCRIPTION_KEY,
- * the systemd credential `subscription-key`, the inline api.subscription_key.
+ * the systemd credential `subscription-key` (outside the unit, for a config beside it: the
+ * file the unit loads it from, `unitKeyFile`), the inline api.subscription_key.
  * Throws a ConfigError naming what was tried; the message never contains the key.
  */
-export function resolveSubscriptionKey(loaded: LoadedConfig, env: NodeJS.ProcessEnv = process.env): KeyLookup {
+export function resolveSubscriptionKey(loaded: LoadedConfig, env: NodeJS.ProcessEnv = process.env, unitKeyFile = CREDENTIAL_FILE): KeyLookup {
   const { config, file } = loaded;
   const fromFile = (path: string, origin: string, ifEmpty = ''): KeyLookup => {
     let text: string;
@@ -377,7 +378,13 @@ export function resolveSubscriptionKey(loaded: LoadedConfig, env: NodeJS.Process
     // Empty is the unit's SetCredential= stand-in for a key file that is not there.
     const ifEmpty = `: there was no key to load into it; put the key in ${CREDENTIAL_FILE} (or where the unit's LoadCredential= says), then restart the service`;
     if (exists) return { ...fromFile(cred, 'systemd credential', ifEmpty), credential: true };
+  } else if (dirname(resolve(file)) === dirname(unitKeyFile) && existsSync(unitKeyFile)) {
+    // An operator's `sudo telematics-agent validate-config` (or `run` by hand) on a packaged
+    // device: the key the service would get, not "no key found" while it is in place.
+    return fromFile(unitKeyFile, "the unit's credential file");
   }
   if (config.api.subscription_key) return checked({ key: config.api.subscription_key, origin: 'api.subscription_key (inline)' }, 'api.subscription_key:');
-  throw new ConfigError(file, [`api.subscription_key_file: no subscription key found (set api.subscription_key_file, $${KEY_ENV}, or the systemd credential "${CREDENTIAL_NAME}")`]);
+  throw new ConfigError(file, [
+    `api.subscription_key_file: no subscription key found (set api.subscription_key_file, $${KEY_ENV}, or the systemd credential "${CREDENTIAL_NAME}", which the unit loads from ${unitKeyFile})`,
+  ]);
 }
