@@ -274,6 +274,31 @@ route = "builtin:atlantis"
     expect(existsSync(join(tmp.dir, 'state'))).toBe(false);
   });
 
+  it("[fleet]'s files are taken relative to the config file, and checked before a start as the sources' are (exit 78)", async () => {
+    // runCli runs in the clone, not beside the config: a relative path read from the
+    // process's directory (/ under systemd) left the link retrying for ever.
+    const dir = join(tmp.dir, 'fleet-files');
+    mkdirSync(dir, { recursive: true });
+    writeFile(dir, 'key', 'k\n', 0o600);
+    const fleet = `[fleet]\nurl = "mqtt://127.0.0.1:1883"\nusername = "truck-1"\npassword_file = "fleet-password"\nca_file = "ca.pem"\ncert_file = "fleet.crt"\nkey_file = "fleet.key"\n`;
+    const cfg = writeFile(dir, 'agent.toml', `[api]\nscac = "ABCD"\nsubscription_key_file = "key"\n[buffer]\npath = "b.db"\n${fleet}${GPSD}`);
+    const missing = await runCli(['validate-config', '--config', cfg]);
+    expect(missing.code).toBe(78);
+    for (const f of ['password_file', 'ca_file', 'cert_file', 'key_file']) {
+      const name = { password_file: 'fleet-password', ca_file: 'ca.pem', cert_file: 'fleet.crt', key_file: 'fleet.key' }[f];
+      expect(missing.stderr).toContain(`fleet.${f}: ${join(dir, name!)}: cannot read (ENOENT)`);
+    }
+    for (const name of ['fleet-password', 'ca.pem', 'fleet.crt', 'fleet.key']) writeFile(dir, name, 'x\n', 0o600);
+    const ok = await runCli(['validate-config', '--json', '--config', cfg]);
+    expect(ok.code).toBe(0);
+    expect(JSON.parse(ok.stdout).fleet).toMatchObject({
+      password_file: join(dir, 'fleet-password'),
+      ca_file: join(dir, 'ca.pem'),
+      cert_file: join(dir, 'fleet.crt'),
+      key_file: join(dir, 'fleet.key'),
+    });
+  });
+
   it('the example config shows every key of every table (outside [[sources]]), commented out or set', async () => {
     const r = await runCli(['validate-config', '--json', '--config', 'config/agent.example.toml'], { env: { TELEMATICS_AGENT_SUBSCRIPTION_KEY: 'example-key' } });
     const effective = JSON.parse(r.stdout) as Record<string, unknown>;

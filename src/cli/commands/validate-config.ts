@@ -14,7 +14,7 @@ export function addValidateConfigCommand(program: Command): void {
   program
     .command('validate-config')
     .description(
-      "check the config file (and that the subscription key, api.ca_file, the sources' files, [ui]'s PIN file and certificate and the buffer's directory can be used); print every problem, exit 78 if any",
+      "check the config file (and that the subscription key, api.ca_file, the sources' files, [ui]'s PIN file and certificate, [fleet]'s files and the buffer's directory can be used); print every problem, exit 78 if any",
     )
     .addOption(configOption())
     .option('--json', 'print the effective configuration (defaults filled in, key omitted) as JSON')
