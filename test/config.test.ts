@@ -111,6 +111,16 @@ speed_kmh = "fast"
     ]);
   });
 
+  it("a simulator's start_time that is not a time is a problem of the config, not a start that fails with exit 1", () => {
+    const sim = (t: string) => `[api]\nscac = "ABCD"\n[[sources]]\ntype = "simulator"\nresource_id = "T1"\nstart_time = ${JSON.stringify(t)}\n`;
+    for (const bad of ['zzz', '', 'tomorrow 8am', '2026-02-30T08:00:00Z']) {
+      expect(problems(sim(bad)), bad).toEqual([`sources[0].start_time: expected "now" or an ISO 8601 time such as 2026-01-15T08:00:00Z, got ${JSON.stringify(bad)}`]);
+    }
+    for (const ok of ['now', '2026-01-15T08:00:00Z', '2026-01-15T08:00:00-06:00', '2026-01-15T08:00:00']) {
+      expect(parseConfigText(sim(ok), 'agent.toml', '/etc').sources[0], ok).toMatchObject({ start_time: ok });
+    }
+  });
+
   it('still reads the old codes.known, with a warning, accepting its codes on both lists', () => {
     const old = loadConfig(writeFile(tmp.dir, 'old.toml', `[api]\nscac = "ABCD"\n[codes]\nknown = ["X3", "ZZ"]\n${SRC}`));
     expect(old.warnings).toEqual(['codes.known: replaced by codes.events (event codes) and codes.reasons (reason codes); its codes are accepted as both for now, move them to the right list']);
