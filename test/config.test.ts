@@ -215,6 +215,10 @@ describe('validate-config (real CLI)', () => {
     for (const ok of ['https://api.example.com', 'http://127.0.0.1:8787', 'http://localhost:8787', 'http://[::1]:8787']) {
       expect((await runCli(['validate-config', '--config', withUrl(ok)])).stderr, ok).toBe('');
     }
+    // The effective config shows a password in the URL masked, as api.proxy's.
+    const json = await runCli(['validate-config', '--json', '--config', withUrl('https://user:base-url-secret@api.example.com/base')]);
+    expect(JSON.parse(json.stdout).api.base_url).toBe('https://user:***@api.example.com/base');
+    expect(json.stdout).not.toContain('base-url-secret');
   });
 
   it('a retry backoff that starts above its ceiling is refused, naming the key', () => {
