@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { BIN, cleanEnv, ROOT, runCli, writeFile, cliFixture } from './helpers.js';
+import { agentConfig, BIN, cleanEnv, cliFixture, NO_SERVICE, ROOT, runCli, writeFile } from './helpers.js';
 
 const fx = cliFixture();
 
@@ -168,6 +168,17 @@ describe('loads and milestones from the command line', () => {
     expect(s.queue).toMatchObject({ readings: 0, pendingMilestones: 0 });
     const text = await runCli(['status', '--config', fx.cfg]);
     expect(text.stdout).toContain('active loads: T1: L1 (Truck, 0 readings to send)');
+  });
+
+  it('status with no load says what becomes of the readings: kept for good, kept a while, or not at all', async () => {
+    const noLoads = async (extra: string) => {
+      fx.cfg = agentConfig(fx.dir, NO_SERVICE, extra);
+      return (await runCli(['status', '--config', fx.cfg])).stdout.split('\n').find((l) => l.startsWith('active loads:'));
+    };
+    // privacy.record_without_load keeps them all: "not kept" was said of a truck recording everything.
+    expect(await noLoads('[privacy]\nrecord_without_load = true\n')).toBe('active loads: none (readings without a load are kept: privacy.record_without_load)');
+    expect(await noLoads('')).toBe('active loads: none (readings without a load are kept 1 h 0 min for a load started --from, then dropped: loads.keep_unassigned_s)');
+    expect(await noLoads('[loads]\nkeep_unassigned_s = 0\n')).toBe('active loads: none (readings are not kept without a load)');
   });
 
   it('several loads on one truck: each started beside the others, listed per resource with its backlog, ended alone', async () => {

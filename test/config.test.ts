@@ -111,6 +111,16 @@ speed_kmh = "fast"
     ]);
   });
 
+  it("a simulator's start_time that is not a time is a problem of the config, not a start that fails with exit 1", () => {
+    const sim = (t: string) => `[api]\nscac = "ABCD"\n[[sources]]\ntype = "simulator"\nresource_id = "T1"\nstart_time = ${JSON.stringify(t)}\n`;
+    for (const bad of ['zzz', '', 'tomorrow 8am', '2026-02-30T08:00:00Z']) {
+      expect(problems(sim(bad)), bad).toEqual([`sources[0].start_time: expected "now" or an ISO 8601 time such as 2026-01-15T08:00:00Z, got ${JSON.stringify(bad)}`]);
+    }
+    for (const ok of ['now', '2026-01-15T08:00:00Z', '2026-01-15T08:00:00-06:00', '2026-01-15T08:00:00']) {
+      expect(parseConfigText(sim(ok), 'agent.toml', '/etc').sources[0], ok).toMatchObject({ start_time: ok });
+    }
+  });
+
   it('still reads the old codes.known, with a warning, accepting its codes on both lists', () => {
     const old = loadConfig(writeFile(tmp.dir, 'old.toml', `[api]\nscac = "ABCD"\n[codes]\nknown = ["X3", "ZZ"]\n${SRC}`));
     expect(old.warnings).toEqual(['codes.known: replaced by codes.events (event codes) and codes.reasons (reason codes); its codes are accepted as both for now, move them to the right list']);
@@ -224,6 +234,10 @@ describe('validate-config (real CLI)', () => {
     for (const ok of ['https://api.example.com', 'http://127.0.0.1:8787', 'http://localhost:8787', 'http://[::1]:8787']) {
       expect((await runCli(['validate-config', '--config', withUrl(ok)])).stderr, ok).toBe('');
     }
+    // The effective config shows a password in the URL masked, as api.proxy's.
+    const json = await runCli(['validate-config', '--json', '--config', withUrl('https://user:base-url-secret@api.example.com/base')]);
+    expect(JSON.parse(json.stdout).api.base_url).toBe('https://user:***@api.example.com/base');
+    expect(json.stdout).not.toContain('base-url-secret');
   });
 
   it('a retry backoff that starts above its ceiling is refused, naming the key', () => {
@@ -291,6 +305,31 @@ route = "builtin:atlantis"
     expect(run.code).toBe(78);
     expect(run.stderr).toContain(`sources[0].route: ${missing('route.gpx')}: cannot read route file (ENOENT)`);
     expect(existsSync(join(tmp.dir, 'state'))).toBe(false);
+  });
+
+  it("[fleet]'s files are taken relative to the config file, and checked before a start as the sources' are (exit 78)", async () => {
+    // runCli runs in the clone, not beside the config: a relative path read from the
+    // process's directory (/ under systemd) left the link retrying for ever.
+    const dir = join(tmp.dir, 'fleet-files');
+    mkdirSync(dir, { recursive: true });
+    writeFile(dir, 'key', 'k\n', 0o600);
+    const fleet = `[fleet]\nurl = "mqtt://127.0.0.1:1883"\nusername = "truck-1"\npassword_file = "fleet-password"\nca_file = "ca.pem"\ncert_file = "fleet.crt"\nkey_file = "fleet.key"\n`;
+    const cfg = writeFile(dir, 'agent.toml', `[api]\nscac = "ABCD"\nsubscription_key_file = "key"\n[buffer]\npath = "b.db"\n${fleet}${GPSD}`);
+    const missing = await runCli(['validate-config', '--config', cfg]);
+    expect(missing.code).toBe(78);
+    for (const f of ['password_file', 'ca_file', 'cert_file', 'key_file']) {
+      const name = { password_file: 'fleet-password', ca_file: 'ca.pem', cert_file: 'fleet.crt', key_file: 'fleet.key' }[f];
+      expect(missing.stderr).toContain(`fleet.${f}: ${join(dir, name!)}: cannot read (ENOENT)`);
+    }
+    for (const name of ['fleet-password', 'ca.pem', 'fleet.crt', 'fleet.key']) writeFile(dir, name, 'x\n', 0o600);
+    const ok = await runCli(['validate-config', '--json', '--config', cfg]);
+    expect(ok.code).toBe(0);
+    expect(JSON.parse(ok.stdout).fleet).toMatchObject({
+      password_file: join(dir, 'fleet-password'),
+      ca_file: join(dir, 'ca.pem'),
+      cert_file: join(dir, 'fleet.crt'),
+      key_file: join(dir, 'fleet.key'),
+    });
   });
 
   it('the example config shows every key of every table (outside [[sources]]), commented out or set', async () => {

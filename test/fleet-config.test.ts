@@ -44,6 +44,15 @@ describe('[fleet] config', () => {
     ]);
   });
 
+  it('refuses a device_id with an MQTT wildcard when the topics are named after it (the broker closed the link, saying nothing)', () => {
+    expect(problems({ url: 'mqtts://b.example.com' }, { device_id: 'truck+7' })).toEqual([
+      'device_id: expected no + or # with [fleet] and no fleet.topic_prefix: the link\'s topics are fleet/<device_id>, got "truck+7"',
+    ]);
+    expect(problems({ url: 'mqtts://b.example.com' }, { device_id: 'truck#7' })).toHaveLength(1);
+    expect(problems({ url: 'mqtts://b.example.com', topic_prefix: 'fleet/truck-7' }, { device_id: 'truck+7' })).toEqual([]);
+    expect(problems({ url: 'mqtts://b.example.com' }, { device_id: 'truck-7' })).toEqual([]);
+  });
+
   it('refuses the client id of an MQTT source (the broker keeps one session per client id)', () => {
     const mqttSource = { type: 'mqtt', url: 'mqtt://127.0.0.1:1883', topics: ['depot/#'] };
     expect(problems({ url: 'mqtts://b.example.com' }, { sources: [mqttSource] })).toEqual([

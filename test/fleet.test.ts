@@ -528,6 +528,17 @@ ${extra}`,
     expect(fx.daemon!.output()).not.toContain(USERS['truck-b']);
   });
 
+  it("a relative password_file is the config directory's, not the daemon's working directory's (/ under systemd)", async () => {
+    await startBroker();
+    await fx.sandbox.start();
+    writeFile(fx.tmp.dir, 'fleet-password', `${USERS['truck-a']}\n`, 0o600);
+    // The daemon runs in the clone; the file is beside the config only.
+    const cfg = agentConfig(fx.tmp.dir, fx.sandbox.url, `[fleet]\nurl = "${broker.url}"\nusername = "truck-a"\npassword_file = "fleet-password"\n`, { deviceId: 'truck-a' });
+    await run(cfg);
+    expect(await send(await dispatch(), 'truck-a', 'status', { commandId: 'rel-1' })).toMatchObject({ ok: true, status: 0 });
+    expect(fx.daemon!.output()).not.toContain('cannot read fleet.password_file');
+  });
+
   it('a broker that closes the link soon after accepting it (a cloned device with the same client id) is not fought every second', async () => {
     await linked();
     const connects = () => fx.daemon!.output().split('connected to the fleet broker').length - 1;

@@ -56,6 +56,8 @@ export interface StatusReport {
   clock: DaemonState['clock'] | null;
   /** This machine's zone (what a milestone of now with no place and no fix is written in) and where it came from. */
   deviceZone: { zone: string; from: string };
+  /** What the config does with readings of a resource with no load (privacy.record_without_load, loads.keep_unassigned_s). */
+  withoutLoad?: { recorded: boolean; keepS: number };
 }
 
 export function pidAlive(pid: number): boolean {
@@ -67,7 +69,7 @@ export function pidAlive(pid: number): boolean {
   }
 }
 
-export function buildStatus(store: Store, info: { deviceId: string; configFile: string; buffer: string; lateReadingsS?: number }, nowMs = Date.now()): StatusReport {
+export function buildStatus(store: Store, info: { deviceId: string; configFile: string; buffer: string; lateReadingsS?: number; withoutLoad?: StatusReport['withoutLoad'] }, nowMs = Date.now()): StatusReport {
   const state = store.getState<DaemonState>(DAEMON_STATE_KEY)?.value;
   let running = false;
   let note = 'the daemon has never run with this buffer';
@@ -105,6 +107,7 @@ export function buildStatus(store: Store, info: { deviceId: string; configFile: 
     fleet: running ? (state?.fleet ?? null) : null,
     clock,
     deviceZone: { zone: deviceZone().zone, from: deviceZone().from },
+    ...(info.withoutLoad ? { withoutLoad: info.withoutLoad } : {}),
   };
 }
 
@@ -219,7 +222,7 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
     row('last error', d?.lastError ? `none since the last success (earlier: ${d.lastError})` : 'none');
   }
   if (d) row('sent', `${d.sent.milestones} milestones, ${d.sent.traceRequests} trace requests (${d.sent.tracePoints} points) since start`);
-  if (r.activeLoads.length === 0) row('active loads', 'none (readings are not kept without a load)');
+  if (r.activeLoads.length === 0) row('active loads', `none (${withoutLoadText(r.withoutLoad)})`);
   // One row per resource: every load it carries, each with what it still has to send.
   const byResource = new Map<string, StatusReport['activeLoads']>();
   for (const l of r.activeLoads) byResource.set(l.resourceId, [...(byResource.get(l.resourceId) ?? []), l]);
@@ -248,6 +251,13 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
 }
 
 /** `synchronised (the kernel (timedatectl))`, `not synchronised (...); GNSS time is +12 h 0 min from it, used instead`. */
+/** What becomes of readings while a resource has no load: said of the config, not assumed off. */
+function withoutLoadText(w: StatusReport['withoutLoad']): string {
+  if (w?.recorded) return 'readings without a load are kept: privacy.record_without_load';
+  if (w && w.keepS > 0) return `readings without a load are kept ${formatDuration(w.keepS)} for a load started --from, then dropped: loads.keep_unassigned_s`;
+  return 'readings are not kept without a load';
+}
+
 function clockLine(c: NonNullable<StatusReport['clock']>): string {
   if (c.state === 'synchronised') return `synchronised (${c.from})`;
   const expired = c.heldExpired ? `; ${c.heldExpired} readings kept with its time (no GNSS time came)` : '';

@@ -3,6 +3,7 @@
  * assigns loads and the operations desk reads every agent's health (src/fleet/, docs/fleet.md).
  * Off when the table is absent.
  */
+import { accessSync, constants } from 'node:fs';
 import * as z from 'zod';
 import { MQTT_PROTOCOLS } from './sources.js';
 
@@ -92,3 +93,25 @@ export const fleetSchema = z
   });
 
 export type FleetConfig = z.infer<typeof fleetSchema>;
+
+/** The files of the link: relative to the config file's directory, as every path of the config. */
+export const FLEET_FILES = ['password_file', 'ca_file', 'cert_file', 'key_file'] as const;
+
+/**
+ * The link's files, checked before a start or a reload as the sources' are: one that cannot
+ * be read is a mistake in the config (exit 78), not a link retrying for ever. The link still
+ * reads them at each connection (a rotated password is taken without a reload).
+ */
+export function fleetFileProblems(fleet: FleetConfig | undefined): string[] {
+  const problems: string[] = [];
+  for (const k of FLEET_FILES) {
+    const path = fleet?.[k];
+    if (path === undefined) continue;
+    try {
+      accessSync(path, constants.R_OK);
+    } catch (err) {
+      problems.push(`fleet.${k}: ${path}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    }
+  }
+  return problems;
+}

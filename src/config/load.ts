@@ -18,6 +18,7 @@ import { placeholderProblems } from './fake-data.js';
 import { readCaFile } from '../api/transport.js';
 import { loadRoute } from '../sources/routes.js';
 import { uiFileProblems } from './ui-files.js';
+import { FLEET_FILES, fleetFileProblems } from './fleet.js';
 
 export const DEFAULT_CONFIG_PATH = '/etc/telematics-agent/agent.toml';
 export const CONFIG_ENV = 'TELEMATICS_AGENT_CONFIG';
@@ -134,6 +135,8 @@ function absolutise(config: Config, baseDir: string): Config {
   if (config.api.subscription_key_file) config.api.subscription_key_file = abs(config.api.subscription_key_file);
   if (config.api.ca_file) config.api.ca_file = abs(config.api.ca_file);
   for (const k of ['pin_file', 'tls_cert', 'tls_key'] as const) if (config.ui[k]) config.ui[k] = abs(config.ui[k]);
+  const fleet = config.fleet;
+  if (fleet) for (const k of FLEET_FILES) if (fleet[k]) fleet[k] = abs(fleet[k]);
   for (const s of config.sources) {
     if (s.type === 'simulator' && !s.route.startsWith('builtin:')) s.route = abs(s.route);
     if (s.type === 'nmea') s.device = abs(s.device);
@@ -309,7 +312,7 @@ export function preflight(loaded: LoadedConfig, ...more: Array<() => unknown>): 
       },
       () => resolveCa(loaded),
       () => {
-        const problems = [...sourceFileProblems(loaded.config), ...uiFileProblems(loaded.config.ui)];
+        const problems = [...sourceFileProblems(loaded.config), ...uiFileProblems(loaded.config.ui), ...fleetFileProblems(loaded.config.fleet)];
         if (problems.length) throw new ConfigError(loaded.file, problems);
       },
       ...more,

@@ -365,6 +365,10 @@ export const configSchema = z
     if (c.fleet && mqtt.some((s) => clientIdOf(s) === (c.fleet?.client_id ?? ''))) {
       ctx.addIssue({ code: 'custom', path: ['fleet', 'client_id'], message: 'the same client id as an MQTT source: give the fleet link a client_id of its own (the broker keeps one session per client id)' });
     }
+    // The default prefix is fleet/<device_id>: a wildcard in it made every publish fail and the broker close the link, with no word of why.
+    if (c.fleet && c.fleet.topic_prefix === undefined && c.device_id !== undefined && /[+#\0]/.test(c.device_id)) {
+      ctx.addIssue({ code: 'custom', path: ['device_id'], message: `expected no + or # with [fleet] and no fleet.topic_prefix: the link's topics are fleet/<device_id>, got ${JSON.stringify(c.device_id)}` });
+    }
   });
 
 export type Config = z.infer<typeof configSchema>;

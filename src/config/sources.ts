@@ -40,6 +40,9 @@ const stopSchemaForSimulator = z.strictObject({
   dwell_s: nonNegative.default(1800),
 });
 
+/** A simulator's start: with Z, an offset, or neither (the device's zone), as Date.parse reads it. */
+const isoTime = z.iso.datetime({ offset: true, local: true });
+
 export const simulatorSourceSchema = z.strictObject({
   type: z.literal('simulator'),
   name: z.string().min(1).optional(),
@@ -52,8 +55,11 @@ export const simulatorSourceSchema = z.strictObject({
   time_scale: z.number().positive().max(MAX_TIME_SCALE).default(1),
   /** Simulated seconds between readings. */
   interval_s: z.number().positive().default(1),
-  /** Where the simulated clock starts: `now`, or an ISO 8601 time. */
-  start_time: z.string().default('now'),
+  /** Where the simulated clock starts: `now`, or an ISO 8601 time (checked here: a bad one failed the start with exit 1). */
+  start_time: z
+    .string()
+    .refine((t) => t === 'now' || isoTime.safeParse(t).success, 'expected "now" or an ISO 8601 time such as 2026-01-15T08:00:00Z')
+    .default('now'),
   /** Pauses at route points (loading, unloading). */
   stops: z.array(stopSchemaForSimulator).default([]),
   /** Start again from the beginning after the end of the route instead of stopping. */

@@ -18,7 +18,13 @@ export function addStatusCommand(program: Command): void {
     .action((opts: { config?: string; json?: boolean }) => {
       const loaded = load(opts.config);
       const buffer = loaded.config.buffer.path;
-      const info = { deviceId: loaded.deviceId, configFile: loaded.file, buffer, lateReadingsS: loaded.config.loads.late_readings_s };
+      const info = {
+        deviceId: loaded.deviceId,
+        configFile: loaded.file,
+        buffer,
+        lateReadingsS: loaded.config.loads.late_readings_s,
+        withoutLoad: { recorded: loaded.config.privacy.record_without_load, keepS: loaded.config.loads.keep_unassigned_s },
+      };
       // status only reads (withReader): a buffer that is not there is not created (by root, in
       // a directory the service user could then not use, or at a path the daemon has not taken
       // up yet), and an older one is not migrated under the daemon still running on it.

@@ -14,7 +14,7 @@ export function addValidateConfigCommand(program: Command): void {
   program
     .command('validate-config')
     .description(
-      "check the config file (and that the subscription key, api.ca_file, the sources' files, [ui]'s PIN file and certificate and the buffer's directory can be used); print every problem, exit 78 if any",
+      "check the config file (and that the subscription key, api.ca_file, the sources' files, [ui]'s PIN file and certificate, [fleet]'s files and the buffer's directory can be used); print every problem, exit 78 if any",
     )
     .addOption(configOption())
     .option('--json', 'print the effective configuration (defaults filled in, key omitted) as JSON')
@@ -32,6 +32,8 @@ export function addValidateConfigCommand(program: Command): void {
       if (opts.json) {
         const { subscription_key: _omit, ...api } = loaded.config.api;
         if (api.proxy) api.proxy = redactProxy(api.proxy);
+        // A password in the service's URL (a gateway's basic auth) is masked as the proxy's is.
+        if (new URL(api.base_url).password) api.base_url = redactProxy(api.base_url);
         out(JSON.stringify({ ...loaded.config, api, device_id: loaded.deviceId }, null, 2));
       } else {
         const dropIns = loaded.dropIns?.length ? ` with ${loaded.dropIns.join(', ')}` : '';
