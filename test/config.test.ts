@@ -46,6 +46,50 @@ describe('config schema', () => {
     expect(c.codes.reasons).not.toContain('X3');
   });
 
+  it('refuses a wait past a day where the agent sets a timer for it (Node fires one of over 24.8 days at once), naming each key', () => {
+    const huge = 1e12;
+    const found = problems(`[api]
+scac = "ABCD"
+[delivery]
+retry_initial_s = ${huge}
+retry_max_s = ${huge}
+reconnect_max_s = ${huge}
+retry_after_max_s = ${huge}
+auth_retry_s = ${huge}
+[[sources]]
+type = "gpsd"
+resource_id = "T1"
+no_data_timeout_s = ${huge}
+reconnect_initial_s = ${huge}
+reconnect_max_s = ${huge}
+[[sources]]
+type = "exec"
+command = "reader"
+restart_initial_s = ${huge}
+restart_max_s = ${huge}
+[[sources]]
+type = "simulator"
+resource_id = "T3"
+interval_s = ${huge}
+`);
+    const keys = found.map((p) => /^([a-z_.[\]0-9]+): expected a number <= 86400, got 1000000000000$/.exec(p)?.[1]);
+    expect(keys).toEqual([
+      'delivery.retry_initial_s',
+      'delivery.retry_max_s',
+      'delivery.reconnect_max_s',
+      'delivery.retry_after_max_s',
+      'delivery.auth_retry_s',
+      'sources[0].no_data_timeout_s',
+      'sources[0].reconnect_initial_s',
+      'sources[0].reconnect_max_s',
+      'sources[1].restart_initial_s',
+      'sources[1].restart_max_s',
+      'sources[2].interval_s',
+    ]);
+    // A day is still a wait one may want (a service that asks for it), and 0 still turns a watch off.
+    expect(() => parseConfigText(`[api]\nscac = "ABCD"\n[delivery]\nretry_after_max_s = 86400\n${GPSD}no_data_timeout_s = 0\n`, 'agent.toml', '/etc/telematics-agent')).not.toThrow();
+  });
+
   it('reports every problem at once, each as path: problem', () => {
     expect(
       problems(`device_id = 5

@@ -8,7 +8,7 @@ import * as z from 'zod';
 import { cronProblem } from '../cron.js';
 import { DEFAULT_LOAD_NUMBER_PATTERN, EVENT_CODES, REASON_CODES } from '../milestones/codes.js';
 import { fleetSchema } from './fleet.js';
-import { nonNegative, positiveInt, sourceSchema } from './sources.js';
+import { nonNegative, positiveInt, sourceSchema, waitS } from './sources.js';
 import { clockSchema, historySchema, odometerSchema, sourcesTimeSchema } from './time-place.js';
 import { uiSchema } from './ui.js';
 
@@ -189,17 +189,17 @@ export const configSchema = z
         max_traces_per_request: positiveInt.max(10_000).default(500),
         /** How often the daemon looks for milestones recorded by other processes (the CLI). */
         poll_interval_ms: positiveInt.max(60_000).default(1000),
-        retry_initial_s: z.number().positive().default(5),
-        retry_max_s: z.number().positive().default(900),
+        retry_initial_s: waitS.default(5),
+        retry_max_s: waitS.default(900),
         /**
          * Longest wait after a failure where no answer came (refused, reset, DNS, unreachable,
          * connect timeout): a connection attempt costs the service nothing, and coverage may be back.
          */
-        reconnect_max_s: z.number().positive().default(30),
+        reconnect_max_s: waitS.default(30),
         /** Longest wait a Retry-After may impose. */
-        retry_after_max_s: z.number().positive().default(3600),
+        retry_after_max_s: waitS.default(3600),
         /** Retry interval while the service refuses the key, SCAC or path (401/403/404). */
-        auth_retry_s: z.number().positive().default(300),
+        auth_retry_s: waitS.default(300),
         /** Pause between trace requests while a backlog drains. */
         drain_interval_ms: nonNegative.max(60_000).default(50),
         /**

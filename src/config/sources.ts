@@ -7,6 +7,14 @@ import { RESOURCE_TYPES, resourceTypeOf } from '../milestones/codes.js';
 
 export const positiveInt = z.number().int().positive();
 export const nonNegative = z.number().finite().nonnegative();
+/**
+ * A wait the agent sets a timer for, in seconds: at most a day. Node's timers take at most
+ * 24.8 days and fire at once beyond that (a `retry_max_s = 1e12` retried in a tight loop).
+ */
+export const MAX_WAIT_S = 86_400;
+export const waitS = z.number().positive().max(MAX_WAIT_S);
+/** The same, where 0 turns it off. */
+export const waitOrOffS = nonNegative.max(MAX_WAIT_S);
 
 /** `Truck`, `Trailer` or `Driver`; the case is fixed (`trailer` -> `Trailer`). */
 export const resourceTypeSchema = z.string().transform((s, ctx) => {
@@ -54,7 +62,7 @@ export const simulatorSourceSchema = z.strictObject({
   /** Simulated seconds per wall-clock second. */
   time_scale: z.number().positive().max(MAX_TIME_SCALE).default(1),
   /** Simulated seconds between readings. */
-  interval_s: z.number().positive().default(1),
+  interval_s: waitS.default(1),
   /** Where the simulated clock starts: `now`, or an ISO 8601 time (checked here: a bad one failed the start with exit 1). */
   start_time: z
     .string()
@@ -98,9 +106,9 @@ export const gpsdSourceSchema = z
     /** Only this device's reports (gpsd may serve several); default: every device. */
     device: z.string().min(1).optional(),
     /** No device report (TPV, SKY...) for this long: unhealthy, and the connection is opened again. 0: off. */
-    no_data_timeout_s: nonNegative.default(30),
-    reconnect_initial_s: z.number().positive().default(1),
-    reconnect_max_s: z.number().positive().default(60),
+    no_data_timeout_s: waitOrOffS.default(30),
+    reconnect_initial_s: waitS.default(1),
+    reconnect_max_s: waitS.default(60),
     max_line_bytes: maxLineBytes(65_536),
     odometer: odometerMode('gnss'),
     odometer_start_km: odometerStartKm,
@@ -122,9 +130,9 @@ export const nmeaSourceSchema = z
       .refine((b) => BAUD_RATES.includes(b), `expected a baud rate (${BAUD_RATES.join(', ')})`)
       .default(4800),
     /** No bytes for this long from a tty or FIFO: unhealthy, and a tty is opened again. 0: off. */
-    no_data_timeout_s: nonNegative.default(30),
-    reopen_initial_s: z.number().positive().default(1),
-    reopen_max_s: z.number().positive().default(60),
+    no_data_timeout_s: waitOrOffS.default(30),
+    reopen_initial_s: waitS.default(1),
+    reopen_max_s: waitS.default(60),
     /** Sentences are at most 82 characters; proprietary ones a little more. */
     max_line_bytes: maxLineBytes(4096),
     odometer: odometerMode('gnss'),
@@ -164,10 +172,10 @@ export const execSourceSchema = z
     env: z.record(z.string(), z.string()).default({}),
     max_line_bytes: maxLineBytes(65_536),
     /** After the command exits it is started again, waiting restart_initial_s, doubling up to restart_max_s. */
-    restart_initial_s: z.number().positive().default(1),
-    restart_max_s: z.number().positive().default(60),
+    restart_initial_s: waitS.default(1),
+    restart_max_s: waitS.default(60),
     /** No output line for this long: unhealthy (the command is left running). 0: off. */
-    no_data_timeout_s: nonNegative.default(0),
+    no_data_timeout_s: waitOrOffS.default(0),
     /** On stop, SIGTERM to the command's process group, then SIGKILL after this long. */
     stop_timeout_s: z.number().positive().max(600).default(5),
     odometer: odometerMode('none'),
@@ -275,9 +283,9 @@ export const mqttSourceSchema = z
     /** Seconds between keep-alive pings; a broker silent for 1.5 times this is gone. */
     keepalive_s: z.number().int().min(5).max(3600).default(30),
     /** No message for this long: unhealthy (the subscription stays). 0: off. */
-    no_data_timeout_s: nonNegative.default(0),
-    reconnect_initial_s: z.number().positive().default(1),
-    reconnect_max_s: z.number().positive().default(60),
+    no_data_timeout_s: waitOrOffS.default(0),
+    reconnect_initial_s: waitS.default(1),
+    reconnect_max_s: waitS.default(60),
     odometer: odometerMode('none'),
     odometer_start_km: odometerStartKm,
   })
