@@ -200,7 +200,7 @@ describe('a malformed UTC offset in milestone --time says what is wrong with it'
   it('load start --from, read by the same reader, says the same', async () => {
     const r = await runCli(['load', 'start', 'L1', '-r', 'T1', '--from', '2026-11-23T10:00:00+5:30', '--config', cli.cfg]);
     expect(r.code).toBe(65);
-    expect(r.stderr).toContain('from: the UTC offset "+5:30" in "2026-11-23T10:00:00+5:30" needs two digits for its hours: 2026-11-23T10:00:00+05:30');
+    expect(r.stderr).toContain('--from: the UTC offset "+5:30" in "2026-11-23T10:00:00+5:30" needs two digits for its hours: 2026-11-23T10:00:00+05:30');
   });
 });
 

@@ -73,7 +73,7 @@ describe('load start --from reads a time as every other typed time is read', () 
   ])('%j: refused (65), no load', async (text) => {
     const r = await loadStart(['--from', text]);
     expect(r.code).toBe(65);
-    expect(r.stderr).toContain(`from: expected an ISO 8601 time with its offset (2026-03-01T08:00:00Z), got ${JSON.stringify(text)}`);
+    expect(r.stderr).toContain(`--from: expected an ISO 8601 time with its offset (2026-03-01T08:00:00Z), got ${JSON.stringify(text)}`);
     expect(fx.withBuffer((s) => s.getLoad('L1'))).toBeUndefined();
   });
 

@@ -1,7 +1,9 @@
 /**
  * `status`: what an operator asks first. Read from the buffer (queue depths, loads) and the
- * state the daemon writes every few seconds (pushes, errors, sources), so it works without
- * talking to the daemon and tells when the daemon is gone.
+ * state row the daemon writes every minute and at once on a change of delivery's, a source's
+ * health or the clock's state (docs/operations.md), so it works without talking to the
+ * daemon and tells when it is gone; a source's counts can be a minute behind its newest fix,
+ * which comes from the buffer.
  */
 import { DAEMON_STATE_KEY, type DaemonState, STATE_INTERVAL_MS } from '../daemon-state.js';
 import { dropCounters } from '../buffer/bounds.js';

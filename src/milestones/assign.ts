@@ -34,14 +34,14 @@ export function checkId(value: string, name: string): void {
   if (value.length < 1 || value.length > 64) throw new CliError(`${name}: expected 1 to 64 characters, got ${value ? `${value.length} characters` : '""'}`, EXIT.DATA);
 }
 
-/** Check and commit a new load; `warnings` are what the operator should hear about it. */
-export function startLoadChecked(store: Store, config: Config, input: LoadStart, nowMs = Date.now()): { row: LoadRow; warnings: MilestoneWarning[] } {
+/** Check and commit a new load; `warnings` are what the operator should hear about it. `fromName`: how the caller calls `from` (the CLI: `--from`). */
+export function startLoadChecked(store: Store, config: Config, input: LoadStart, nowMs = Date.now(), fromName = 'from'): { row: LoadRow; warnings: MilestoneWarning[] } {
   const resourceType = resourceTypeOf(input.resourceType ?? 'Truck');
   if (!resourceType) throw new CliError(`resourceType: expected one of ${RESOURCE_TYPES.join(', ')}, got ${JSON.stringify(input.resourceType)}`, EXIT.DATA);
   checkId(input.loadNumber, 'loadNumber');
   checkId(input.resourceId, 'resourceId');
   checkLoadNumber(input.loadNumber, config);
-  const fromMs = input.from === undefined ? undefined : fromTime(input.from, config, nowMs);
+  const fromMs = input.from === undefined ? undefined : fromTime(input.from, config, nowMs, fromName);
   // Appointments read once, here, for the CLI and dispatch alike: instants from now on.
   const { stops, warnings } = resolveAppointments(input.stops ?? []);
   const row = store.startLoad({ loadNumber: input.loadNumber, resourceId: input.resourceId, resourceType, stops, nowMs, fromMs });
@@ -54,18 +54,18 @@ export function startLoadChecked(store: Store, config: Config, input: LoadStart,
  * `loads.keep_unassigned_s` keeps: older readings of no load are gone, and a window opened
  * before them would promise what the load cannot have.
  */
-function fromTime(text: string, config: Config, nowMs: number): number {
+function fromTime(text: string, config: Config, nowMs: number, name: string): number {
   // The reader of every typed time (milestone --time, appointments): Date.parse took RFC 2822
   // and prose, and made 2026-02-30 into 2026-03-02.
   const mistake = offsetMistake(text.trim());
-  if (mistake) throw new CliError(`from: ${mistake}`, EXIT.DATA);
+  if (mistake) throw new CliError(`${name}: ${mistake}`, EXIT.DATA);
   const read = readDateTime(text.trim());
   const ms = read?.kind === 'instant' ? read.ms : Number.NaN;
-  if (Number.isNaN(ms)) throw new CliError(`from: expected an ISO 8601 time with its offset (2026-03-01T08:00:00Z), got ${JSON.stringify(text)}`, EXIT.DATA);
-  if (ms > nowMs) throw new CliError(`from: ${text} is in the future; a load takes readings from the past only`, EXIT.DATA);
+  if (Number.isNaN(ms)) throw new CliError(`${name}: expected an ISO 8601 time with its offset (2026-03-01T08:00:00Z), got ${JSON.stringify(text)}`, EXIT.DATA);
+  if (ms > nowMs) throw new CliError(`${name}: ${text} is in the future; a load takes readings from the past only`, EXIT.DATA);
   const keepS = config.loads.keep_unassigned_s;
   if (ms < nowMs - keepS * 1000) {
-    throw new CliError(`from: ${text} is ${Math.round((nowMs - ms) / 1000)} s ago, before what loads.keep_unassigned_s (${keepS} s) keeps of readings without a load`, EXIT.DATA);
+    throw new CliError(`${name}: ${text} is ${Math.round((nowMs - ms) / 1000)} s ago, before what loads.keep_unassigned_s (${keepS} s) keeps of readings without a load`, EXIT.DATA);
   }
   return ms;
 }

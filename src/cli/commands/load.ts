@@ -40,7 +40,7 @@ export function addLoadCommand(program: Command): void {
       const { row, warnings } = withStore(loaded, (store) => {
         const now = commandNow(store);
         clockNote = now.note;
-        return startLoadChecked(store, loaded.config, { loadNumber, resourceId: opts.resource, resourceType, stops, from: opts.from }, now.nowMs);
+        return startLoadChecked(store, loaded.config, { loadNumber, resourceId: opts.resource, resourceType, stops, from: opts.from }, now.nowMs, '--from');
       });
       if (clockNote) err(`note: ${clockNote}`);
       out(describeStart(row));
