@@ -95,6 +95,11 @@ export class GnssClock {
     return this.sync.synchronised === true;
   }
 
+  /** Whether a fix's own time can be judged now: the clock is synchronised, or GNSS time was taken from fixes that agree. */
+  timeKnown(): boolean {
+    return this.synchronised || this.anchor !== undefined;
+  }
+
   state(): ClockState {
     if (this.synchronised) return 'synchronised';
     return this.offsetMs === undefined ? 'unsynchronised' : 'gnss';

@@ -38,4 +38,11 @@ export interface Reading {
    * the two fixes that must agree before GNSS time is taken (src/gnss-first-fix.ts). Not stored.
    */
   dateCarried?: boolean;
+  /**
+   * A receiver's own time admitted before any true time was known this run (no GNSS time yet,
+   * the clock not synchronised): it may be a garbled date, set aside once the time is known
+   * (src/admission/garbled-fixes.ts), so the milestone detector does not judge an arrival, a
+   * departure or a delay by it. Set at admission (time-guard.ts). Not stored.
+   */
+  untimed?: boolean;
 }

@@ -83,6 +83,7 @@ export function judgeTime(reading: Reading, t: TimeCheck, source?: string): { re
   const r = j && j.timeMs !== reading.timeMs ? { ...reading, timeMs: j.timeMs } : reading;
   const problem = timeProblem(r.timeMs, j?.window ?? { earliestMs: t.clock.earliest(), latestMs: t.clock.latest() }, t) ?? t.gnss?.firstFixProblem(r.timeMs, stamp, t.clock);
   if (!problem && stamp === 'gnss') t.gnss?.noteFix(r.timeMs, source, reading.dateCarried === true);
+  if (!problem && stamp === 'gnss' && t.gnss && !t.gnss.timeKnown()) return { reading: { ...r, untimed: true } };
   return { reading: r, problem };
 }
 

@@ -182,7 +182,9 @@ export class MilestoneDetector {
     if (!cfg.detect) return;
     const byResource = new Map<string, Fix[]>();
     for (const r of batch) {
-      if (r.lat === undefined || r.lon === undefined) continue;
+      // A fix whose time cannot be judged yet (the first, before GNSS time): a garbled date
+      // a year ahead held the stop "entering" since then, and no arrival came while parked.
+      if (r.lat === undefined || r.lon === undefined || r.untimed) continue;
       const list = byResource.get(r.resourceId) ?? [];
       list.push({ timeMs: r.timeMs, lat: r.lat, lon: r.lon });
       byResource.set(r.resourceId, list);

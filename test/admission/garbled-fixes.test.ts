@@ -9,6 +9,8 @@ import { watchGarbledFixes } from '../../src/admission/garbled-fixes.js';
 import { Ingest } from '../../src/admission/ingest.js';
 import { Store } from '../../src/buffer/store.js';
 import { TrustedClock } from '../../src/clock.js';
+import { configSchema } from '../../src/config/schema.js';
+import { MilestoneDetector } from '../../src/milestones/detector.js';
 import { GnssClock } from '../../src/gnss-clock.js';
 import { NmeaDecoder } from '../../src/sources/nmea.js';
 import { jsonLogger, tempFixture } from '../helpers.js';
@@ -196,5 +198,41 @@ describe('a garbled first fix is set aside once the clock is synchronised, befor
     a.ingest.flush();
     expect(known).toEqual([]);
     expect(a.times()).toEqual([TRUE_NOW - 2 * 3_600_000, TRUE_NOW]);
+  });
+});
+
+describe('the milestone detector judges fixes only once their time can be', () => {
+  it('a first RMC a year ahead at the stop does not hold it "entering" for a year: the truck parked there arrives on the good fixes', () => {
+    const a = agent();
+    // A load whose pick-up is where the truck is parked (every epoch of nmeaFrom(t, 1) is at 41.6, -87.6).
+    a.store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [{ sequence: 1, type: 'pickup', latitude: 41.6, longitude: -87.6, radiusM: 300 }], nowMs: TRUE_NOW - 60_000 });
+    const config = configSchema.parse({ api: { scac: 'ABCD' }, milestones: { dwell_s: 2, min_fixes: 2 }, sources: [{ type: 'simulator', resource_id: 'T1' }] });
+    const detector = new MilestoneDetector(
+      a.store,
+      () => config,
+      jsonLogger(logs),
+      () => {},
+    );
+    a.ingest.onAdmitted((batch) => detector.process(batch));
+    // The receiver's first epoch a year ahead, handed over on its own (the first of a 5 s hand-over), then a good one a second.
+    a.feed(epoch(TRUE_NOW - 2000 + 365 * DAY));
+    a.decoder.flush();
+    a.ingest.handOver();
+    for (let i = 0; i < 6; i++) {
+      a.tick(1000);
+      a.feed(epoch(TRUE_NOW + i * 1000));
+      a.decoder.flush();
+      a.ingest.handOver();
+    }
+    expect(a.gnss.state()).toBe('gnss');
+    const timeOf = (m: { body: Record<string, unknown> }) => Date.parse((m.body.time as { dateTime: string }).dateTime);
+    const arrivals = a.store.listMilestones().filter((m) => m.body.eventCode === 'X3');
+    // Arrived at the first fix of known time there (GNSS time was taken from the second good one).
+    expect(arrivals).toHaveLength(1);
+    const at = timeOf(arrivals[0]!);
+    expect(at).toBeGreaterThanOrEqual(TRUE_NOW);
+    expect(at).toBeLessThanOrEqual(TRUE_NOW + 2000);
+    // Nothing was judged by the garbled date: no milestone a year ahead.
+    expect(a.store.listMilestones().filter((m) => timeOf(m) > TRUE_NOW + DAY)).toEqual([]);
   });
 });

@@ -102,8 +102,9 @@ describe('judging times with the system clock 12 h behind', () => {
     gnss.setSync({ synchronised: false, from: 'test' });
     const t = { ...LIMITS, clock: new TrustedClock(undefined, k.sources), gnss };
     expect(gnss.state()).toBe('unsynchronised');
-    // Without GNSS time the agent would refuse this fix; now it is kept, and with the next that agrees, it is the clock.
-    expect(judgeTime(fix(TRUE_NOW - 1000), t)).toEqual({ reading: fix(TRUE_NOW - 1000), problem: undefined });
+    // Without GNSS time the agent would refuse this fix; now it is kept (marked untimed: no
+    // milestone is judged by it), and with the next that agrees, it is the clock.
+    expect(judgeTime(fix(TRUE_NOW - 1000), t)).toEqual({ reading: { ...fix(TRUE_NOW - 1000), untimed: true }, problem: undefined });
     expect(gnss.state()).toBe('unsynchronised');
     k.tick(1000);
     expect(judgeTime(fix(TRUE_NOW), t)).toEqual({ reading: fix(TRUE_NOW), problem: undefined });
