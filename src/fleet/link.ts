@@ -174,15 +174,18 @@ export class FleetLink {
       this.attempts.succeeded(this.backoff.failures);
       this.lastError = undefined;
       this.refusalLogged = false;
-      this.log.info({ broker: cfg.url, clientId: this.clientId, prefix: this.prefix }, 'connected to the fleet broker');
+      const connected = () => this.log.info({ broker: cfg.url, clientId: this.clientId, prefix: this.prefix }, 'connected to the fleet broker');
       if (cfg.commands) {
+        // Said once the subscription is granted: on a first connect the broker drops a command
+        // published before it (no session holds it yet), so "connected" means commands arrive.
         client.subscribe(`${this.prefix}/cmd/+`, { qos: 1 }, (err, granted) => {
           if (!current()) return;
+          connected();
           const refused = err ? err.message : (granted ?? []).some((g) => g.qos === 128) ? 'refused by the broker (its ACL?)' : undefined;
           if (refused) this.log.error({ topic: `${this.prefix}/cmd/+`, err: refused }, 'could not subscribe to the fleet commands');
           else this.pruneWhileConnected(client);
         });
-      }
+      } else connected();
       this.publishStatus();
       clearInterval(this.statusTimer);
       this.statusTimer = setInterval(() => this.publishStatus(), cfg.status_interval_s * 1000);
