@@ -127,7 +127,7 @@ export class Agent {
     this.clock.noteCommitted(this.store.newestReadingTime() ?? Number.NaN);
     this.ingest = new Ingest(this.store, ingestOptionsOf(config), this.log.child({ component: 'buffer' }));
     this.ingest.onError = (err) => this.checkFatal(err);
-    watchGarbledFixes(this.clockKeeper.gnss, this.store, this.ingest, this.log.child({ component: 'clock' }), this.store.lastReadingId());
+    watchGarbledFixes(this.clockKeeper.gnss, this.store, this.ingest, this.log.child({ component: 'clock' }));
     // Positions become arrival, departure and delay milestones as they come (onAdmitted below).
     const detector = new MilestoneDetector(
       this.store,

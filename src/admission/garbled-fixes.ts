@@ -7,10 +7,11 @@
  *
  * When GNSS time T is taken, the run has been up `upMs` on the monotonic clock: every fix of
  * this run admitted before then came at a true time within [T - upMs - AGREE_MS, T + AGREE_MS].
- * The rows of this run (ids above the newest at start) from the sources whose fixes were
- * admitted before T and timed outside that window are set aside (src/buffer/set-aside.ts), in
- * one transaction, with one warning. Readings of earlier runs, of other sources, and those
- * admitted after T (judged against GNSS time) are not looked at.
+ * The rows this run's ingest committed from the sources whose fixes were admitted before T
+ * and timed outside that window are set aside (src/buffer/set-aside.ts), in one transaction,
+ * with one warning. Readings of earlier runs (a salvage copies some in beside the daemon), of
+ * other sources, those admitted after T (judged against GNSS time), and those a trace request
+ * not yet answered holds are not.
  *
  * The system clock turning synchronised before two fixes agree is the same truth (T: the clock
  * then): GNSS time is never taken after it, and a reading a year ahead would otherwise stay the
@@ -26,8 +27,9 @@ import { AGREE_MS } from '../gnss-first-fix.js';
 /** Readings named one by one in the warning; the rest are counted. */
 const MAX_NAMED = 10;
 
-/** What of the ingest is needed: what is queued goes into the buffer first, and its newest fix per resource is forgotten. */
+/** What of the ingest is needed: its commits' ids, what is queued goes into the buffer first, and its newest fix per resource is forgotten. */
 export interface GarbledIngest {
+  onCommit(fn: () => void): void;
   flush(force?: boolean): number;
   readonly fixes: Pick<NewestFixes, 'forget'>;
 }
@@ -49,15 +51,26 @@ export function garbledReason(r: SetAsideRow, t: TimeKnown): string {
   return `time: ${r.source}'s reading of ${r.resourceId} at ${iso(r.timeMs)} is ${where} ${truthOf(t)} ${iso(t.timeMs)} (run up ${Math.round(t.upMs / 1000)} s): a garbled date, set aside`;
 }
 
-/** Look for garbled readings of this run once the true time is known. `afterId`: the newest reading's id when the run started. */
-export function watchGarbledFixes(gnss: GnssClock, store: Pick<Store, 'db'>, ingest: GarbledIngest, log: Logger, afterId: number): () => void {
+/** Look for garbled readings of this run once the true time is known. Watches before the ingest's first commit. */
+export function watchGarbledFixes(gnss: GnssClock, store: Pick<Store, 'db' | 'readings'>, ingest: GarbledIngest, log: Logger): () => void {
+  // The ids each commit of the ingest gave, until the true time is known: one range, unless a
+  // salvage's batches came between.
+  let ranges: Array<[number, number]> | undefined = [];
+  ingest.onCommit(() => {
+    const ids = store.readings.lastIds;
+    if (!ranges || !ids) return;
+    const prev = ranges.at(-1);
+    if (prev && prev[1] + 1 === ids.first) prev[1] = ids.last;
+    else ranges.push([ids.first, ids.last]);
+  });
   return gnss.onTimeKnown((t) => {
     try {
       // The fixes admitted before T and still waiting in memory are committed first (the one
       // that gave T comes after): one query then finds them all. A commit failing (a full
       // disk) leaves them waiting; they are not looked at again.
       ingest.flush(true);
-      const rows = setAsideReadings(store.db, { afterId, sources: t.sources, ...trueWindow(t) });
+      const rows = setAsideReadings(store.db, { ranges: ranges ?? [], sources: t.sources, ...trueWindow(t) });
+      ranges = undefined;
       if (rows.length === 0) return;
       ingest.fixes.forget(new Set(rows.map((r) => r.resourceId)));
       log.warn(

@@ -68,6 +68,8 @@ export interface MarkAfter {
 export class Readings {
   /** Where each resource was, kept after its readings go (written with them, history.ts). */
   readonly history: PositionHistory;
+  /** The ids the last insertReadings gave (none kept: undefined): the daemon's own rows, not a salvage's beside it. */
+  lastIds: { first: number; last: number } | undefined;
   private readonly db: DB;
   private readonly insertRow: Statement;
   private readonly nextId: Statement;
@@ -152,6 +154,7 @@ export class Readings {
     history?: HistoryOptions,
   ): number {
     let kept = 0;
+    let ids: Readings['lastIds'];
     // IMMEDIATE: the write lock is taken before the loads are read, so a load the CLI starts
     // or ends concurrently is seen either wholly before or wholly after this batch.
     this.db
@@ -162,6 +165,7 @@ export class Readings {
         // CLI a moment ago applies to the very next batch.
         const windows = this.windows.batch(lateSince);
         let id = this.nextId.get() as number;
+        const first = id;
         for (let i = 0; i < batch.length; i++) {
           const r = batch[i];
           const timeMs = Math.round(r.timeMs);
@@ -171,6 +175,7 @@ export class Readings {
           if (typeof r.lat === 'number' && typeof r.lon === 'number') this.history.note(r.resourceId, timeMs, r.lat, r.lon, history);
           kept += 1;
         }
+        ids = kept > 0 ? { first, last: id - 1 } : undefined;
         const adopted = windows.close();
         // Rows that joined a load just now may lie below where the purge has got to.
         if (adopted !== undefined) this.reclaim.rejoined(adopted);
@@ -179,6 +184,7 @@ export class Readings {
         rideAlong(this.db, alongside);
       })
       .immediate();
+    this.lastIds = ids;
     this.history.committed();
     return kept;
   }

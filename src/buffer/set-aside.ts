@@ -6,14 +6,19 @@
  * the driver's page, a milestone's position) and went out in its traces until that date passed.
  */
 import type { DB } from './db.js';
+import { decodeIds } from './requests.js';
 import { ReadingState } from './types.js';
 
 /** Counter of readings set aside for a garbled receiver date (see garbled-fixes.ts). */
 export const COUNTER_DROPPED_GARBLED = 'readings_dropped_garbled_date';
 
 export interface SetAsideQuery {
-  /** Only readings above this id: this run's (the newest id when it started). */
-  afterId: number;
+  /**
+   * Only readings with ids in these ranges (first, last; ascending): those this run's ingest committed.
+   * A salvage beside the daemon (`buffer salvage`) copies in an earlier run's readings, under
+   * the same source's name, with ids among them.
+   */
+  ranges: ReadonlyArray<readonly [number, number]>;
   /** Only the rows of these sources (those stamped with the receiver's own time). */
   sources: string[];
   /** Rows timed before or after this window go. */
@@ -32,18 +37,26 @@ export interface SetAsideRow {
  * Delete the readings the query finds, in one transaction with what they left elsewhere: a
  * load's marks, their position in the history, the resource's last fix where it is theirs
  * (taken again from the newest reading or position left), and the count. One range of the
- * primary key (this run's rows). Readings a dead letter holds stay with it.
+ * primary key (this run's rows). Readings a dead letter holds stay with it, and so do those
+ * a trace request fixed and not yet answered holds (requests.ts): it may be at the service,
+ * and goes again with the same points under its key (one fewer made a new key, and a service
+ * that had the first took the rest twice).
  */
 export function setAsideReadings(db: DB, q: SetAsideQuery): SetAsideRow[] {
-  if (q.sources.length === 0) return [];
+  if (q.sources.length === 0 || q.ranges.length === 0) return [];
+  const ours = (id: number) => q.ranges.some(([first, last]) => id >= first && id <= last);
   return db
     .transaction(() => {
-      const rows = db
+      const found = db
         .prepare(
           `SELECT id, resource_id AS resourceId, time_ms AS timeMs, source, lat IS NOT NULL AND lon IS NOT NULL AS fix FROM readings
-            WHERE id > ? AND (time_ms < ? OR time_ms > ?) AND state <> ${ReadingState.HELD} AND source IN (SELECT value FROM json_each(?)) ORDER BY id`,
+            WHERE id >= ? AND id <= ? AND (time_ms < ? OR time_ms > ?) AND state <> ${ReadingState.HELD} AND source IN (SELECT value FROM json_each(?)) ORDER BY id`,
         )
-        .all(q.afterId, q.fromMs, q.untilMs, JSON.stringify(q.sources)) as Array<SetAsideRow & { fix: number }>;
+        .all(q.ranges[0]![0], q.ranges.at(-1)![1], q.fromMs, q.untilMs, JSON.stringify(q.sources))
+        .filter((r) => ours((r as SetAsideRow).id)) as Array<SetAsideRow & { fix: number }>;
+      // One row per load and kind: few to read.
+      const inRequest = new Set((db.prepare('SELECT point_ids FROM requests').pluck().all() as string[]).flatMap(decodeIds));
+      const rows = found.filter((r) => !inRequest.has(r.id));
       if (rows.length === 0) return [];
       // The position first: the delete trigger (readings_keep_fix) would keep it as the last fix.
       const unfix = db.prepare('UPDATE readings SET lat = NULL, lon = NULL WHERE id = ?');

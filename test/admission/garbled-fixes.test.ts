@@ -7,6 +7,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { watchGarbledFixes } from '../../src/admission/garbled-fixes.js';
 import { Ingest } from '../../src/admission/ingest.js';
+import { salvage } from '../../src/buffer/salvage.js';
 import { Store } from '../../src/buffer/store.js';
 import { TrustedClock } from '../../src/clock.js';
 import { configSchema } from '../../src/config/schema.js';
@@ -47,7 +48,7 @@ function agent() {
   const gnss = new GnssClock(clocks);
   gnss.setSync({ synchronised: false, from: 'test' });
   const ingest = new Ingest(store, { batchSize: 500, flushIntervalMs: 60_000, keepWithoutLoad: true }, log, clocks.wall);
-  watchGarbledFixes(gnss, store, ingest, log, store.lastReadingId());
+  watchGarbledFixes(gnss, store, ingest, log);
   const base = { ...LIMITS, clock: new TrustedClock(undefined, clocks), gnss };
   const gps = ingest.intake('nmea:T1', log, { ...base, stamp: 'gnss' });
   const decoder = new NmeaDecoder('T1', { reading: (r, where) => gps.emit(r, where), reject: gps.reject });
@@ -234,5 +235,59 @@ describe('the milestone detector judges fixes only once their time can be', () =
     expect(at).toBeLessThanOrEqual(TRUE_NOW + 2000);
     // Nothing was judged by the garbled date: no milestone a year ahead.
     expect(a.store.listMilestones().filter((m) => timeOf(m) > TRUE_NOW + DAY)).toEqual([]);
+  });
+});
+
+describe('what the set-aside leaves alone', () => {
+  it('a garbled reading a fixed trace request holds stays: the request goes again with the same points under its key', () => {
+    const a = agent();
+    a.store.startLoad({ loadNumber: 'L1', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: TRUE_NOW - 3_600_000, fromMs: undefined });
+    a.feed(epoch(TRUE_NOW - 2000 + 365 * DAY));
+    a.tick(1000);
+    a.feed(epoch(TRUE_NOW - 1000).slice(0, 1));
+    a.ingest.flush();
+    // The first garbled reading is committed (the GGA-only epoch waits in the decoder for the next).
+    const ids = (a.store.db.prepare('SELECT id FROM readings ORDER BY id').pluck().all() as number[]).slice(1);
+    expect(ids).toHaveLength(1);
+    // A push sent it, and its answer was lost: the request is fixed with its key.
+    const held = ids[0]!;
+    a.store.requests.fix({ loadNumber: 'L1', kind: 'chunk', afterId: held - 1, lastId: held, lastSampleMs: null, pointIds: [held], key: 'key-of-the-first-try', dropped: 0 });
+    for (let i = 0; i < 3; i++) {
+      a.tick(1000);
+      a.feed(epoch(TRUE_NOW + i * 1000));
+    }
+    a.decoder.flush();
+    a.ingest.flush();
+    expect(a.gnss.state()).toBe('gnss');
+    // It stays for its request; the GGA-only epoch that took its date goes.
+    expect(a.times()).toEqual([TRUE_NOW - 2 * 3_600_000, TRUE_NOW - 2000 + 365 * DAY, TRUE_NOW, TRUE_NOW + 1000, TRUE_NOW + 2000]);
+    expect(a.store.requests.fixed('L1', 'chunk')?.pointIds).toEqual([held]);
+    expect(a.store.counters().readings_dropped_garbled_date).toBe(1);
+  });
+
+  it("readings a salvage copied in during the run stay, though of the same source's name and far older than the run", () => {
+    const old = `${tmp.dir}/old.db`;
+    const before = Store.open(old);
+    before.startLoad({ loadNumber: 'L0', resourceId: 'T1', resourceType: 'Truck', stops: [], nowMs: TRUE_NOW - 4 * DAY });
+    before.insertReadings(
+      [0, 1, 2].map((i) => ({ resourceId: 'T1', timeMs: TRUE_NOW - 3 * DAY + i * 1000, lat: 41.8, lon: -87.6 })),
+      false,
+      ['nmea:T1', 'nmea:T1', 'nmea:T1'],
+    );
+    before.close();
+    const a = agent();
+    // The daemon started on a new buffer (the old one moved aside); the operator salvages it beside the daemon.
+    const report = salvage(old, a.store, { nowMs: TRUE_NOW - BEHIND });
+    expect(report.readings).toBe(3);
+    a.feed(epoch(TRUE_NOW - 2000 + 365 * DAY));
+    for (let i = 0; i < 3; i++) {
+      a.tick(1000);
+      a.feed(epoch(TRUE_NOW + i * 1000));
+    }
+    a.decoder.flush();
+    a.ingest.flush();
+    expect(a.gnss.state()).toBe('gnss');
+    expect(a.times()).toEqual([TRUE_NOW - 2 * 3_600_000, TRUE_NOW - 3 * DAY, TRUE_NOW - 3 * DAY + 1000, TRUE_NOW - 3 * DAY + 2000, TRUE_NOW, TRUE_NOW + 1000, TRUE_NOW + 2000]);
+    expect(a.store.counters().readings_dropped_garbled_date).toBe(1);
   });
 });
