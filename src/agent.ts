@@ -9,7 +9,7 @@ import { ingestOptionsOf } from './admission/ingest-options.js';
 import { Ingest } from './admission/ingest.js';
 import type { ApiClient } from './api/client.js';
 import { clientOf } from './api/client-of.js';
-import { addProxySecrets } from './api/transport.js';
+import { addUrlSecrets } from './api/transport.js';
 import { enforceBounds } from './buffer/bounds.js';
 import { ReserveKeeper } from './buffer/disk.js';
 import { BufferLock } from './buffer/lock.js';
@@ -226,10 +226,10 @@ export class Agent {
     this.opts.onFatal?.(fatal);
   }
 
-  /** The key and any proxy password are scrubbed from logs from now on; a key file open to others is warned about. */
+  /** The key and any password in a URL are scrubbed from logs from now on; a key file open to others is warned about. */
   private takeSecrets(key: KeyLookup, config: Config): void {
     addSecret(key.key);
-    addProxySecrets(config.api.proxy);
+    addUrlSecrets(config.api);
     const warning = keyFileWarning(key);
     if (warning) this.log.warn(`subscription key: ${warning}`);
   }

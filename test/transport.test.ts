@@ -3,8 +3,9 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ApiClient } from '../src/api/client.js';
+import { addUrlSecrets } from '../src/api/transport.js';
 import { Sandbox } from '../src/sandbox/server.js';
-import { agentConfig, type Daemon, runCli, startDaemon, TEST_KEY, TEST_SCAC, waitFor, tempFixture } from './helpers.js';
+import { agentConfig, type Daemon, lineLogger, runCli, startDaemon, TEST_KEY, TEST_SCAC, waitFor, tempFixture } from './helpers.js';
 import { makePki, type Pki } from './pki.js';
 import { freePort, stopProcess } from './sources/support.js';
 
@@ -169,6 +170,16 @@ describe('proxies (tinyproxy)', () => {
     }
     expect(sandbox.stats.requests).toBe(3);
     expect((p.log().match(/CONNECT 127\.0\.0\.1/g) ?? []).length).toBe(1);
+  });
+
+  it("a password in api.base_url is scrubbed from a log line, as a proxy's is", () => {
+    const lines: string[] = [];
+    const log = lineLogger(lines);
+    addUrlSecrets({ base_url: 'https://carrier:b4se-url-pass@logistics.example' });
+    log.warn({ url: 'https://carrier:b4se-url-pass@logistics.example/x' }, 'request to https://carrier:b4se-url-pass@logistics.example failed');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).not.toContain('b4se-url-pass');
+    expect(lines[0]).toContain('request to https://carrier:');
   });
 
   it('a proxy password never reaches a log line or an error', async () => {

@@ -39,9 +39,9 @@ export function redactProxy(url: string): string {
   }
 }
 
-/** Proxy passwords (api.proxy's, the environment's) are scrubbed from every log line. */
-export function addProxySecrets(proxy: string | undefined, env: NodeJS.ProcessEnv = process.env): void {
-  for (const url of [proxy, env.https_proxy, env.HTTPS_PROXY, env.http_proxy, env.HTTP_PROXY]) {
+/** Passwords in the service's and the proxies' URLs (api.base_url, api.proxy, the environment's) are scrubbed from every log line. */
+export function addUrlSecrets(api: { base_url: string; proxy?: string }, env: NodeJS.ProcessEnv = process.env): void {
+  for (const url of [api.base_url, api.proxy, env.https_proxy, env.HTTPS_PROXY, env.http_proxy, env.HTTP_PROXY]) {
     try {
       if (url) addSecret(decodeURIComponent(new URL(url).password));
     } catch {
