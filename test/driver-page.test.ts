@@ -9,6 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { systemZone } from '../src/geo/timezone.js';
 import { Sandbox } from '../src/sandbox/server.js';
 import { agentConfig, type Daemon, ROOT, runCli, startDaemon, TEST_KEY, TEST_SCAC, tempDir, waitFor, writeFile } from './helpers.js';
 
@@ -323,6 +324,60 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
     } finally {
       release();
       sandbox.gate = undefined;
+    }
+  });
+
+  it('shows a milestone recorded without a position with its warning after the redirect, announced, and passes the same audit with it', async () => {
+    // A stop with no coordinates on a truck no source feeds: no place and no fix, so the rules
+    // let the arrival through with the no-position warning (test/page-forms.test.ts).
+    const yard = writeFile(tmp.dir, 'yard.json', JSON.stringify([{ sequence: 1, type: 'delivery', name: 'Yard 7' }]));
+    const started = await runCli(['load', 'start', 'L-3003', '--resource', 'T9', '--stops', yard, '--config', cfg]);
+    expect(started.code, started.stderr).toBe(0);
+    const said = `Recorded without a position (neither the stop nor the truck has one for that time): its time is sent in ${systemZone()} time. The agent adds the truck's position when it sends it, if it has one by then.`;
+    try {
+      await page.goto(`${base}/`);
+      await load(page, 'L-3003')
+        .getByRole('button', { name: /^Arrived/ })
+        .click();
+      await page.getByRole('button', { name: 'Confirm' }).click();
+      await expect.poll(() => page.locator('.flash').textContent()).toMatch(/^Saved: .*, L-3003, /);
+      // The page the redirect led to, which a reload shows again (to this session only).
+      const saved = page.url();
+      expect(saved).toMatch(/\/\?saved=\d+$/);
+      // Announced: an alert, as the accessibility tree has it, saying it in the driver's words.
+      const alert = page.getByRole('alert');
+      expect(await alert.allTextContents()).toEqual([said]);
+      expect(await alert.isVisible()).toBe(true);
+      const found: string[] = [];
+      for (const viewport of [
+        { width: 360, height: 640 },
+        { width: 800, height: 1280 },
+      ]) {
+        for (const sun of [false, true]) {
+          const c = await browser.newContext({ viewport, locale: 'en-US' });
+          try {
+            const p = await c.newPage();
+            const where = `${viewport.width}x${viewport.height}${sun ? ', high contrast' : ''}, warning`;
+            await p.goto(`${base}/`);
+            if (sun) await p.getByRole('link', { name: 'High contrast (sunlight)' }).click();
+            await c.addCookies((await ctx.cookies()).filter((x) => x.name === 'ta_session'));
+            await p.goto(saved);
+            expect(await p.locator('html').getAttribute('class')).toBe(sun ? 'sun' : null);
+            // Shown, and so measured by the audit: its text on its own background.
+            const w = p.getByRole('alert');
+            expect(await w.allTextContents()).toEqual([said]);
+            expect(await w.isVisible()).toBe(true);
+            found.push(...(await audit(p, where)));
+          } finally {
+            await c.close();
+          }
+        }
+      }
+      expect(found).toEqual([]);
+    } finally {
+      // The pages after this one (the screenshots) show the two loads only.
+      const ended = await runCli(['load', 'end', 'L-3003', '--config', cfg]);
+      expect(ended.code, ended.stderr).toBe(0);
     }
   });
 
