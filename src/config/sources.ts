@@ -3,6 +3,7 @@
  * config schema that grows with every new kind of device).
  */
 import * as z from 'zod';
+import { readDateTime } from '../geo/localtime.js';
 import { RESOURCE_TYPES, resourceTypeOf } from '../milestones/codes.js';
 
 export const positiveInt = z.number().int().positive();
@@ -49,7 +50,6 @@ const stopSchemaForSimulator = z.strictObject({
 });
 
 /** A simulator's start: with Z, an offset, or neither (the device's zone), as Date.parse reads it. */
-const isoTime = z.iso.datetime({ offset: true, local: true });
 
 export const simulatorSourceSchema = z.strictObject({
   type: z.literal('simulator'),
@@ -66,7 +66,7 @@ export const simulatorSourceSchema = z.strictObject({
   /** Where the simulated clock starts: `now`, or an ISO 8601 time (checked here: a bad one failed the start with exit 1). */
   start_time: z
     .string()
-    .refine((t) => t === 'now' || isoTime.safeParse(t).success, 'expected "now" or an ISO 8601 time such as 2026-01-15T08:00:00Z')
+    .refine((t) => t === 'now' || readDateTime(t) !== undefined, 'expected "now" or an ISO 8601 time such as 2026-01-15T08:00:00Z')
     .default('now'),
   /** Pauses at route points (loading, unloading). */
   stops: z.array(stopSchemaForSimulator).default([]),

@@ -3,6 +3,7 @@
  * for hardware in tests. The model (`SimulatorModel`) is pure and steps in simulated time;
  * the source (`SimulatorSource`) runs it against the wall clock at `time_scale`.
  */
+import { readDateTime } from '../geo/localtime.js';
 import type { SimulatorSourceConfig } from '../config/schema.js';
 import type { Reading } from '../reading.js';
 import { bearingDeg, distanceM, loadRoute, type RoutePoint } from './routes.js';
@@ -189,7 +190,10 @@ export class SimulatorSource implements Source {
     random: () => number = Math.random,
   ) {
     this.name = cfg.name ?? `simulator:${cfg.resource_id}`;
-    const start = cfg.start_time === 'now' ? Date.now() : Date.parse(cfg.start_time);
+    // Read as every typed time is (the schema checked it): with an offset or Z an instant,
+    // without one this device's local time.
+    const read = cfg.start_time === 'now' ? undefined : readDateTime(cfg.start_time);
+    const start = cfg.start_time === 'now' ? Date.now() : read === undefined ? Number.NaN : read.kind === 'instant' ? read.ms : Date.parse(cfg.start_time);
     if (Number.isNaN(start)) throw new Error(`simulator ${this.name}: start_time: expected "now" or an ISO 8601 time`);
     this.model = new SimulatorModel(cfg, start, random);
   }
