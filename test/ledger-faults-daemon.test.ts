@@ -76,7 +76,7 @@ describe('the ledger under random faults, kills and reloads of the real daemon',
     const dir = fx.tmp.dir;
     const log = join(dir, 'emitted.log');
     const stopFile = join(dir, 'stop-feeding');
-    const source = `[[sources]]\ntype = "module"\nname = "feeder"\npath = "${feeder(dir)}"\noptions = { log = "${log}", stop = "${stopFile}", base = ${Date.now() + 1000} }\n`;
+    const source = `[[sources]]\ntype = "module"\nname = "feeder"\npath = "${feeder(dir)}"\noptions = { log = "${log}", stop = "${stopFile}", base = 0 }\n`;
     const cfg = agentConfig(dir, url, `max_traces_per_request = 20\ndrain_interval_ms = 0\nauth_retry_s = 1\n${source}`, { traces: '* * * * * *', sampling: 0 });
     // Answers slower than this are timeouts: the service has the request, the agent no answer.
     writeFileSync(cfg, readFileSync(cfg, 'utf8').replace('timeout_s = 5', 'timeout_s = 1'));
@@ -87,6 +87,11 @@ describe('the ledger under random faults, kills and reloads of the real daemon',
       const started = await runCli(['load', 'start', load, '--resource', res, '--config', cfg]);
       expect(started.code, started.stderr).toBe(0);
     }
+    // The feeder's times begin once both windows are open (a load's window opens when `load
+    // start` runs): a reading stamped before it is kept without a load, never sent, and the
+    // buffer never drains. Stamped a second ahead of the config's writing, the first readings
+    // of T2 fell before L2's window whenever the two `load start` took longer than that.
+    writeFileSync(cfg, readFileSync(cfg, 'utf8').replace('base = 0 }', `base = ${Date.now()} }`));
 
     const ended = new Map<number, string>();
     let daemon: Daemon | undefined;
