@@ -168,6 +168,31 @@ export const jsonLogger = <T>(into: T[], level: 'debug' | 'info' = 'debug'): Log
 /** A logger whose lines land as written in `into`: to check what text reached the log at all (a PIN, a key). */
 export const lineLogger = (into: string[], level: 'debug' | 'info' = 'info'): Logger => loggerTo((line) => into.push(line), level);
 
+/** A parsed log line, as jsonLogger gives it. */
+export type LogLine = { level: number; msg: string } & Record<string, unknown>;
+
+/**
+ * Per test: the lines a `logger()` writes (`lines`, fresh for each test) and what the test
+ * opened (`open`: buffers, stores; closed after it, newest first).
+ */
+export function logFixture(): { readonly lines: LogLine[]; logger: () => Logger; open: Array<{ close(): void }> } {
+  let lines: LogLine[] = [];
+  const open: Array<{ close(): void }> = [];
+  beforeEach(() => {
+    lines = [];
+  });
+  afterEach(() => {
+    while (open.length) open.pop()!.close();
+  });
+  return {
+    get lines() {
+      return lines;
+    },
+    logger: () => jsonLogger(lines),
+    open,
+  };
+}
+
 export const TEST_KEY = 'test-key-0123456789abcdef';
 export const TEST_SCAC = 'ABCD';
 

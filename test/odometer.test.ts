@@ -3,7 +3,7 @@
  * go through the real admission into a real buffer file, and each stored row carries the
  * resource's total in km.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Ingest } from '../src/admission/ingest.js';
 import type { OdometerOptions } from '../src/admission/odometer.js';
 import { Store } from '../src/buffer/store.js';
@@ -15,7 +15,7 @@ import type { Reading } from '../src/reading.js';
 import { horizontalErrorM } from '../src/sources/gpsd.js';
 import { RunningSources } from '../src/sources/running.js';
 import { SimulatorModel, seededRandom } from '../src/sources/simulator.js';
-import { waitFor, jsonLogger, tempFixture } from './helpers.js';
+import { logFixture, tempFixture, waitFor } from './helpers.js';
 import { NMEA_LOG } from './sources/support.js';
 
 const T0 = Date.parse('2026-03-02T14:00:00Z');
@@ -24,24 +24,13 @@ const LIMITS = { minSpeedKmh: 3, maxSpeedKmh: 200 };
 const GNSS: OdometerOptions = { ...LIMITS };
 
 const tmp = tempFixture();
-let logs: Array<{ level: number; msg: string } & Record<string, unknown>>;
-const open: Array<{ close(): void }> = [];
-
-beforeEach(() => {
-  logs = [];
-});
-afterEach(() => {
-  while (open.length) open.pop()!.close();
-});
-
-function logger() {
-  return jsonLogger(logs);
-}
+const logs = logFixture();
+const logger = logs.logger;
 
 /** A buffer and its admission, as the daemon has them (readings kept without a load unless said). */
 function agent(opts: { keepWithoutLoad?: boolean; now?: () => number } = {}) {
   const store = Store.open(tmp.buffer);
-  open.push(store);
+  logs.open.push(store);
   const log = logger();
   const ingest = new Ingest(store, { batchSize: 500, flushIntervalMs: 60_000, keepWithoutLoad: opts.keepWithoutLoad ?? true }, log, opts.now);
   return { store, ingest, log };
@@ -146,7 +135,7 @@ describe('GNSS odometer', () => {
     expect(km.at(61)).toBeCloseTo(1.5, 2);
     expect(km.at(121)).toBeCloseTo(3.0, 2);
     expect(km.at(-1)).toBeCloseTo(4.5, 2);
-    const jumps = logs.filter((l) => l.msg.startsWith('GNSS odometer: a jump'));
+    const jumps = logs.lines.filter((l) => l.msg.startsWith('GNSS odometer: a jump'));
     expect(jumps.map((l) => l.level)).toEqual([30, 20]);
     expect(jumps[0]).toMatchObject({ resourceId: 'TRUCK-1', gapS: 3600, maxKmh: 200 });
     // A plausible gap is the straight line: 10 minutes without a fix, 10 km on.
@@ -164,8 +153,8 @@ describe('GNSS odometer', () => {
     for (const f of fixes.slice(0, half)) run.ingest.admit({ ...f }, intake);
     run.ingest.stop();
     run.store.close();
-    open.length = 0;
-    const atStop = logs.find((l) => l.msg === 'GNSS odometer starts');
+    logs.open.length = 0;
+    const atStop = logs.lines.find((l) => l.msg === 'GNSS odometer starts');
     expect(atStop).toMatchObject({ km: 120_000 });
     // A new process on the same file: no start again, the count goes on.
     run = agent();
@@ -198,7 +187,7 @@ describe('GNSS odometer', () => {
     }
     expect(storedOdometers(run.store)).toEqual([]);
     run.store.close();
-    open.length = 0;
+    logs.open.length = 0;
     run = agent({ keepWithoutLoad: true, now: () => now });
     intake = run.ingest.intake('gpsd:TRUCK-1', logger(), undefined, GNSS);
     // Back on the road 20 minutes later, 45 km further on (135 km/h since the last total written).

@@ -4,7 +4,7 @@
  * and the GNSS clock on test clocks, into a real buffer file. Before, the reading dated a
  * year ahead (and the GGA-only epoch carrying its date) stayed the truck's last fix.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { watchGarbledFixes } from '../../src/admission/garbled-fixes.js';
 import { Ingest } from '../../src/admission/ingest.js';
 import { salvage } from '../../src/buffer/salvage.js';
@@ -14,7 +14,7 @@ import { configSchema } from '../../src/config/schema.js';
 import { MilestoneDetector } from '../../src/milestones/detector.js';
 import { GnssClock } from '../../src/gnss-clock.js';
 import { NmeaDecoder } from '../../src/sources/nmea.js';
-import { jsonLogger, tempFixture } from '../helpers.js';
+import { logFixture, tempFixture } from '../helpers.js';
 import { nmeaFrom } from '../nmea-lines.js';
 
 const TRUE_NOW = Date.parse('2026-11-26T12:00:00Z');
@@ -23,14 +23,7 @@ const DAY = 86_400_000;
 const LIMITS = { maxFutureS: 300, maxPastDays: 30 };
 
 const tmp = tempFixture();
-let logs: Array<{ level: number; msg: string } & Record<string, unknown>>;
-const open: Array<{ close(): void }> = [];
-beforeEach(() => {
-  logs = [];
-});
-afterEach(() => {
-  while (open.length) open.pop()!.close();
-});
+const logs = logFixture();
 
 /** A daemon's admission on a wall clock 12 h behind, not synchronised, with a buffer that holds a reading of an earlier run. */
 function agent() {
@@ -41,10 +34,10 @@ function agent() {
     c.monoMs += ms;
   };
   const store = Store.open(tmp.buffer);
-  open.push(store);
+  logs.open.push(store);
   // The earlier run's last fix, two hours ago: outside this run's window, and good.
   store.insertReadings([{ resourceId: 'T1', timeMs: TRUE_NOW - 2 * 3_600_000, lat: 41.7, lon: -87.7 }], true, ['nmea:T1']);
-  const log = jsonLogger(logs);
+  const log = logs.logger();
   const gnss = new GnssClock(clocks);
   gnss.setSync({ synchronised: false, from: 'test' });
   const ingest = new Ingest(store, { batchSize: 500, flushIntervalMs: 60_000, keepWithoutLoad: true }, log, clocks.wall);
@@ -57,7 +50,16 @@ function agent() {
     for (const l of lines) decoder.line(l, ++n);
   };
   const times = () => (store.db.prepare('SELECT time_ms AS t FROM readings ORDER BY id').all() as Array<{ t: number }>).map((r) => r.t);
-  return { tick, store, ingest, gnss, gps, decoder, feed, times, clocks, c };
+  /** `n` good epochs a second apart from `fromMs`; then what the decoder and the ingest hold goes into the buffer. */
+  const goodFixes = (n: number, fromMs = TRUE_NOW) => {
+    for (let i = 0; i < n; i++) {
+      tick(1000);
+      feed(epoch(fromMs + i * 1000));
+    }
+    decoder.flush();
+    ingest.flush();
+  };
+  return { tick, store, ingest, gnss, gps, decoder, feed, goodFixes, times, clocks, c };
 }
 
 const epoch = (atMs: number) => nmeaFrom(atMs, 1).text.trim().split('\r\n');
@@ -74,13 +76,8 @@ describe('a garbled first fix is set aside once GNSS time is taken', () => {
     // the last fix took it (Readings.flushFixes): it is the truck's last fix now.
     a.store.flushFixes();
     expect(a.store.lastFix('T1')?.timeMs).toBe(TRUE_NOW - 2000 + 365 * DAY);
-    for (let i = 0; i < 4; i++) {
-      a.tick(1000);
-      a.feed(epoch(TRUE_NOW + i * 1000));
-    }
-    a.decoder.flush();
+    a.goodFixes(4);
     expect(a.gnss.state()).toBe('gnss');
-    a.ingest.flush();
 
     // Only the earlier run's fix and the good ones are left, and the last fix is the newest good one.
     expect(a.times()).toEqual([TRUE_NOW - 2 * 3_600_000, TRUE_NOW, TRUE_NOW + 1000, TRUE_NOW + 2000, TRUE_NOW + 3000]);
@@ -89,7 +86,7 @@ describe('a garbled first fix is set aside once GNSS time is taken', () => {
     expect(a.ingest.fixes.get('T1')?.timeMs).toBe(TRUE_NOW + 3000);
     // Counted with the other drops (status, /metrics), and said once, with the source, the reading's time and GNSS time.
     expect(a.store.counters().readings_dropped_garbled_date).toBe(2);
-    const warned = logs.filter((l) => l.level === 40 && /set aside/.test(l.msg));
+    const warned = logs.lines.filter((l) => l.level === 40 && /set aside/.test(l.msg));
     expect(warned).toHaveLength(1);
     expect(warned[0]!.msg).toContain(`2 reading(s) of this run set aside: their receiver's date is garbled`);
     expect(warned[0]!.readings).toEqual([
@@ -100,35 +97,25 @@ describe('a garbled first fix is set aside once GNSS time is taken', () => {
 
   it('a first fix 20 days behind goes too; a reading of another source with its own clock and the earlier run stay', () => {
     const a = agent();
-    const exec = a.ingest.intake('exec:T1', jsonLogger(logs), { ...LIMITS, clock: new TrustedClock(undefined, a.clocks), gnss: a.gnss });
+    const exec = a.ingest.intake('exec:T1', logs.logger(), { ...LIMITS, clock: new TrustedClock(undefined, a.clocks), gnss: a.gnss });
     exec.emit({ resourceId: 'T1', timeMs: TRUE_NOW - 20 * DAY, temperatureC: -18 });
     a.feed(epoch(TRUE_NOW - 20 * DAY - 2000));
-    for (let i = 0; i < 3; i++) {
-      a.tick(1000);
-      a.feed(epoch(TRUE_NOW + i * 1000));
-    }
-    a.decoder.flush();
-    a.ingest.flush();
+    a.goodFixes(3);
     expect(a.gnss.state()).toBe('gnss');
     expect(a.times()).toEqual([TRUE_NOW - 2 * 3_600_000, TRUE_NOW - 20 * DAY, TRUE_NOW, TRUE_NOW + 1000, TRUE_NOW + 2000]);
     expect(a.store.counters().readings_dropped_garbled_date).toBe(1);
-    expect(logs.find((l) => /set aside/.test(l.msg))?.readings).toEqual([
+    expect(logs.lines.find((l) => /set aside/.test(l.msg))?.readings).toEqual([
       `time: nmea:T1's reading of T1 at ${new Date(TRUE_NOW - 20 * DAY - 2000).toISOString()} is 20 days before GNSS time ${new Date(TRUE_NOW + 1000).toISOString()} (run up 2 s): a garbled date, set aside`,
     ]);
   });
 
   it('nothing is set aside when the first fixes are good', () => {
     const a = agent();
-    for (let i = 0; i < 3; i++) {
-      a.tick(1000);
-      a.feed(epoch(TRUE_NOW + i * 1000));
-    }
-    a.decoder.flush();
-    a.ingest.flush();
+    a.goodFixes(3);
     expect(a.gnss.state()).toBe('gnss');
     expect(a.times()).toHaveLength(4);
     expect(a.store.counters().readings_dropped_garbled_date).toBeUndefined();
-    expect(logs.filter((l) => /set aside/.test(l.msg))).toEqual([]);
+    expect(logs.lines.filter((l) => /set aside/.test(l.msg))).toEqual([]);
   });
 });
 
@@ -161,7 +148,7 @@ describe('a garbled first fix is set aside once the clock is synchronised, befor
     // The newest in memory was the garbled one: forgotten, the buffer's is read.
     expect(a.ingest.fixes.get('T1')).toBeUndefined();
     expect(a.store.counters().readings_dropped_garbled_date).toBe(2);
-    const warned = () => logs.filter((l) => l.level === 40 && /set aside/.test(l.msg));
+    const warned = () => logs.lines.filter((l) => l.level === 40 && /set aside/.test(l.msg));
     expect(warned()).toHaveLength(1);
     expect(warned()[0]!.msg).toContain(`2 reading(s) of this run set aside: their receiver's date is garbled, outside what the synchronised clock allows`);
     expect(warned()[0]!.clockTime).toBe(iso(TRUE_NOW + 1000));
@@ -172,12 +159,7 @@ describe('a garbled first fix is set aside once the clock is synchronised, befor
 
     // The clock loses its synchronisation and two fixes then agree: GNSS time is taken, the set-aside does not run again.
     a.gnss.setSync({ synchronised: false, from: 'test' });
-    for (let i = 0; i < 3; i++) {
-      a.tick(1000);
-      a.feed(epoch(TRUE_NOW + 2000 + i * 1000));
-    }
-    a.decoder.flush();
-    a.ingest.flush();
+    a.goodFixes(3, TRUE_NOW + 2000);
     expect(a.gnss.state()).toBe('gnss');
     expect(known).toEqual(['clock']);
     expect(warned()).toHaveLength(1);
@@ -211,7 +193,7 @@ describe('the milestone detector judges fixes only once their time can be', () =
     const detector = new MilestoneDetector(
       a.store,
       () => config,
-      jsonLogger(logs),
+      logs.logger(),
       () => {},
     );
     a.ingest.onAdmitted((batch) => detector.process(batch));
@@ -252,12 +234,7 @@ describe('what the set-aside leaves alone', () => {
     // A push sent it, and its answer was lost: the request is fixed with its key.
     const held = ids[0]!;
     a.store.requests.fix({ loadNumber: 'L1', kind: 'chunk', afterId: held - 1, lastId: held, lastSampleMs: null, pointIds: [held], key: 'key-of-the-first-try', dropped: 0 });
-    for (let i = 0; i < 3; i++) {
-      a.tick(1000);
-      a.feed(epoch(TRUE_NOW + i * 1000));
-    }
-    a.decoder.flush();
-    a.ingest.flush();
+    a.goodFixes(3);
     expect(a.gnss.state()).toBe('gnss');
     // It stays for its request; the GGA-only epoch that took its date goes.
     expect(a.times()).toEqual([TRUE_NOW - 2 * 3_600_000, TRUE_NOW - 2000 + 365 * DAY, TRUE_NOW, TRUE_NOW + 1000, TRUE_NOW + 2000]);
@@ -280,12 +257,7 @@ describe('what the set-aside leaves alone', () => {
     const report = salvage(old, a.store, { nowMs: TRUE_NOW - BEHIND });
     expect(report.readings).toBe(3);
     a.feed(epoch(TRUE_NOW - 2000 + 365 * DAY));
-    for (let i = 0; i < 3; i++) {
-      a.tick(1000);
-      a.feed(epoch(TRUE_NOW + i * 1000));
-    }
-    a.decoder.flush();
-    a.ingest.flush();
+    a.goodFixes(3);
     expect(a.gnss.state()).toBe('gnss');
     expect(a.times()).toEqual([TRUE_NOW - 2 * 3_600_000, TRUE_NOW - 3 * DAY, TRUE_NOW - 3 * DAY + 1000, TRUE_NOW - 3 * DAY + 2000, TRUE_NOW, TRUE_NOW + 1000, TRUE_NOW + 2000]);
     expect(a.store.counters().readings_dropped_garbled_date).toBe(1);

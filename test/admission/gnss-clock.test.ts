@@ -5,7 +5,7 @@
  * GNSS time comes (src/admission/clock-hold.ts), through a real buffer.
  */
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ClockHold } from '../../src/admission/clock-hold.js';
 import { Ingest } from '../../src/admission/ingest.js';
 import { judgeTime } from '../../src/admission/time-guard.js';
@@ -15,7 +15,7 @@ import { clockSyncOf, probeClockSync } from '../../src/clock-sync.js';
 import { GnssClock, LATENCY_MS } from '../../src/gnss-clock.js';
 import type { Reading } from '../../src/reading.js';
 import { NmeaDecoder } from '../../src/sources/nmea.js';
-import { jsonLogger, tempFixture, writeFile } from '../helpers.js';
+import { logFixture, tempFixture, writeFile } from '../helpers.js';
 import { nmeaFrom } from '../nmea-lines.js';
 
 const TRUE_NOW = Date.parse('2026-11-26T12:00:00Z');
@@ -46,17 +46,10 @@ function gnssTold(synchronised = false) {
 }
 
 const tmp = tempFixture();
-let logs: Array<{ level: number; msg: string } & Record<string, unknown>>;
-const open: Array<{ close(): void }> = [];
-beforeEach(() => {
-  logs = [];
-});
-afterEach(() => {
-  while (open.length) open.pop()!.close();
-});
+const logs = logFixture();
 
 function logger() {
-  return jsonLogger(logs);
+  return logs.logger();
 }
 
 describe('is the system clock synchronised?', () => {
@@ -248,13 +241,13 @@ describe('system-stamped readings wait for a GNSS time', () => {
   function agent(holdMs: number) {
     const k = clocks();
     const store = Store.open(tmp.buffer);
-    open.push(store);
+    logs.open.push(store);
     const ingest = new Ingest(store, { batchSize: 500, flushIntervalMs: 60_000, keepWithoutLoad: true }, logger(), k.sources.wall);
     const gnss = new GnssClock(k.sources);
     gnss.setSync({ synchronised: false, from: 'test' });
     gnss.expectGnss = true;
     const hold = new ClockHold(gnss, holdMs, logger(), k.sources);
-    open.push({ close: () => hold.stop() });
+    logs.open.push({ close: () => hold.stop() });
     const base = { ...LIMITS, clock: new TrustedClock(undefined, k.sources), gnss, hold };
     const reefer = ingest.intake('onewire', logger(), { ...base, stamp: 'system' });
     const gps = ingest.intake('gpsd:T1', logger(), { ...base, stamp: 'gnss' });
@@ -301,7 +294,7 @@ describe('system-stamped readings wait for a GNSS time', () => {
     expect(a.hold.expired).toBe(1);
     a.ingest.flush();
     expect(a.stored()).toEqual([TRUE_NOW - BEHIND]);
-    const warnings = logs.filter((l) => l.level === 40 && /kept with its time, which is not synchronised/.test(l.msg));
+    const warnings = logs.lines.filter((l) => l.level === 40 && /kept with its time, which is not synchronised/.test(l.msg));
     expect(warnings).toHaveLength(1);
     expect(warnings[0]!.msg).toMatch(/clock\.unsynced_hold_s = 900 s/);
   });
