@@ -275,42 +275,31 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
       await page.getByLabel('Reason').selectOption({ label: 'weather or natural disaster related (AO)' });
       await page.getByRole('button', { name: 'Confirm' }).click();
       await expect.poll(() => page.locator('.flash').textContent()).toContain('Saved');
-      const found: string[] = [];
-      for (const viewport of [
-        { width: 360, height: 640 },
-        { width: 800, height: 1280 },
-      ]) {
-        for (const sun of [false, true]) {
-          const c = await browser.newContext({ viewport, locale: 'en-US' });
-          try {
-            const p = await c.newPage();
-            const where = `${viewport.width}x${viewport.height}${sun ? ', high contrast' : ''}`;
-            await p.goto(`${base}/`);
-            if (sun) {
-              // The page's own switch, on the login page already (a driver in the sun has to log in).
-              await p.getByRole('link', { name: 'High contrast (sunlight)' }).click();
-              expect(await p.locator('html').getAttribute('class')).toBe('sun');
-            }
-            found.push(...(await audit(p, `${where}, login`)));
-            await c.addCookies((await ctx.cookies()).filter((x) => x.name === 'ta_session'));
-            await p.goto(`${base}/`);
-            expect(await stateOf(p, /\(SD\), stop 2/).textContent()).toBe('waiting');
-            found.push(...(await audit(p, `${where}, loads`)));
-            // The offline link line, as the page shows it when the service cannot be reached.
-            await p.locator('#link').evaluate((e) => e.setAttribute('class', 'link offline'));
-            found.push(...(await audit(p, `${where}, offline`)));
-            await p.goto(`${base}/confirm?load=L-1001&stop=2&action=delay`);
-            found.push(...(await audit(p, `${where}, delay`)));
-            // A page with its error: a second arrival at stop 1.
-            await p.goto(`${base}/confirm?load=L-1001&stop=1&action=arrive`);
-            await p.getByRole('button', { name: 'Confirm' }).click();
-            await expect.poll(() => p.locator('.error').count()).toBe(1);
-            found.push(...(await audit(p, `${where}, refused`)));
-          } finally {
-            await c.close();
-          }
+      const found = await eachLook(async (p, c, where, sun) => {
+        const found: string[] = [];
+        await p.goto(`${base}/`);
+        if (sun) {
+          // The page's own switch, on the login page already (a driver in the sun has to log in).
+          await p.getByRole('link', { name: 'High contrast (sunlight)' }).click();
+          expect(await p.locator('html').getAttribute('class')).toBe('sun');
         }
-      }
+        found.push(...(await audit(p, `${where}, login`)));
+        await c.addCookies((await ctx.cookies()).filter((x) => x.name === 'ta_session'));
+        await p.goto(`${base}/`);
+        expect(await stateOf(p, /\(SD\), stop 2/).textContent()).toBe('waiting');
+        found.push(...(await audit(p, `${where}, loads`)));
+        // The offline link line, as the page shows it when the service cannot be reached.
+        await p.locator('#link').evaluate((e) => e.setAttribute('class', 'link offline'));
+        found.push(...(await audit(p, `${where}, offline`)));
+        await p.goto(`${base}/confirm?load=L-1001&stop=2&action=delay`);
+        found.push(...(await audit(p, `${where}, delay`)));
+        // A page with its error: a second arrival at stop 1.
+        await p.goto(`${base}/confirm?load=L-1001&stop=1&action=arrive`);
+        await p.getByRole('button', { name: 'Confirm' }).click();
+        await expect.poll(() => p.locator('.error').count()).toBe(1);
+        found.push(...(await audit(p, `${where}, refused`)));
+        return found;
+      });
       expect(found).toEqual([]);
       // The phone's own "increase contrast" setting turns the same theme on.
       const more = await browser.newContext({ contrast: 'more' });
@@ -348,31 +337,19 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
       const alert = page.getByRole('alert');
       expect(await alert.allTextContents()).toEqual([said]);
       expect(await alert.isVisible()).toBe(true);
-      const found: string[] = [];
-      for (const viewport of [
-        { width: 360, height: 640 },
-        { width: 800, height: 1280 },
-      ]) {
-        for (const sun of [false, true]) {
-          const c = await browser.newContext({ viewport, locale: 'en-US' });
-          try {
-            const p = await c.newPage();
-            const where = `${viewport.width}x${viewport.height}${sun ? ', high contrast' : ''}, warning`;
-            await p.goto(`${base}/`);
-            if (sun) await p.getByRole('link', { name: 'High contrast (sunlight)' }).click();
-            await c.addCookies((await ctx.cookies()).filter((x) => x.name === 'ta_session'));
-            await p.goto(saved);
-            expect(await p.locator('html').getAttribute('class')).toBe(sun ? 'sun' : null);
-            // Shown, and so measured by the audit: its text on its own background.
-            const w = p.getByRole('alert');
-            expect(await w.allTextContents()).toEqual([said]);
-            expect(await w.isVisible()).toBe(true);
-            found.push(...(await audit(p, where)));
-          } finally {
-            await c.close();
-          }
-        }
-      }
+      const found = await eachLook(async (p, c, look, sun) => {
+        const where = `${look}, warning`;
+        await p.goto(`${base}/`);
+        if (sun) await p.getByRole('link', { name: 'High contrast (sunlight)' }).click();
+        await c.addCookies((await ctx.cookies()).filter((x) => x.name === 'ta_session'));
+        await p.goto(saved);
+        expect(await p.locator('html').getAttribute('class')).toBe(sun ? 'sun' : null);
+        // Shown, and so measured by the audit: its text on its own background.
+        const w = p.getByRole('alert');
+        expect(await w.allTextContents()).toEqual([said]);
+        expect(await w.isVisible()).toBe(true);
+        return audit(p, where);
+      });
       expect(found).toEqual([]);
     } finally {
       // The pages after this one (the screenshots) show the two loads only.
@@ -455,6 +432,28 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
     }
   });
 });
+
+/**
+ * `check` on a fresh page of its own context at phone and tablet size, each in both themes
+ * (`sun`: the high-contrast one, for `check` to switch on): what each found, together.
+ */
+async function eachLook(check: (p: Page, c: BrowserContext, where: string, sun: boolean) => Promise<string[]>): Promise<string[]> {
+  const found: string[] = [];
+  for (const viewport of [
+    { width: 360, height: 640 },
+    { width: 800, height: 1280 },
+  ]) {
+    for (const sun of [false, true]) {
+      const c = await browser.newContext({ viewport, locale: 'en-US' });
+      try {
+        found.push(...(await check(await c.newPage(), c, `${viewport.width}x${viewport.height}${sun ? ', high contrast' : ''}`, sun)));
+      } finally {
+        await c.close();
+      }
+    }
+  }
+  return found;
+}
 
 /**
  * What fails on `p` as it is shown: a button, link or field under 44x44 CSS px; a field with no
