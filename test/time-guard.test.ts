@@ -35,6 +35,34 @@ function garbled(atMs: number, offMs: number): string {
   return nmeaFrom(atMs + offMs, 1).text;
 }
 
+/**
+ * A daemon's set-up for a garbled first fix: the first epoch's RMC a year ahead (less than 512
+ * weeks: kept as a reading), a GGA-only epoch carrying its date, then `good` true epochs from
+ * t0 (a few seconds ahead, so load L1's window takes them); the clock not synchronised, and
+ * the earlier run's fix of T1 an hour before t0 (kept without a load, and good). The buffer's
+ * reading times, in id order, by `times()`.
+ */
+async function garbledRun(good: number, opts: Parameters<typeof agentConfig>[3]) {
+  const { url } = await fx.sandbox.start();
+  const t0 = Math.ceil(Date.now() / 1000) * 1000 + 3000;
+  const gga = nmeaFrom(t0 - 1000, 1).text.split('\r\n')[0];
+  const fixes = writeFile(fx.tmp.dir, 'fixes.nmea', `${garbled(t0 - 2000, 365 * DAY)}${gga}\r\n${nmeaFrom(t0, good).text}`);
+  const cfg = agentConfig(fx.tmp.dir, url, `[clock]\nsynchronised = "no"\n[[sources]]\ntype = "nmea"\nresource_id = "T1"\ndevice = "${fixes}"\n`, opts);
+  expect((await runCli(['load', 'start', 'L1', '-r', 'T1', '--config', cfg])).code).toBe(0);
+  const before = Store.open(join(fx.tmp.dir, 'buffer.db'));
+  before.insertReadings([{ resourceId: 'T1', timeMs: t0 - 3_600_000, lat: 41.7, lon: -87.7 }], true, ['nmea:T1']);
+  before.close();
+  const times = () => {
+    const db = new Database(join(fx.tmp.dir, 'buffer.db'), { readonly: true });
+    try {
+      return (db.prepare('SELECT time_ms AS t FROM readings ORDER BY id').all() as Array<{ t: number }>).map((r) => r.t);
+    } finally {
+      db.close();
+    }
+  };
+  return { t0, cfg, times };
+}
+
 describe('the first GNSS fixes while the clock is not synchronised', () => {
   it('a fix 1024 weeks ahead and one 5 years ahead do not set GNSS time; two that agree do, and a milestone of now is now', async () => {
     const { url } = await fx.sandbox.start();
@@ -67,18 +95,7 @@ describe('the first GNSS fixes while the clock is not synchronised', () => {
 
 describe('a garbled first fix kept as a reading is set aside once GNSS time is taken', () => {
   it('an RMC a year ahead and the GGA-only epoch carrying its date: not the last fix, not in the traces; the earlier run untouched', async () => {
-    const { url } = await fx.sandbox.start();
-    // The load's window takes the fixes: from its start on.
-    const t0 = Math.ceil(Date.now() / 1000) * 1000 + 3000;
-    // The first epoch's RMC a year ahead (less than 512 weeks: kept as a reading), then a GGA-only epoch carrying its date.
-    const gga = nmeaFrom(t0 - 1000, 1).text.split('\r\n')[0];
-    const fixes = writeFile(fx.tmp.dir, 'fixes.nmea', `${garbled(t0 - 2000, 365 * DAY)}${gga}\r\n${nmeaFrom(t0, 8).text}`);
-    const cfg = agentConfig(fx.tmp.dir, url, `[clock]\nsynchronised = "no"\n[[sources]]\ntype = "nmea"\nresource_id = "T1"\ndevice = "${fixes}"\n`, { traces: '*/2 * * * * *', sampling: 1 });
-    expect((await runCli(['load', 'start', 'L1', '-r', 'T1', '--config', cfg])).code).toBe(0);
-    // The earlier run's fix of T1, an hour before, kept without a load: outside this run's window, and good.
-    const before = Store.open(join(fx.tmp.dir, 'buffer.db'));
-    before.insertReadings([{ resourceId: 'T1', timeMs: t0 - 3_600_000, lat: 41.7, lon: -87.7 }], true, ['nmea:T1']);
-    before.close();
+    const { t0, cfg, times } = await garbledRun(8, { traces: '*/2 * * * * *', sampling: 1 });
     fx.daemon = startDaemon(['--config', cfg]);
     await fx.daemon.started();
     const status = async () => JSON.parse((await runCli(['status', '--json', '--config', cfg])).stdout) as { clock: { state: string }; lastFixes: Array<{ timeMs: number; aheadS?: number }> };
@@ -98,37 +115,18 @@ describe('a garbled first fix kept as a reading is set aside once GNSS time is t
     expect(out.match(/reading\(s\) of this run set aside/g)).toHaveLength(1);
     expect(out).toMatch(/"setAside":2,.*time: nmea:T1's reading of T1 at \d{4}-\S+ is 365 days after GNSS time 20\d\d-\S+ \(run up \d+ s\): a garbled date, set aside/);
     expect((await runCli(['status', '--config', cfg])).stdout).toMatch(/dropped:\s+2 readings \(garbled date\)/);
-    const after = new Database(join(fx.tmp.dir, 'buffer.db'), { readonly: true });
-    const times = (after.prepare('SELECT time_ms AS t FROM readings ORDER BY id').all() as Array<{ t: number }>).map((r) => r.t);
-    after.close();
-    expect(times[0]).toBe(t0 - 3_600_000);
-    expect(times.filter((ms) => ms > Date.now() + 60_000)).toEqual([]);
+    expect(times()[0]).toBe(t0 - 3_600_000);
+    expect(times().filter((ms) => ms > Date.now() + 60_000)).toEqual([]);
   }, 60_000);
 });
 
 describe('a garbled first fix is set aside once the clock turns synchronised, before two fixes agree', () => {
   it('an RMC a year ahead and the GGA-only epoch carrying its date go when a reload says the clock is synchronised; the good fix and the earlier run stay', async () => {
-    const { url } = await fx.sandbox.start();
-    const t0 = Math.ceil(Date.now() / 1000) * 1000 + 3000;
-    // The garbled epoch, its GGA-only follower, and one good epoch (it disagrees with the garbled RMC: no GNSS time).
-    const gga = nmeaFrom(t0 - 1000, 1).text.split('\r\n')[0];
-    const fixes = writeFile(fx.tmp.dir, 'fixes.nmea', `${garbled(t0 - 2000, 365 * DAY)}${gga}\r\n${nmeaFrom(t0, 1).text}`);
-    const cfg = agentConfig(fx.tmp.dir, url, `[clock]\nsynchronised = "no"\n[[sources]]\ntype = "nmea"\nresource_id = "T1"\ndevice = "${fixes}"\n`, { sampling: 1 });
-    expect((await runCli(['load', 'start', 'L1', '-r', 'T1', '--config', cfg])).code).toBe(0);
-    const before = Store.open(join(fx.tmp.dir, 'buffer.db'));
-    before.insertReadings([{ resourceId: 'T1', timeMs: t0 - 3_600_000, lat: 41.7, lon: -87.7 }], true, ['nmea:T1']);
-    before.close();
+    // One good epoch only: it disagrees with the garbled RMC, so no GNSS time is taken.
+    const { t0, cfg, times } = await garbledRun(1, { sampling: 1 });
     fx.daemon = startDaemon(['--config', cfg]);
     await fx.daemon.started();
     const status = async () => JSON.parse((await runCli(['status', '--json', '--config', cfg])).stdout) as { clock: { state: string }; lastFixes: Array<{ timeMs: number }> };
-    const times = () => {
-      const db = new Database(join(fx.tmp.dir, 'buffer.db'), { readonly: true });
-      try {
-        return (db.prepare('SELECT time_ms AS t FROM readings ORDER BY id').all() as Array<{ t: number }>).map((r) => r.t);
-      } finally {
-        db.close();
-      }
-    };
     await waitFor(() => times().includes(t0), 15_000, 'the good fix in the buffer');
     expect((await status()).clock.state).toBe('unsynchronised');
     expect(times().filter((ms) => ms > Date.now() + 60_000)).toHaveLength(2);
