@@ -166,7 +166,7 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
     await expect.poll(() => page.locator('.error').textContent()).toMatch(/^Already recorded at \d\d:\d\d CST: one per stop\. Nothing new was saved\.$/);
     expect((await milestones()).length).toBe(before);
     expect(sandbox.milestones.filter((r) => r.body.eventCode === 'X3')).toHaveLength(1);
-    await page.getByRole('link', { name: 'Cancel' }).click();
+    await Promise.all([page.waitForURL(`${base}/`), page.getByRole('link', { name: 'Cancel' }).click()]);
   });
 
   it('offline: the link line says so, the waiting count grows, then falls when the service is back', async () => {
@@ -181,12 +181,14 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
       .getByRole('button', { name: /^Set appointment/ })
       .click();
     await page.getByLabel(/Appointment time/).fill('2026-11-27T09:30');
-    await page.getByRole('button', { name: 'Confirm' }).click();
+    // Each confirm's redirect followed to its end: a navigation still under way when the test
+    // ends interrupts the next test's (seen on a loaded machine).
+    await Promise.all([page.waitForURL(/\/\?saved=\d+$/), page.getByRole('button', { name: 'Confirm' }).click()]);
     await expect.poll(() => link.textContent(), { timeout: 15_000 }).toMatch(new RegExp(`^Waiting for coverage since \\d\\d:\\d\\d · ${n0 + 1} waiting`));
     await load(page)
       .getByRole('button', { name: /^Departed/ })
       .click();
-    await page.getByRole('button', { name: 'Confirm' }).click();
+    await Promise.all([page.waitForURL(/\/\?saved=\d+$/), page.getByRole('button', { name: 'Confirm' }).click()]);
     await expect.poll(() => link.textContent(), { timeout: 15_000 }).toMatch(new RegExp(`· ${n0 + 2} waiting`));
     await page.evaluate(() => ((window as unknown as { marker: number }).marker = 3));
     sandbox = new Sandbox({ key: TEST_KEY, scac: TEST_SCAC, port: sandboxPort });
@@ -260,7 +262,7 @@ describe("the driver's page in Chromium", { timeout: 60_000 }, () => {
     await load(page, 'L-2002')
       .getByRole('button', { name: /^Arrived/ })
       .click();
-    await page.getByRole('button', { name: 'Confirm' }).click();
+    await Promise.all([page.waitForURL(/\/\?saved=\d+$/), page.getByRole('button', { name: 'Confirm' }).click()]);
     await expect.poll(() => stateOf(page, /X3/, 'L-2002').textContent(), { timeout: 15_000 }).toBe('refused: HTTP 400: loadNumber: L-2002 is not a load of this carrier');
     sandbox.setFaults({ rejectLoads: [] });
   });
