@@ -252,7 +252,6 @@ export function formatStatus(r: StatusReport, nowMs = Date.now()): string {
   return lines.join('\n');
 }
 
-/** `synchronised (the kernel (timedatectl))`, `not synchronised (...); GNSS time is +12 h 0 min from it, used instead`. */
 /** What becomes of readings while a resource has no load: said of the config, not assumed off. */
 function withoutLoadText(w: StatusReport['withoutLoad']): string {
   if (w?.recorded) return 'readings without a load are kept: privacy.record_without_load';
@@ -260,6 +259,7 @@ function withoutLoadText(w: StatusReport['withoutLoad']): string {
   return 'readings are not kept without a load';
 }
 
+/** `synchronised (the kernel (timedatectl))`, `not synchronised (...); GNSS time is +12 h 0 min from it, used instead`. */
 function clockLine(c: NonNullable<StatusReport['clock']>): string {
   if (c.state === 'synchronised') return `synchronised (${c.from})`;
   const expired = c.heldExpired ? `; ${c.heldExpired} readings kept with its time (no GNSS time came)` : '';
